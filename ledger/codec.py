@@ -1,0 +1,224 @@
+"""Avro single-object encoding of events.
+
+Every record is ``C3 01`` + the writer schema's 8-byte CRC-64-AVRO fingerprint (little endian) + the
+Avro body. A consumer therefore never needs to be told which schema wrote a record: it looks the
+fingerprint up, and fastavro resolves that writer schema to the consumer's reader schema, so events
+written by an older or newer producer still decode. Schemas are parsed once, when the catalogue is
+loaded; the hot path is a dictionary lookup and one ``schemaless_reader`` call.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from ledger.events import PAYLOAD_TYPES, Channel, Envelope, Event, Payload
+
+__all__ = ["MAGIC", "CodecError", "SchemaInfo", "Codec", "default_codec", "load_catalogue"]
+
+MAGIC = b"\xc3\x01"
+NAMESPACE = "caucus.v1"
+
+
+class CodecError(ValueError):
+    """Bytes that are not an event this catalogue knows, with the reason spelled out."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaInfo:
+    type: str
+    version: int
+    fingerprint: bytes
+    parsed: Any
+    canonical: str
+
+
+def _expand(node: Any, named: Mapping[str, Any], seen: set[str]) -> Any:
+    """Inline shared named types (Envelope, Ratio, ...) at their first use, so each event schema
+    stands alone and its fingerprint covers everything a reader needs."""
+    if isinstance(node, str):
+        full = node if "." in node else f"{NAMESPACE}.{node}"
+        if full in named and full not in seen:
+            seen.add(full)
+            return _expand(named[full], named, seen)
+        return node
+    if isinstance(node, list):
+        return [_expand(item, named, seen) for item in node]
+    if isinstance(node, dict):
+        if node.get("type") in ("record", "enum", "fixed") and "name" in node:
+            name = node["name"] if "." in node["name"] else f"{node.get('namespace', NAMESPACE)}.{node['name']}"
+            seen.add(name)
+        return {k: (_expand(v, named, seen) if k in ("type", "fields", "items", "values") else v) for k, v in node.items()}
+    return node
+
+
+def load_catalogue() -> dict[tuple[str, int], dict[str, Any]]:
+    """Read every versioned .avsc shipped in ``ledger/schemas/v<N>/`` and expand shared types.
+
+    Files whose name is not an event type (Envelope, Ratio, ...) are shared named types: a schema
+    of version N may use the shared types of version N or, failing that, of an earlier version.
+    """
+    root = resources.files("ledger") / "schemas"
+    versions = sorted(int(p.name[1:]) for p in root.iterdir() if p.name.startswith("v") and p.name[1:].isdigit())
+    named: dict[str, Any] = {}
+    schemas: dict[tuple[str, int], dict[str, Any]] = {}
+    for version in versions:
+        raw: dict[str, Any] = {}
+        for path in (root / f"v{version}").iterdir():
+            if path.name.endswith(".avsc"):
+                raw[path.name[: -len(".avsc")]] = json.loads(path.read_text(encoding="utf-8"))
+        for name, schema in raw.items():
+            if name not in PAYLOAD_TYPES:
+                named[f"{NAMESPACE}.{name}"] = schema
+        for name, schema in raw.items():
+            if name in PAYLOAD_TYPES:
+                schemas[(name, version)] = _expand(schema, named, set())
+    return schemas
+
+
+class Codec:
+    """Encodes events with the current schema of their type; decodes any registered writer version."""
+
+    def __init__(self, schemas: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
+        self._by_fingerprint: dict[bytes, SchemaInfo] = {}
+        self._writers: dict[str, SchemaInfo] = {}
+        self._readers: dict[str, SchemaInfo] = {}
+        for (type_name, version), schema in sorted(schemas.items()):
+            self.register(type_name, version, schema)
+
+    def register(self, type_name: str, version: int, schema: Mapping[str, Any], *, reader: bool | None = None) -> SchemaInfo:
+        """Add a schema version. The highest version of a type is the one written and read into,
+        unless ``reader`` says otherwise (an older service reading newer data)."""
+        parsed = parse_schema(dict(schema))
+        canonical = to_parsing_canonical_form(parsed)
+        fp = bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))[::-1]
+        info = SchemaInfo(type_name, version, fp, parsed, canonical)
+        existing = self._by_fingerprint.get(fp)
+        if existing is not None and (existing.type, existing.version) != (type_name, version):
+            raise CodecError(f"schema {type_name} v{version} has the same fingerprint as {existing.type} v{existing.version}")
+        self._by_fingerprint[fp] = info
+        current = self._writers.get(type_name)
+        if current is None or version >= current.version:
+            self._writers[type_name] = info
+        if reader or (reader is None and (type_name not in self._readers or version >= self._readers[type_name].version)):
+            self._readers[type_name] = info
+        return info
+
+    def use_reader(self, type_name: str, version: int) -> None:
+        """Read ``type_name`` into the given registered version (for services on an older catalogue)."""
+        for info in self._by_fingerprint.values():
+            if info.type == type_name and info.version == version:
+                self._readers[type_name] = info
+                return
+        raise CodecError(f"no schema {type_name} v{version} is registered")
+
+    def schemas(self) -> Iterable[SchemaInfo]:
+        return self._by_fingerprint.values()
+
+    def writer_for(self, type_name: str) -> SchemaInfo:
+        try:
+            return self._writers[type_name]
+        except KeyError:
+            raise CodecError(f"event type {type_name!r} is not in the catalogue") from None
+
+    # -- records (dict level): what schema evolution is about ------------------------------------
+
+    def encode_record(self, type_name: str, record: Mapping[str, Any], *, version: int | None = None) -> bytes:
+        info = self.writer_for(type_name) if version is None else self._find(type_name, version)
+        out = io.BytesIO()
+        out.write(MAGIC)
+        out.write(info.fingerprint)
+        try:
+            schemaless_writer(out, info.parsed, record)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CodecError(f"{type_name} v{info.version} does not fit its schema: {exc}") from exc
+        return out.getvalue()
+
+    def decode_record(self, data: bytes) -> tuple[SchemaInfo, SchemaInfo, dict[str, Any]]:
+        """Return (writer schema, reader schema, record resolved to the reader schema)."""
+        if len(data) < 10:
+            raise CodecError(f"record is {len(data)} bytes; an event needs at least 10 (marker, fingerprint, body)")
+        if data[:2] != MAGIC:
+            raise CodecError(f"record does not start with the Avro single-object marker C3 01 (found {data[:2].hex(' ').upper()})")
+        writer = self._by_fingerprint.get(bytes(data[2:10]))
+        if writer is None:
+            raise CodecError(f"unknown schema fingerprint {bytes(data[2:10]).hex()}: written by a schema this catalogue does not have")
+        reader = self._readers[writer.type]
+        buf = io.BytesIO(data)
+        buf.seek(10)
+        try:
+            record = schemaless_reader(buf, writer.parsed, reader.parsed if reader is not writer else None)
+        except Exception as exc:  # fastavro raises many kinds on truncated or corrupt bodies
+            raise CodecError(f"corrupt {writer.type} v{writer.version} body: {type(exc).__name__}: {exc}") from exc
+        if buf.tell() != len(data):
+            raise CodecError(f"corrupt {writer.type} v{writer.version} record: {len(data) - buf.tell()} trailing bytes")
+        if not isinstance(record, dict):
+            raise CodecError(f"corrupt {writer.type} record: body is not a record")
+        return writer, reader, record
+
+    def _find(self, type_name: str, version: int) -> SchemaInfo:
+        for info in self._by_fingerprint.values():
+            if info.type == type_name and info.version == version:
+                return info
+        raise CodecError(f"no schema {type_name} v{version} is registered")
+
+    # -- events -------------------------------------------------------------------------------------
+
+    def encode(self, event: Event[Any]) -> bytes:
+        payload = event.payload
+        writer = self.writer_for(payload.TYPE)
+        env = event.envelope
+        record = payload.to_avro()
+        record["envelope"] = {
+            "event_id": env.event_id,
+            "type": payload.TYPE,
+            "schema_version": writer.version,
+            "election_id": env.election_id,
+            "unit_id": env.unit_id,
+            "occurred_at": env.occurred_at,
+            "recorded_at": env.recorded_at,
+            "actor": env.actor,
+            "channel": env.channel.value,
+            "idempotency_key": env.idempotency_key,
+        }
+        return self.encode_record(payload.TYPE, record)
+
+    def decode(self, data: bytes) -> Event[Any]:
+        writer, _reader, record = self.decode_record(data)
+        try:
+            env = record["envelope"]
+            envelope = Envelope(
+                event_id=env["event_id"],
+                election_id=env["election_id"],
+                unit_id=env["unit_id"],
+                occurred_at=_as_datetime(env["occurred_at"]),
+                recorded_at=_as_datetime(env["recorded_at"]),
+                actor=env["actor"],
+                channel=Channel(env["channel"]),
+                idempotency_key=env["idempotency_key"],
+            )
+            payload: Payload = PAYLOAD_TYPES[writer.type].from_avro(record)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CodecError(f"{writer.type} v{writer.version} record does not make an event: {exc}") from exc
+        return Event(envelope, payload)
+
+
+def _as_datetime(value: Any) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a timestamp, got {type(value).__name__}")
+    return value
+
+
+@lru_cache(maxsize=1)
+def default_codec() -> Codec:
+    """The catalogue shipped with this package, parsed once per process."""
+    return Codec(load_catalogue())

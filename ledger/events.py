@@ -1,0 +1,536 @@
+"""The event catalogue as immutable typed objects.
+
+Events are the ledger's only source of truth, so they are frozen dataclasses rather than dicts: a
+projection, an auditor and a producer all see the same fields with the same types, and nothing can be
+changed after it was recorded. Each payload class knows how to turn itself into the record its Avro
+schema describes and back; the codec (``ledger.codec``) does the bytes.
+
+Alignment counts and delegate maps are stored sorted by candidate so that the same event always has the
+same canonical bytes, whatever order a client sent them in.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any, ClassVar, Generic, TypeVar
+
+__all__ = [
+    "Channel",
+    "CorrectionStage",
+    "TieMethod",
+    "Envelope",
+    "Problem",
+    "Result",
+    "County",
+    "UnitDefinition",
+    "SatelliteGroup",
+    "Payload",
+    "ElectionDefined",
+    "UnitOpened",
+    "ResultReported",
+    "ResultCorrected",
+    "TieBroken",
+    "SubmissionRejected",
+    "ResultsCertified",
+    "CheckpointSigned",
+    "Event",
+    "PAYLOAD_TYPES",
+    "new_event",
+    "utc_now",
+]
+
+
+class Channel(enum.StrEnum):
+    APP = "app"
+    PHONE = "phone"
+    PAPER = "paper"
+    IMPORT = "import"
+    SYSTEM = "system"
+
+
+class CorrectionStage(enum.StrEnum):
+    REVIEW = "review"
+    RECANVASS = "recanvass"
+    RECOUNT = "recount"
+
+
+class TieMethod(enum.StrEnum):
+    COIN = "coin"
+    LOTS = "lots"
+
+
+def utc_now() -> datetime:
+    """Avro timestamp-micros keeps microseconds; truncate here so a round trip is exact."""
+    return datetime.now(UTC)
+
+
+def _frozen_counts(counts: Mapping[str, int]) -> Mapping[str, int]:
+    return MappingProxyType({k: counts[k] for k in sorted(counts)})
+
+
+def _ratio_to_avro(value: Fraction) -> dict[str, int]:
+    return {"numerator": value.numerator, "denominator": value.denominator}
+
+
+def _ratio_from_avro(record: Mapping[str, int]) -> Fraction:
+    return Fraction(record["numerator"], record["denominator"])
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One validation error or warning, phrased for the person who sent the input."""
+
+    field: str
+    code: str
+    message: str
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"field": self.field, "code": self.code, "message": self.message}
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> Problem:
+        return cls(record["field"], record["code"], record["message"])
+
+
+def _problems(records: Any) -> tuple[Problem, ...]:
+    return tuple(Problem.from_avro(r) for r in records)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What every event carries: identity, key, times, who and how."""
+
+    event_id: str
+    election_id: str
+    unit_id: str
+    occurred_at: datetime
+    recorded_at: datetime
+    actor: str
+    channel: Channel
+    idempotency_key: str
+
+    @property
+    def key(self) -> str:
+        """The partition key: a unit's events stay in one partition, in order."""
+        return self.unit_id or f"election:{self.election_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A unit's numbers as reported; validation lives in producers, the math in projections."""
+
+    first_alignment: Mapping[str, int]
+    final_alignment: Mapping[str, int]
+    attendance: int | None = None
+    delegates_reported: Mapping[str, int] | None = None
+    worksheet_digest: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "first_alignment", _frozen_counts(self.first_alignment))
+        object.__setattr__(self, "final_alignment", _frozen_counts(self.final_alignment))
+        if self.delegates_reported is not None:
+            object.__setattr__(self, "delegates_reported", _frozen_counts(self.delegates_reported))
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "first_alignment": dict(self.first_alignment),
+            "final_alignment": dict(self.final_alignment),
+            "attendance": self.attendance,
+            "delegates_reported": None
+            if self.delegates_reported is None
+            else dict(self.delegates_reported),
+            "worksheet_digest": self.worksheet_digest,
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> Result:
+        return cls(
+            first_alignment=record["first_alignment"],
+            final_alignment=record["final_alignment"],
+            attendance=record["attendance"],
+            delegates_reported=record["delegates_reported"],
+            worksheet_digest=record["worksheet_digest"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class County:
+    county_id: str
+    name: str
+    sde_ratio: Fraction
+
+
+@dataclass(frozen=True, slots=True)
+class UnitDefinition:
+    """A reporting unit. ``delegates`` is None for satellites: their D follows attendance."""
+
+    unit_id: str
+    name: str
+    county_id: str
+    delegates: int | None
+    satellite_group: str | None = None
+    short_name: str | None = None
+    sde_weight: Fraction | None = None
+
+    @property
+    def is_satellite(self) -> bool:
+        return self.satellite_group is not None
+
+
+@dataclass(frozen=True, slots=True)
+class SatelliteGroup:
+    group_id: str
+    name: str
+    sde_pool: Fraction
+    attendance_base: int | None = None
+
+
+class Payload:
+    """Base of every event body. TYPE names the Avro record, VERSION the schema the class matches."""
+
+    TYPE: ClassVar[str]
+    VERSION: ClassVar[int] = 1
+
+    def to_avro(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> Payload:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionDefined(Payload):
+    TYPE: ClassVar[str] = "ElectionDefined"
+
+    name: str
+    rule_set: str
+    candidates: tuple[str, ...]
+    counties: tuple[County, ...]
+    units: tuple[UnitDefinition, ...]
+    satellite_groups: tuple[SatelliteGroup, ...] = ()
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rule_set": self.rule_set,
+            "candidates": list(self.candidates),
+            "counties": [
+                {"county_id": c.county_id, "name": c.name, "sde_ratio": _ratio_to_avro(c.sde_ratio)}
+                for c in self.counties
+            ],
+            "units": [
+                {
+                    "unit_id": u.unit_id,
+                    "name": u.name,
+                    "county_id": u.county_id,
+                    "delegates": u.delegates,
+                    "satellite_group": u.satellite_group,
+                    "short_name": u.short_name,
+                    "sde_weight": None if u.sde_weight is None else _ratio_to_avro(u.sde_weight),
+                }
+                for u in self.units
+            ],
+            "satellite_groups": [
+                {
+                    "group_id": g.group_id,
+                    "name": g.name,
+                    "sde_pool": _ratio_to_avro(g.sde_pool),
+                    "attendance_base": g.attendance_base,
+                }
+                for g in self.satellite_groups
+            ],
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> ElectionDefined:
+        return cls(
+            name=record["name"],
+            rule_set=record["rule_set"],
+            candidates=tuple(record["candidates"]),
+            counties=tuple(
+                County(c["county_id"], c["name"], _ratio_from_avro(c["sde_ratio"]))
+                for c in record["counties"]
+            ),
+            units=tuple(
+                UnitDefinition(
+                    unit_id=u["unit_id"],
+                    name=u["name"],
+                    county_id=u["county_id"],
+                    delegates=u["delegates"],
+                    satellite_group=u["satellite_group"],
+                    short_name=u["short_name"],
+                    sde_weight=None if u["sde_weight"] is None else _ratio_from_avro(u["sde_weight"]),
+                )
+                for u in record["units"]
+            ),
+            satellite_groups=tuple(
+                SatelliteGroup(
+                    g["group_id"], g["name"], _ratio_from_avro(g["sde_pool"]), g["attendance_base"]
+                )
+                for g in record["satellite_groups"]
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UnitOpened(Payload):
+    TYPE: ClassVar[str] = "UnitOpened"
+
+    attendance: int | None
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"attendance": self.attendance}
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> UnitOpened:
+        return cls(record["attendance"])
+
+
+@dataclass(frozen=True, slots=True)
+class ResultReported(Payload):
+    TYPE: ClassVar[str] = "ResultReported"
+
+    result: Result
+    reporter: str
+    warnings: tuple[Problem, ...] = ()
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "result": self.result.to_avro(),
+            "reporter": self.reporter,
+            "warnings": [w.to_avro() for w in self.warnings],
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> ResultReported:
+        return cls(Result.from_avro(record["result"]), record["reporter"], _problems(record["warnings"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ResultCorrected(Payload):
+    TYPE: ClassVar[str] = "ResultCorrected"
+
+    result: Result
+    supersedes: str
+    reason: str
+    authority: str
+    stage: CorrectionStage
+    warnings: tuple[Problem, ...] = ()
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "result": self.result.to_avro(),
+            "supersedes": self.supersedes,
+            "reason": self.reason,
+            "authority": self.authority,
+            "stage": self.stage.value,
+            "warnings": [w.to_avro() for w in self.warnings],
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> ResultCorrected:
+        return cls(
+            result=Result.from_avro(record["result"]),
+            supersedes=record["supersedes"],
+            reason=record["reason"],
+            authority=record["authority"],
+            stage=CorrectionStage(record["stage"]),
+            warnings=_problems(record["warnings"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TieBroken(Payload):
+    TYPE: ClassVar[str] = "TieBroken"
+
+    contenders: tuple[str, ...]
+    seats: int
+    winners: tuple[str, ...]
+    method: TieMethod
+    caller: str
+    witnesses: tuple[str, ...] = ()
+    reason: str = ""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "contenders": list(self.contenders),
+            "seats": self.seats,
+            "winners": list(self.winners),
+            "method": self.method.value,
+            "caller": self.caller,
+            "witnesses": list(self.witnesses),
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> TieBroken:
+        return cls(
+            contenders=tuple(record["contenders"]),
+            seats=record["seats"],
+            winners=tuple(record["winners"]),
+            method=TieMethod(record["method"]),
+            caller=record["caller"],
+            witnesses=tuple(record["witnesses"]),
+            reason=record["reason"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionRejected(Payload):
+    TYPE: ClassVar[str] = "SubmissionRejected"
+
+    command: str
+    raw_input: str
+    errors: tuple[Problem, ...]
+    sender: str
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "raw_input": self.raw_input,
+            "errors": [e.to_avro() for e in self.errors],
+            "sender": self.sender,
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> SubmissionRejected:
+        return cls(record["command"], record["raw_input"], _problems(record["errors"]), record["sender"])
+
+
+@dataclass(frozen=True, slots=True)
+class ResultsCertified(Payload):
+    TYPE: ClassVar[str] = "ResultsCertified"
+
+    authority: str
+    statement: str = ""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"authority": self.authority, "statement": self.statement}
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> ResultsCertified:
+        return cls(record["authority"], record["statement"])
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSigned(Payload):
+    TYPE: ClassVar[str] = "CheckpointSigned"
+
+    tree_size: int
+    root_hash: bytes
+    key_id: str
+    public_key: bytes
+    signature: bytes
+    scope: str = ""
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "tree_size": self.tree_size,
+            "root_hash": self.root_hash,
+            "key_id": self.key_id,
+            "public_key": self.public_key,
+            "signature": self.signature,
+            "scope": self.scope,
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> CheckpointSigned:
+        return cls(
+            record["tree_size"],
+            record["root_hash"],
+            record["key_id"],
+            record["public_key"],
+            record["signature"],
+            record["scope"],
+        )
+
+
+PAYLOAD_TYPES: dict[str, type[Payload]] = {
+    cls.TYPE: cls
+    for cls in (
+        ElectionDefined,
+        UnitOpened,
+        ResultReported,
+        ResultCorrected,
+        TieBroken,
+        SubmissionRejected,
+        ResultsCertified,
+        CheckpointSigned,
+    )
+}
+
+P = TypeVar("P", bound=Payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Event(Generic[P]):
+    """An envelope and its payload. The payload's class is the event type."""
+
+    envelope: Envelope
+    payload: P
+
+    @property
+    def type(self) -> str:
+        return self.payload.TYPE
+
+    @property
+    def event_id(self) -> str:
+        return self.envelope.event_id
+
+    @property
+    def unit_id(self) -> str:
+        return self.envelope.unit_id
+
+    @property
+    def key(self) -> str:
+        return self.envelope.key
+
+    @property
+    def recorded_at(self) -> datetime:
+        return self.envelope.recorded_at
+
+    def recorded(self, at: datetime) -> Event[P]:
+        """The same event stamped with the time the ledger accepted it."""
+        return replace(self, envelope=replace(self.envelope, recorded_at=at))
+
+
+def _micros(at: datetime) -> datetime:
+    if at.tzinfo is None:
+        raise ValueError("event times must be timezone-aware (UTC)")
+    return at.astimezone(UTC).replace(microsecond=at.microsecond)
+
+
+def new_event(
+    payload: P,
+    *,
+    election_id: str,
+    unit_id: str = "",
+    actor: str,
+    channel: Channel,
+    idempotency_key: str | None = None,
+    occurred_at: datetime | None = None,
+    recorded_at: datetime | None = None,
+    event_id: str | None = None,
+) -> Event[P]:
+    """Build an event with a fresh id; the idempotency key defaults to the event id."""
+    now = utc_now()
+    eid = event_id or str(uuid.uuid4())
+    envelope = Envelope(
+        event_id=eid,
+        election_id=election_id,
+        unit_id=unit_id,
+        occurred_at=_micros(occurred_at or now),
+        recorded_at=_micros(recorded_at or now),
+        actor=actor,
+        channel=Channel(channel),
+        idempotency_key=idempotency_key or eid,
+    )
+    return Event(envelope, payload)
+

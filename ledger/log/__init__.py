@@ -1,0 +1,25 @@
+"""The log: the one append-only sequence of encoded events that everything else is derived from.
+
+``port`` defines what a log must do; ``sqlite`` (embedded) and ``kafka`` are the adapters, chosen by
+``open_log`` from configuration. Both pass the same contract tests.
+"""
+
+from ledger.log.port import (
+    EventLog,
+    LogError,
+    LogLostError,
+    LogUnavailableError,
+    PendingRecord,
+    Position,
+    StoredRecord,
+)
+
+__all__ = [
+    "EventLog",
+    "LogError",
+    "LogLostError",
+    "LogUnavailableError",
+    "PendingRecord",
+    "Position",
+    "StoredRecord",
+]

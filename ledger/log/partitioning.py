@@ -1,0 +1,18 @@
+"""Key-to-partition mapping shared by every adapter.
+
+It is Kafka's default partitioner (murmur2 of the UTF-8 key, made positive, modulo the partition
+count), so a unit's events sit in the same partition number, at comparable positions, whether the log
+is embedded or a Kafka topic. Replaying an embedded log into Kafka therefore keeps positions meaningful.
+"""
+
+from __future__ import annotations
+
+from kafka.partitioner.default import murmur2
+
+__all__ = ["partition_for"]
+
+
+def partition_for(key: str, partitions: int) -> int:
+    if partitions < 1:
+        raise ValueError(f"partitions must be at least 1, got {partitions}")
+    return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions

@@ -1,0 +1,129 @@
+"""What a log must do, independent of where it lives.
+
+Positions are (partition, offset) pairs, as in Kafka: offsets grow by one per record within a
+partition, and there is no order across partitions. Consumers keep their own positions (a mapping
+partition -> next offset to read); the log never tracks readers, because the broker used in tests
+drops committed consumer metadata and a projection must commit its position with its view anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "Position",
+    "PendingRecord",
+    "StoredRecord",
+    "EventLog",
+    "LogError",
+    "LogUnavailableError",
+    "LogLostError",
+    "Offsets",
+]
+
+Offsets = Mapping[int, int]
+"""partition -> next offset to read (a consumer's position)."""
+
+
+class LogError(RuntimeError):
+    """Something went wrong with the log itself (not with an event's content)."""
+
+
+class LogUnavailableError(LogError):
+    """The log cannot be reached now; the caller may spool and retry."""
+
+
+class LogLostError(LogError):
+    """A stored position lies beyond what the log holds: the log was lost or rewound.
+
+    Waiting would never help (a restarted in-memory broker comes back empty), so this is raised
+    instead of blocking, naming the partition and both offsets.
+    """
+
+    def __init__(self, partition: int, expected: int, high_watermark: int) -> None:
+        super().__init__(
+            f"log lost or rewound: partition {partition} should hold at least {expected} records "
+            f"but its high watermark is {high_watermark}"
+        )
+        self.partition = partition
+        self.expected = expected
+        self.high_watermark = high_watermark
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.partition}:{self.offset}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """Parse ``PARTITION:OFFSET`` as printed by ``str()``."""
+        try:
+            part, off = text.split(":")
+            return cls(int(part), int(off))
+        except ValueError:
+            raise ValueError(f"a position is PARTITION:OFFSET (e.g. 3:120), got {text!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRecord:
+    """A record to append: its key (the unit id), its event id (for dedupe) and encoded bytes."""
+
+    key: str
+    event_id: str
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    position: Position
+    key: str
+    value: bytes
+    timestamp_ms: int
+
+
+@runtime_checkable
+class EventLog(Protocol):
+    """The port every log adapter implements."""
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions the log has (fixed when it is created)."""
+        ...
+
+    def append(self, record: PendingRecord) -> Position:
+        """Append durably and return the position. Appending an event id this log already holds
+        returns the original position and writes nothing."""
+        ...
+
+    def append_batch(self, records: Sequence[PendingRecord]) -> list[Position]:
+        """Append many records; positions are returned in input order, per-key order is kept."""
+        ...
+
+    def read(self, start: Offsets | None = None, *, max_records: int | None = None) -> Iterator[StoredRecord]:
+        """Records from ``start`` (default: the beginning) up to the high watermarks as they stand
+        when the call begins. Within a partition, records come in offset order.
+
+        Raises LogLostError when a start offset lies beyond a partition's high watermark."""
+        ...
+
+    def follow(
+        self,
+        start: Offsets | None = None,
+        *,
+        stop: Callable[[], bool] | None = None,
+        poll_interval: float = 0.2,
+    ) -> Iterator[StoredRecord]:
+        """Like ``read`` but keeps waiting for new records until ``stop()`` returns True."""
+        ...
+
+    def high_watermarks(self) -> dict[int, int]:
+        """partition -> offset the next appended record will get (= records held)."""
+        ...
+
+    def close(self) -> None: ...

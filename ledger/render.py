@@ -1,0 +1,88 @@
+"""Events as JSON for people and programs (``log tail --json``, recount packages, subscribers).
+
+The JSON form is the Avro record with readable leaves: times in ISO 8601 UTC, bytes in hex, ratios as
+``{"numerator", "denominator"}``. It round-trips: ``event_from_json(event_to_json(e)) == e``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ledger.events import PAYLOAD_TYPES, Channel, Envelope, Event
+from ledger.journal import LoggedEvent
+
+__all__ = ["event_to_json", "event_from_json", "event_summary"]
+
+_BYTES_FIELDS = {"CheckpointSigned": ("root_hash", "public_key", "signature")}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def event_to_json(item: Event[Any] | LoggedEvent) -> dict[str, Any]:
+    event = item.event if isinstance(item, LoggedEvent) else item
+    env = event.envelope
+    out: dict[str, Any] = {
+        "event_id": env.event_id,
+        "type": event.type,
+        "schema_version": event.payload.VERSION,
+        "election_id": env.election_id,
+        "unit_id": env.unit_id,
+        "occurred_at": env.occurred_at.isoformat(),
+        "recorded_at": env.recorded_at.isoformat(),
+        "actor": env.actor,
+        "channel": env.channel.value,
+        "idempotency_key": env.idempotency_key,
+        "payload": _jsonable(event.payload.to_avro()),
+    }
+    if isinstance(item, LoggedEvent):
+        out["position"] = str(item.position)
+    return out
+
+
+def event_from_json(data: Mapping[str, Any]) -> Event[Any]:
+    type_name = data["type"]
+    if type_name not in PAYLOAD_TYPES:
+        raise ValueError(f"type: unknown event type {type_name!r}; known: {', '.join(sorted(PAYLOAD_TYPES))}")
+    payload = dict(data["payload"])
+    for name in _BYTES_FIELDS.get(type_name, ()):
+        payload[name] = bytes.fromhex(payload[name])
+    envelope = Envelope(
+        event_id=data["event_id"],
+        election_id=data["election_id"],
+        unit_id=data["unit_id"],
+        occurred_at=datetime.fromisoformat(data["occurred_at"]),
+        recorded_at=datetime.fromisoformat(data["recorded_at"]),
+        actor=data["actor"],
+        channel=Channel(data["channel"]),
+        idempotency_key=data["idempotency_key"],
+    )
+    return Event(envelope, PAYLOAD_TYPES[type_name].from_avro(_with_defaults(type_name, payload)))
+
+
+def _with_defaults(type_name: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """Tolerate JSON that leaves out optional fields, as the Avro schemas do."""
+    if type_name in ("ResultReported", "ResultCorrected"):
+        result = dict(payload["result"])
+        for key in ("attendance", "delegates_reported", "worksheet_digest"):
+            result.setdefault(key, None)
+        payload["result"] = result
+        payload.setdefault("warnings", [])
+    return payload
+
+
+def event_summary(item: LoggedEvent) -> str:
+    """One line a person can scan: position, time, type, unit, actor."""
+    e = item.event
+    when = e.recorded_at.strftime("%Y-%m-%d %H:%M:%S")
+    unit = e.unit_id or "(election)"
+    return f"{str(item.position):>9}  {when}  {e.type:<18} {unit:<24} {e.envelope.actor} via {e.envelope.channel.value}"

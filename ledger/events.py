@@ -421,7 +421,15 @@ class ResultsCertified(Payload):
 
 @dataclass(frozen=True, slots=True)
 class CheckpointSigned(Payload):
+    """A signed checkpoint of the log (see ``ledger.integrity.checkpoints``).
+
+    Version 2 carries one tree per partition (``partition_sizes[i]``, ``partition_roots[i]``) and the
+    time the sizes were taken; ``tree_size``/``root_hash`` then cover all partitions. Version 1
+    records read as version 2 with empty lists and time 0.
+    """
+
     TYPE: ClassVar[str] = "CheckpointSigned"
+    VERSION: ClassVar[int] = 2
 
     tree_size: int
     root_hash: bytes
@@ -429,6 +437,13 @@ class CheckpointSigned(Payload):
     public_key: bytes
     signature: bytes
     scope: str = ""
+    partition_sizes: tuple[int, ...] = ()
+    partition_roots: tuple[bytes, ...] = ()
+    timestamp_micros: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "partition_sizes", tuple(self.partition_sizes))
+        object.__setattr__(self, "partition_roots", tuple(self.partition_roots))
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -438,17 +453,24 @@ class CheckpointSigned(Payload):
             "public_key": self.public_key,
             "signature": self.signature,
             "scope": self.scope,
+            "partition_sizes": list(self.partition_sizes),
+            "partition_roots": list(self.partition_roots),
+            "timestamp_micros": self.timestamp_micros,
         }
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> CheckpointSigned:
+        # .get: the Avro reader fills v2 defaults, but JSON written from v1 events has no such keys.
         return cls(
             record["tree_size"],
             record["root_hash"],
             record["key_id"],
             record["public_key"],
             record["signature"],
-            record["scope"],
+            record.get("scope", ""),
+            tuple(record.get("partition_sizes", ())),
+            tuple(record.get("partition_roots", ())),
+            record.get("timestamp_micros", 0),
         )
 
 

@@ -15,7 +15,7 @@ from ledger.journal import LoggedEvent
 
 __all__ = ["event_to_json", "event_from_json", "event_summary"]
 
-_BYTES_FIELDS = {"CheckpointSigned": ("root_hash", "public_key", "signature")}
+_BYTES_FIELDS = {"CheckpointSigned": ("root_hash", "public_key", "signature", "partition_roots")}
 
 
 def _jsonable(value: Any) -> Any:
@@ -55,7 +55,9 @@ def event_from_json(data: Mapping[str, Any]) -> Event[Any]:
         raise ValueError(f"type: unknown event type {type_name!r}; known: {', '.join(sorted(PAYLOAD_TYPES))}")
     payload = dict(data["payload"])
     for name in _BYTES_FIELDS.get(type_name, ()):
-        payload[name] = bytes.fromhex(payload[name])
+        if name in payload:
+            value = payload[name]
+            payload[name] = [bytes.fromhex(v) for v in value] if isinstance(value, list) else bytes.fromhex(value)
     envelope = Envelope(
         event_id=data["event_id"],
         election_id=data["election_id"],

@@ -1,0 +1,81 @@
+"""Sign and record a checkpoint of the log as it stands now.
+
+The signer audits before it signs: a checkpoint is only issued over a log that still matches every
+earlier checkpoint, so the key never vouches for a rewritten history. Order of writes: the
+``CheckpointSigned`` event is appended to the log first, then the checkpoint and the leaf hashes it
+newly covers go to the store in one transaction. If the store write fails the log still carries the
+checkpoint (and ``verify`` uses it); the reverse order could leave a stored checkpoint whose event
+never reached the log, which ``verify`` would rightly call tampering.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ledger.codec import Codec, default_codec
+from ledger.events import utc_now
+from ledger.integrity.checkpoints import Checkpoint, SignedCheckpoint, datetime_to_micros, sign_checkpoint
+from ledger.integrity.keys import SigningKey, TrustedKey
+from ledger.integrity.scan import scan_log
+from ledger.integrity.store import CheckpointStore
+from ledger.integrity.verify import Report, verify_scan
+from ledger.journal import Journal
+from ledger.log.port import EventLog
+
+__all__ = ["RefusedToSign", "Issued", "issue_checkpoint"]
+
+
+class RefusedToSign(RuntimeError):
+    """The log no longer matches its earlier checkpoints; signing it would launder the damage."""
+
+    def __init__(self, report: Report) -> None:
+        first = report.findings[0]
+        super().__init__(
+            f"refusing to sign: the log does not match its earlier checkpoints ({len(report.findings)} findings; "
+            f"first: {first.message})"
+        )
+        self.report = report
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    signed: SignedCheckpoint
+    report: Report  # the audit done before signing
+
+
+def issue_checkpoint(
+    log: EventLog,
+    store: CheckpointStore,
+    key: SigningKey,
+    *,
+    scope: str,
+    also_trusted: Sequence[TrustedKey] = (),
+    codec: Codec | None = None,
+) -> Issued:
+    codec = codec or default_codec()
+    timestamp = datetime_to_micros(utc_now())  # taken before the sizes, so no checkpoint predates its cut
+    scan = scan_log(log, codec)
+    witness = store.leaves()
+    report = verify_scan(scan, store.checkpoints(), witness, [key.trusted, *also_trusted], codec)
+    if not report.ok:
+        raise RefusedToSign(report)
+    parts = [scan.parts[p] for p in range(scan.partitions)]
+    checkpoint = Checkpoint(
+        scope=scope,
+        timestamp_micros=timestamp,
+        key_id=key.key_id,
+        partition_sizes=tuple(ps.size for ps in parts),
+        partition_roots=tuple(ps.tree.root() for ps in parts),
+    )
+    signed = sign_checkpoint(checkpoint, key, event_id=str(uuid.uuid4()))
+    position = Journal(log, codec).append(signed.to_event())
+    signed = replace(signed, position=position)
+    new_leaves = {}
+    for ps in parts:
+        have = len(witness.get(ps.partition, []))
+        if ps.size > have:
+            new_leaves[ps.partition] = (have, ps.leaf_hashes[have:])
+    store.record(signed, new_leaves)
+    return Issued(signed, report)

@@ -1,0 +1,195 @@
+"""The Ed25519 key pair that signs checkpoints, and the public keys a verifier trusts.
+
+Why Ed25519: small keys and signatures, deterministic signing (no nonce to get wrong), and the
+scheme the transparency-log ecosystem (signed notes, Sigsum) uses, so an auditor's tools check it.
+
+Where keys live: the private key is a PEM (PKCS #8) file readable by its owner only (0600); it is
+given by path (``--key`` / ``CAUCUS_CHECKPOINT_KEY``) or, by default, generated on first use as
+``checkpoint-key.pem`` in the data directory, with the public half next to it as
+``checkpoint-key.pub`` (SubjectPublicKeyInfo PEM) for auditors. A verifier trusts the public keys it is
+given (``--public-key`` / ``CAUCUS_CHECKPOINT_PUBLIC_KEY``), or the data directory's public key; it
+never trusts a key because a checkpoint carries it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+__all__ = [
+    "KeyFileError",
+    "PRIVATE_KEY_FILE",
+    "PUBLIC_KEY_FILE",
+    "ENV_PRIVATE_KEY",
+    "ENV_PUBLIC_KEY",
+    "SigningKey",
+    "TrustedKey",
+    "key_id",
+    "generate_key",
+    "load_signing_key",
+    "load_or_create_signing_key",
+    "load_trusted_key",
+    "write_public_key",
+]
+
+PRIVATE_KEY_FILE = "checkpoint-key.pem"
+PUBLIC_KEY_FILE = "checkpoint-key.pub"
+ENV_PRIVATE_KEY = "CAUCUS_CHECKPOINT_KEY"
+ENV_PUBLIC_KEY = "CAUCUS_CHECKPOINT_PUBLIC_KEY"
+
+
+class KeyFileError(ValueError):
+    """A key file is missing, unreadable, not an Ed25519 key, or readable by others."""
+
+
+
+def key_id(public_key: bytes) -> str:
+    """First 8 bytes of SHA-256 over the raw 32-byte public key, in hex: short enough to read, and
+    always checked together with the key itself."""
+    return hashlib.sha256(public_key).hexdigest()[:16]
+
+
+def _raw_public(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    """A public key a verifier accepts signatures from."""
+
+    public_key: bytes  # raw, 32 bytes
+
+    @property
+    def key_id(self) -> str:
+        return key_id(self.public_key)
+
+    def verifies(self, message: bytes, signature: bytes) -> bool:
+        try:
+            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+    def pem(self) -> bytes:
+        return Ed25519PublicKey.from_public_bytes(self.public_key).public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """The private key and what a checkpoint says about it."""
+
+    private: Ed25519PrivateKey
+
+    @property
+    def public_key(self) -> bytes:
+        return _raw_public(self.private.public_key())
+
+    @property
+    def key_id(self) -> str:
+        return key_id(self.public_key)
+
+    @property
+    def trusted(self) -> TrustedKey:
+        return TrustedKey(self.public_key)
+
+    def sign(self, message: bytes) -> bytes:
+        return self.private.sign(message)
+
+    def private_pem(self) -> bytes:
+        return self.private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+
+def generate_key() -> SigningKey:
+    return SigningKey(Ed25519PrivateKey.generate())
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise KeyFileError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise KeyFileError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def load_signing_key(path: Path) -> SigningKey:
+    """Read a PEM Ed25519 private key; refuse one that group or others may read, as ssh does."""
+    data = _read(path, "checkpoint signing key")
+    mode = path.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise KeyFileError(
+            f"checkpoint signing key {path} is accessible by other users (mode {stat.S_IMODE(mode):04o}); "
+            f"run: chmod 600 {path}"
+        )
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise KeyFileError(f"checkpoint signing key {path} is not an unencrypted PEM private key: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyFileError(f"checkpoint signing key {path} is a {type(key).__name__}, not an Ed25519 key")
+    return SigningKey(key)
+
+
+def write_public_key(key: SigningKey, path: Path) -> None:
+    path.write_bytes(key.trusted.pem())
+
+
+def load_or_create_signing_key(data_dir: Path) -> tuple[SigningKey, bool]:
+    """The data directory's key pair, generated on first use. Returns (key, created).
+
+    The private key file is created with O_EXCL and mode 0600 so two processes starting at once
+    cannot both write one, and it is never readable by others, not even for an instant.
+    """
+    path = data_dir / PRIVATE_KEY_FILE
+    if path.exists():
+        key = load_signing_key(path)
+        pub = data_dir / PUBLIC_KEY_FILE
+        if not pub.exists():
+            write_public_key(key, pub)
+        return key, False
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = generate_key()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return load_signing_key(path), False
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key.private_pem())
+    write_public_key(key, data_dir / PUBLIC_KEY_FILE)
+    return key, True
+
+
+def load_trusted_key(path: Path) -> TrustedKey:
+    """A public key to verify with: a PEM public key, a PEM private key (its public half), or the
+    64 hex digits of a raw key (as ``caucus prove`` prints it)."""
+    data = _read(path, "public key file")
+    text = data.strip()
+    if len(text) == 64:
+        try:
+            return TrustedKey(bytes.fromhex(text.decode("ascii")))
+        except ValueError:
+            pass
+    try:
+        pub = serialization.load_pem_public_key(data)
+    except ValueError:
+        try:
+            priv = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError):
+            raise KeyFileError(f"{path} is neither a PEM Ed25519 public key nor 64 hex digits") from None
+        if not isinstance(priv, Ed25519PrivateKey):
+            raise KeyFileError(f"{path} holds a {type(priv).__name__}, not an Ed25519 key") from None
+        return TrustedKey(_raw_public(priv.public_key()))
+    if not isinstance(pub, Ed25519PublicKey):
+        raise KeyFileError(f"{path} holds a {type(pub).__name__}, not an Ed25519 public key")
+    return TrustedKey(_raw_public(pub))

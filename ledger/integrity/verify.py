@@ -1,0 +1,392 @@
+"""Check a log against its signed checkpoints, as an outside auditor would.
+
+What is checked, in order:
+
+1. Every checkpoint, from the store and from the log's own ``CheckpointSigned`` records: it is well
+   formed, signed by a trusted key and covers the log's partition count. A stored checkpoint whose
+   event is gone from the log, or differs there, is reported.
+2. The store's leaf hashes (if any) against the signed roots; only hashes that reproduce every
+   signed root they cover are used to locate damage.
+3. Every partition's recomputed tree against every checkpoint: the root at the checkpoint's size
+   must equal the signed one. A mismatch is located between the largest matching checkpoint and the
+   smallest failing one, and, with trusted leaf hashes, at the exact record, classified as altered,
+   missing (later records moved up), inserted, swapped/reordered, or cut off.
+4. Each checkpoint against the next (ordered by size, then time): an RFC 9162 consistency proof
+   from the older size to the newer, generated from a tree that matches the newer checkpoint and
+   verified from nothing but the two signed roots, so a checkpoint signed over a rewritten history (a fork) is caught even when the log
+   now agrees with the later one.
+5. Offsets within a partition run 0, 1, 2, ... with no holes.
+
+Positions in findings are ``partition:offset`` in the history the checkpoints signed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.codec import Codec, CodecError, default_codec
+from ledger.integrity.checkpoints import SignedCheckpoint
+from ledger.integrity.keys import ENV_PUBLIC_KEY, PUBLIC_KEY_FILE, TrustedKey
+from ledger.integrity.merkle import MerkleTree, verify_consistency
+from ledger.integrity.scan import LogScan, PartitionScan, scan_log
+from ledger.integrity.store import CheckpointStore, StoredRow
+from ledger.log.port import EventLog, Position
+
+__all__ = ["Finding", "Report", "NoTrustedKey", "verify_scan", "verify_log", "usable_checkpoints", "trusted_checkpoints"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing that is wrong. ``kind`` is one of: altered, missing, inserted, reordered, truncated,
+    mismatch, gap, inconsistent, signature, malformed-checkpoint, checkpoint-missing,
+    checkpoint-altered, store-altered."""
+
+    kind: str
+    message: str
+    position: Position | None = None
+    checkpoint: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "position": None if self.position is None else str(self.position),
+            "checkpoint": self.checkpoint,
+            "message": self.message,
+        }
+
+
+@dataclass(slots=True)
+class Report:
+    partitions: int
+    records: int
+    checkpoints: list[SignedCheckpoint]
+    findings: list[Finding]
+    uncovered: dict[int, int]
+    witnessed: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def latest(self) -> SignedCheckpoint | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    @property
+    def first_bad(self) -> Position | None:
+        positions = [f.position for f in self.findings if f.position is not None]
+        return min(positions) if positions else None
+
+    def first_bad_by_partition(self) -> dict[int, Position]:
+        out: dict[int, Position] = {}
+        for f in self.findings:
+            if f.position is not None and (f.position.partition not in out or f.position < out[f.position.partition]):
+                out[f.position.partition] = f.position
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        latest = self.latest
+        return {
+            "ok": self.ok,
+            "partitions": self.partitions,
+            "records": self.records,
+            "checkpoints_verified": len(self.checkpoints),
+            "latest_checkpoint": None if latest is None else {
+                "event_id": latest.event_id,
+                "position": None if latest.position is None else str(latest.position),
+                "time": latest.checkpoint.time.isoformat(),
+                "tree_size": latest.checkpoint.tree_size,
+                "root_hash": latest.checkpoint.root_hash.hex(),
+                "key_id": latest.checkpoint.key_id,
+            },
+            "records_not_yet_checkpointed": sum(self.uncovered.values()),
+            "first_bad_position": None if self.first_bad is None else str(self.first_bad),
+            "first_bad_by_partition": {str(p): str(pos) for p, pos in sorted(self.first_bad_by_partition().items())},
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def _order(s: SignedCheckpoint) -> tuple[int, int, str]:
+    """Checkpoints in the order of the log they describe: by size, then time. (Two signers racing can
+    take their times and their sizes in opposite orders; sizes never go back in an honest log, and a
+    log that did go back fails the larger checkpoint's root check anyway.)"""
+    return (s.checkpoint.tree_size, s.checkpoint.timestamp_micros, s.event_id)
+
+
+def _gather(scan: LogScan, rows: Sequence[StoredRow], findings: list[Finding]) -> list[SignedCheckpoint]:
+    """Checkpoints from the store and the log, one per event id; the store's copy wins."""
+    in_log: dict[str, SignedCheckpoint] = {}
+    for found in scan.checkpoints:
+        if found.signed is None:
+            findings.append(Finding("malformed-checkpoint", found.problem or "unreadable checkpoint", found.position))
+        else:
+            in_log[found.signed.event_id] = found.signed
+    chosen: dict[str, SignedCheckpoint] = {}
+    for row in rows:
+        if row.signed is None:
+            findings.append(Finding("store-altered", row.problem or f"stored checkpoint #{row.seq} is unreadable"))
+            continue
+        stored = row.signed
+        logged = in_log.get(stored.event_id)
+        if logged is None:
+            where = f" (it was appended at {stored.position})" if stored.position else ""
+            findings.append(Finding(
+                "checkpoint-missing",
+                f"{stored.label} is in the checkpoint store but its event is not in the log{where}: "
+                "the log was cut short or rewritten",
+                stored.position, stored.event_id,
+            ))
+            chosen[stored.event_id] = stored
+            continue
+        if not logged.same_statement(stored):
+            findings.append(Finding(
+                "checkpoint-altered",
+                f"the checkpoint event {stored.event_id} at {logged.position} differs from the copy in the checkpoint store",
+                logged.position, stored.event_id,
+            ))
+        elif stored.position is not None and logged.position != stored.position:
+            findings.append(Finding(
+                "reordered",
+                f"checkpoint event {stored.event_id} was appended at {stored.position} but now sits at {logged.position}",
+                stored.position, stored.event_id,
+            ))
+        chosen[stored.event_id] = SignedCheckpoint(stored.checkpoint, stored.public_key, stored.signature, stored.event_id, logged.position)
+    for eid, logged in in_log.items():
+        chosen.setdefault(eid, logged)
+    return sorted(chosen.values(), key=_order)
+
+
+def usable_checkpoints(
+    scan: LogScan, candidates: Sequence[SignedCheckpoint], trusted: Sequence[TrustedKey], findings: list[Finding]
+) -> list[SignedCheckpoint]:
+    """The checkpoints whose signature and shape can be trusted, smallest (oldest) first.
+
+    Where a checkpoint's own event sits is not signed, so it is not a reason to distrust one: an event
+    placed inside the records it claims to cover fails the root check anyway (a tree cannot contain
+    its own root)."""
+    valid = []
+    for s in candidates:
+        problem = s.signature_problem(trusted)
+        if problem is not None:
+            findings.append(Finding("signature", f"{s.label}: {problem}", s.position, s.event_id))
+            continue
+        if s.checkpoint.partitions != scan.partitions:
+            findings.append(Finding(
+                "malformed-checkpoint",
+                f"{s.label} covers {s.checkpoint.partitions} partitions but the log has {scan.partitions}",
+                s.position, s.event_id,
+            ))
+            continue
+        valid.append(s)
+    return valid
+
+
+class _Partition:
+    """The checks of one partition (steps 2-5 of the module docstring)."""
+
+    def __init__(self, p: int, ps: PartitionScan, witness: list[bytes], codec: Codec, findings: list[Finding]) -> None:
+        self.p, self.ps, self.leaves, self.tree = p, ps, ps.leaf_hashes, ps.tree
+        self.witness = witness
+        self.wtree = MerkleTree(witness) if witness else None
+        self.codec = codec
+        self.findings = findings
+
+    def matches(self, s: SignedCheckpoint) -> bool:
+        n = s.checkpoint.partition_sizes[self.p]
+        return n <= self.tree.size and self.tree.root(n) == s.checkpoint.partition_roots[self.p]
+
+    def check_witness(self, valid: Sequence[SignedCheckpoint]) -> None:
+        if self.wtree is None:
+            return
+        for s in valid:
+            n = s.checkpoint.partition_sizes[self.p]
+            if n <= self.wtree.size and self.wtree.root(n) != s.checkpoint.partition_roots[self.p]:
+                self.findings.append(Finding(
+                    "store-altered",
+                    f"the checkpoint store's leaf hashes for partition {self.p} do not reproduce the root {s.label} "
+                    f"signed for {n} records: the store was altered, so damage is located by checkpoint ranges only",
+                    None, s.event_id,
+                ))
+                self.wtree, self.witness = None, []
+                return
+
+    def check_gaps(self) -> None:
+        for expected, found in self.ps.gaps:
+            if found > expected:
+                what = f"{self.p}:{expected}" if found == expected + 1 else f"{self.p}:{expected}..{self.p}:{found - 1}"
+                msg = f"partition {self.p}: offsets jump from {expected - 1} to {found}; record {what} is missing"
+            else:
+                msg = f"partition {self.p}: offset {found} appears after offset {expected - 1}; records are out of order"
+            self.findings.append(Finding("gap", msg, Position(self.p, min(expected, found))))
+
+    def check_checkpoints(self, valid: Sequence[SignedCheckpoint]) -> None:
+        sizes = {s.event_id: s.checkpoint.partition_sizes[self.p] for s in valid}
+        failing = [s for s in valid if not self.matches(s)]
+        if not failing:
+            return
+        bad = min(failing, key=lambda s: sizes[s.event_id])
+        n_bad = sizes[bad.event_id]
+        lo = max((sizes[s.event_id] for s in valid if sizes[s.event_id] < n_bad and self.matches(s)), default=0)
+        if self.wtree is not None and self.wtree.size >= n_bad:
+            index = self._first_difference(lo, n_bad)
+            if index is not None:
+                self.findings.append(self._classify(index, bad, n_bad))
+                return
+        # No trusted leaf hashes: the damage lies somewhere in [lo, n_bad).
+        p = self.p
+        if self.tree.size < n_bad:
+            self.findings.append(Finding(
+                "truncated",
+                f"partition {p} holds {self.tree.size} records but {bad.label} covers {n_bad}: "
+                f"records from {p}:{self.tree.size} on are gone",
+                Position(p, min(self.tree.size, n_bad)), bad.event_id,
+            ))
+        if self.tree.size < n_bad and lo >= self.tree.size:
+            return
+        self.findings.append(Finding(
+            "mismatch",
+            f"partition {p}: the records {p}:{lo}..{p}:{n_bad - 1} are not the ones {bad.label} signed "
+            f"(the root of the first {n_bad} records differs; the first {lo} still match an earlier checkpoint)",
+            Position(p, lo), bad.event_id,
+        ))
+
+    def _first_difference(self, lo: int, n: int) -> int | None:
+        leaves, witness = self.leaves, self.witness
+        for i in range(lo, min(n, len(leaves))):
+            if leaves[i] != witness[i]:
+                return i
+        return len(leaves) if len(leaves) < n else None
+
+    def _classify(self, i: int, bad: SignedCheckpoint, n: int) -> Finding:
+        p, L, W = self.p, self.leaves, self.witness
+        pos = Position(p, i)
+        if i >= len(L):
+            return Finding(
+                "truncated",
+                f"partition {p} ends at {p}:{i} but {bad.label} covers {n} records: {p}:{i}..{p}:{n - 1} are gone",
+                pos, bad.event_id,
+            )
+        if i + 1 < len(L) and i + 1 < len(W) and L[i] == W[i + 1] and L[i + 1] == W[i]:
+            return Finding("reordered", f"records {p}:{i} and {p}:{i + 1} were swapped", pos, bad.event_id)
+        if i + 1 < len(W) and L[i] == W[i + 1]:
+            return Finding(
+                "missing",
+                f"the record checkpointed at {p}:{i} was removed; the records after it moved up by one",
+                pos, bad.event_id,
+            )
+        if i + 1 < len(L) and L[i + 1] == W[i]:
+            return Finding(
+                "inserted", f"a record no checkpoint covers was inserted at {p}:{i}", pos, bad.event_id
+            )
+        try:
+            j = W.index(L[i])
+        except ValueError:
+            j = -1
+        if j >= 0:
+            return Finding(
+                "reordered", f"the record checkpointed at {p}:{j} now sits at {p}:{i}", pos, bad.event_id
+            )
+        return Finding(
+            "altered",
+            f"the record at {p}:{i} is not the one {bad.label} covered (leaf hash {L[i].hex()[:16]}…, "
+            f"checkpointed {W[i].hex()[:16]}…){self._reads_as(i)}",
+            pos, bad.event_id,
+        )
+
+    def _reads_as(self, i: int) -> str:
+        try:
+            event = self.codec.decode(self.ps.values[i])
+        except CodecError as exc:
+            return f"; it no longer decodes: {exc}"
+        return f"; it now reads as {event.type} {event.event_id}"
+
+    def check_consistency(self, valid: Sequence[SignedCheckpoint]) -> None:
+        p = self.p
+        for a, b in zip(valid, valid[1:]):
+            m, n = a.checkpoint.partition_sizes[p], b.checkpoint.partition_sizes[p]
+            if m > n:
+                self.findings.append(Finding(
+                    "inconsistent",
+                    f"{b.label} says partition {p} holds {n} records, fewer than the {m} that the earlier {a.label} "
+                    "covered: the log was rolled back between them",
+                    Position(p, n), b.event_id,
+                ))
+                continue
+            root_b = b.checkpoint.partition_roots[p]
+            source = None
+            if self.matches(b):
+                source = self.tree
+            elif self.wtree is not None and n <= self.wtree.size and self.wtree.root(n) == root_b:
+                source = self.wtree
+            if source is None:
+                continue  # b matches neither the log nor the store: already reported above
+            proof = source.consistency_proof(m, n)
+            if not verify_consistency(m, n, a.checkpoint.partition_roots[p], root_b, proof):
+                self.findings.append(Finding(
+                    "inconsistent",
+                    f"partition {p}: {b.label} is not an extension of {a.label}: the consistency proof from "
+                    f"{m} to {n} records fails, so the first {m} records were rewritten between the two "
+                    "checkpoints (a fork)",
+                    None, b.event_id,
+                ))
+
+
+def verify_scan(
+    scan: LogScan,
+    rows: Sequence[StoredRow],
+    witness: Mapping[int, list[bytes]],
+    trusted: Sequence[TrustedKey],
+    codec: Codec | None = None,
+) -> Report:
+    """Everything the module docstring lists, for a scanned log, its stored checkpoints and leaf hashes."""
+    codec = codec or default_codec()
+    findings: list[Finding] = []
+    candidates = _gather(scan, rows, findings)
+    valid = usable_checkpoints(scan, candidates, trusted, findings)
+    for p in range(scan.partitions):
+        check = _Partition(p, scan.parts[p], list(witness.get(p, [])), codec, findings)
+        check.check_witness(valid)
+        check.check_gaps()
+        check.check_checkpoints(valid)
+        check.check_consistency(valid)
+    latest = valid[-1] if valid else None
+    uncovered = {
+        p: scan.parts[p].size - (latest.checkpoint.partition_sizes[p] if latest else 0) for p in range(scan.partitions)
+    }
+    findings.sort(key=lambda f: (f.position is None, f.position or Position(0, 0)))
+    return Report(
+        partitions=scan.partitions,
+        records=scan.records,
+        checkpoints=valid,
+        findings=findings,
+        uncovered={p: max(0, n) for p, n in uncovered.items()},
+        witnessed={p: len(h) for p, h in witness.items()},
+    )
+
+
+class NoTrustedKey(ValueError):
+    """There are checkpoints to check but no public key to check them with."""
+
+
+def verify_log(
+    log: EventLog, store: CheckpointStore | None, trusted: Sequence[TrustedKey], codec: Codec | None = None
+) -> tuple[LogScan, Report]:
+    """Scan ``log``, read ``store`` (None: no store, only the log's own checkpoint records) and verify."""
+    codec = codec or default_codec()
+    scan = scan_log(log, codec)
+    rows = store.checkpoints() if store is not None else []
+    witness = store.leaves() if store is not None else {}
+    if not trusted and (rows or scan.checkpoints):
+        raise NoTrustedKey(
+            "there are checkpoints but no public key to verify them with: give --public-key PATH "
+            f"(or set {ENV_PUBLIC_KEY}), e.g. the {PUBLIC_KEY_FILE} that `caucus checkpoint` wrote to the data directory"
+        )
+    return scan, verify_scan(scan, rows, witness, trusted, codec)
+
+
+def trusted_checkpoints(scan: LogScan, rows: Sequence[StoredRow], trusted: Sequence[TrustedKey]) -> list[SignedCheckpoint]:
+    """The checkpoints (store and log together) that a trusted key signed, smallest (oldest) first."""
+    ignored: list[Finding] = []
+    return usable_checkpoints(scan, _gather(scan, rows, ignored), trusted, ignored)

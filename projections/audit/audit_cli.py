@@ -1,0 +1,234 @@
+"""``caucus audit`` (the RULES.md §12 checks over every unit) and ``caucus recount-package``.
+
+``caucus audit`` reads the serving projection by default, ``--as-of`` a moment of the log, ``--log``
+the whole log (no store needed). Exit status: 0 no finding of severity ``error`` among those shown,
+1 at least one, 2 the audit could not be run.
+
+``caucus recount-package`` writes a self-verifying package for one unit or a county (see
+``projections.audit.recount``). Exit status: 0 written, 2 not written (with the reason).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ledger.cli import emit, fail, settings_of
+from ledger.config import Settings, open_log
+from ledger.log.port import LogError
+from projections.asof import AsOfError, Cut, parse_cut, tally_as_of
+from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditReport, audit_tallies
+from projections.caucus_math import CHECK_CODES, CaucusMathError
+from projections.queries import QueryError, find_county, load_view
+from projections.stores.port import StoreError
+from projections.tally import ElectionContext
+
+__all__ = ["register", "audit_command", "recount_package_command", "run_audit", "print_report"]
+
+CLEAN, ERRORS, OPERATIONAL = 0, 1, 2
+
+
+def register(app: typer.Typer) -> None:
+    app.command("audit")(audit_command)
+    app.command("recount-package")(recount_package_command)
+
+
+def _choices(values: list[str] | None, allowed: tuple[str, ...], option: str) -> list[str]:
+    out: list[str] = []
+    for v in values or ():
+        for item in v.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            norm = item.upper() if option == "--code" else item.lower()
+            if norm not in allowed:
+                raise fail(f"{option} {item!r}: not one of {', '.join(allowed)}", OPERATIONAL)
+            out.append(norm)
+    return out
+
+
+def run_audit(
+    settings: Settings,
+    *,
+    cut: Cut | None = None,
+    whole_log: bool = False,
+    election_id: str | None = None,
+    rule_set: str | None = None,
+) -> tuple[AuditReport, ElectionContext]:
+    """The audit of the serving projection, or of the log (as of ``cut``, or whole), and the election
+    context it was computed under."""
+    if cut is not None or whole_log:
+        log = open_log(settings)
+        try:
+            at = tally_as_of(log, cut, election_id=election_id)
+        finally:
+            log.close()
+        where = f"{settings.describe_log()}: " + (cut.describe() if cut is not None else "the whole log")
+        meta = {"as_of": at.state.to_json()}
+        return audit_tallies(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta), at.context
+    from projections.stores import open_store
+
+    store = open_store(settings)
+    try:
+        view = load_view(store, election_id=election_id)
+        where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
+    finally:
+        store.close()
+    meta = {"projection": view.meta()}
+    return audit_tallies(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta), view.context
+
+
+def audit_command(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the findings as CSV."),
+    severity: Optional[list[str]] = typer.Option(
+        None, "--severity", help=f"Only these severities ({', '.join(SEVERITY_ORDER)}); repeatable or comma separated."
+    ),
+    code: Optional[list[str]] = typer.Option(
+        None, "--code", help=f"Only these checks ({', '.join(CHECK_CODES)}); repeatable or comma separated."
+    ),
+    as_of: Optional[str] = typer.Option(
+        None, "--as-of", help="Audit the log as of a time (2020-02-08T06:28:00Z; events recorded at that time count) "
+        "or of positions (3:120,5:88: the first N records of each partition named; others contribute nothing)."
+    ),
+    whole_log: bool = typer.Option(False, "--log", help="Audit the whole log replayed in memory instead of the projection store."),
+    county: Optional[str] = typer.Option(None, "--county", help="Only the units of one county (id or name)."),
+    rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Check under another rule set (idp-2020, idp-2016)."),
+    election: Optional[str] = typer.Option(None, "--election", help="Election id, when the log holds several."),
+) -> None:
+    """Run the RULES.md §12 checks over every unit's current result and list the findings by severity:
+    unit, county, candidate, expected vs reported, and the likely cause.
+
+    Exit 0: no error among the findings shown; 1: at least one error; 2: could not audit."""
+    if as_json and as_csv:
+        raise fail("choose one of --json and --csv", OPERATIONAL)
+    severities = _choices(severity, SEVERITY_ORDER, "--severity")
+    codes = _choices(code, CHECK_CODES, "--code")
+    settings = settings_of(ctx)
+    try:
+        cut = parse_cut(as_of) if as_of else None
+        report, context = run_audit(settings, cut=cut, whole_log=whole_log, election_id=election, rule_set=rule_set)
+        county_id = find_county(context, county) if county is not None else None
+    except (AsOfError, QueryError, StoreError, LogError, CaucusMathError) as exc:
+        raise fail(str(exc), OPERATIONAL) from exc
+    shown = report.filtered(severities, codes, county_id)
+    if as_csv:
+        writer = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(f.csv_row() for f in shown.findings)
+    else:
+        data = shown.to_json()
+        data["filters"] = {"severity": severities, "code": codes, "county": county_id}
+        emit(data, as_json, lambda: print_report(shown, filtered=bool(severities or codes or county_id)))
+    raise typer.Exit(ERRORS if shown.has_errors else CLEAN)
+
+
+def print_report(report: AuditReport, *, filtered: bool = False) -> None:
+    echo = typer.echo
+    echo(f"audit of {report.election_id} under {report.rule_set}; source: {report.source}")
+    echo(f"units checked: {report.units_checked:,} of {report.units_defined:,} defined; "
+         f"{report.units_with_findings:,} with findings{' shown' if filtered else ''}")  # fmt: skip
+    if report.not_checked:
+        echo(f"not checked: {len(report.not_checked)} unit(s): " + "; ".join(f"{u} ({why})" for u, why in report.not_checked[:10]))
+    counts = report.counts()
+    if not counts:
+        echo("no findings")
+        return
+    echo("")
+    echo(f"  {'check':<24}{'severity':<11}{'findings':>9}{'units':>7}")
+    for (c, s), (n, u) in counts.items():
+        echo(f"  {c:<24}{s:<11}{n:>9,}{u:>7,}")
+    for sev, findings in report.by_severity().items():
+        echo("")
+        echo(f"{sev.upper()} ({len(findings)})")
+        for f in findings:
+            where = f"{f.unit_id} {f.unit_name or '?'} ({f.county_name or '?'})"
+            cand = f" {f.candidate}:" if f.candidate else ""
+            echo(f"  {f.code:<22} {where}{cand} expected {f.expected_text or '-'}, reported {f.reported_text or '-'}")
+            echo(f"      {f.message}")
+            if f.likely_cause:
+                echo(f"      likely cause: {f.likely_cause}")
+
+
+# -- caucus recount-package ------------------------------------------------------------------------------
+
+
+def _trusted_keys(settings: Settings, given: list[Path] | None) -> list[Any]:
+    """Keys to prove against: --public-key, else CAUCUS_CHECKPOINT_PUBLIC_KEY, else the data directory's."""
+    from ledger.integrity.keys import ENV_PUBLIC_KEY, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, load_trusted_key
+
+    paths = list(given or [])
+    if not paths and os.environ.get(ENV_PUBLIC_KEY):
+        paths = [Path(p) for p in os.environ[ENV_PUBLIC_KEY].split(os.pathsep) if p]
+    if not paths:
+        for name in (PUBLIC_KEY_FILE, PRIVATE_KEY_FILE):
+            if (settings.data_dir / name).exists():
+                paths = [settings.data_dir / name]
+                break
+    return [load_trusted_key(p) for p in paths]
+
+
+def recount_package_command(
+    ctx: typer.Context,
+    unit: Optional[str] = typer.Argument(None, help="Unit id (or its name or short name)."),
+    county: Optional[str] = typer.Option(None, "--county", help="Every unit of this county (id or name) instead of one unit."),
+    out: Path = typer.Option(..., "--out", help="Directory to write the package to (new or empty)."),
+    public_key: Optional[list[Path]] = typer.Option(
+        None, "--public-key", help="Public key(s) whose checkpoints to prove against (default: env "
+        "CAUCUS_CHECKPOINT_PUBLIC_KEY, else the data directory's checkpoint-key.pub)."
+    ),
+    allow_unproven: bool = typer.Option(
+        False, "--allow-unproven", help="Write the package even if no checkpoint covers some events (they are marked unproven)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Write into a directory that is not empty."),
+    rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Tallies in the trail under another rule set."),
+    election: Optional[str] = typer.Option(None, "--election", help="Election id, when the log holds several."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+) -> None:
+    """Write a recount package for one unit (or a county): its events (Avro bytes and JSON), the paper
+    trail with the tally after each event, inclusion proofs against the latest signed checkpoint, the
+    public key, a README and a standalone verify.py.
+
+    Exit 0: written; 2: not written (with the reason)."""
+    from ledger.integrity.keys import KeyFileError
+    from ledger.integrity.store import StoreError as CheckpointStoreError
+    from ledger.integrity.store import open_store as open_checkpoints
+    from projections.audit.recount import RecountError, build_package
+
+    if (unit is None) == (county is None):
+        raise fail("name a unit (argument) or a county (--county), not both or neither", OPERATIONAL)
+    settings = settings_of(ctx)
+    try:
+        trusted = _trusted_keys(settings, public_key)
+        store = open_checkpoints(settings.data_dir, settings.database, create=False)
+        log = open_log(settings)
+        try:
+            result = build_package(
+                log, out, unit=unit, county=county, election_id=election, checkpoint_store=store, trusted=trusted,
+                require_proofs=not allow_unproven, rule_set=rule_set, log_name=settings.describe_log(), overwrite=force,
+            )
+        finally:
+            log.close()
+            if store is not None:
+                store.close()
+    except (RecountError, KeyFileError, CheckpointStoreError, LogError, OSError) as exc:
+        raise fail(str(exc), OPERATIONAL) from exc
+
+    def human() -> None:
+        n = len(result.events)
+        proven = n - len(result.unproven)
+        typer.echo(f"wrote {out}: {len(result.units)} unit(s), {n} events ({proven} with inclusion proofs), {len(result.files)} files")
+        if result.checkpoint is not None:
+            c = result.checkpoint.checkpoint
+            typer.echo(f"proved against checkpoint {result.checkpoint.event_id} ({c.time.isoformat()}, key {c.key_id})")
+        if result.unproven:
+            typer.echo(f"{len(result.unproven)} event(s) without proof: newer than the latest checkpoint")
+        typer.echo(f"verify with: python3 {out / 'verify.py'}")
+
+    emit(result.to_json(), as_json, human)

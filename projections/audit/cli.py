@@ -1,0 +1,284 @@
+"""The auditors' commands. ``register(app)`` adds them to ``caucus``; each command group has its own
+``_register_*`` function so new ones slot in without touching the others.
+
+Tamper evidence (``ledger.integrity``):
+
+- ``caucus checkpoint``: audit the log against its earlier checkpoints, then sign and record a new one.
+- ``caucus verify``: recompute every partition's Merkle tree and check every checkpoint against it.
+- ``caucus prove EVENT_ID``: an inclusion proof of one event against the latest checkpoint.
+
+Exit status: 0 all is well, 1 tampering found (or a proof that does not verify), 2 the check could not
+be done (log or store unreachable, no key, unknown event, nothing to prove against).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ledger.cli import emit, fail, settings_of
+from ledger.config import Settings, open_log
+from ledger.log.port import EventLog, LogError
+
+__all__ = ["register"]
+
+OK, TAMPERED, OPERATIONAL = 0, 1, 2
+
+
+def register(app: typer.Typer) -> None:
+    _register_integrity(app)
+
+
+def _register_integrity(app: typer.Typer) -> None:
+    app.command("checkpoint")(checkpoint_command)
+    app.command("verify")(verify_command)
+    app.command("prove")(prove_command)
+
+
+# -- shared plumbing -----------------------------------------------------------------------------------
+
+
+_PUBLIC_KEY_HELP = (
+    "Public key to trust (PEM, or 64 hex digits); repeatable. Default: env CAUCUS_CHECKPOINT_PUBLIC_KEY "
+    "(paths separated by ':'), else the data directory's checkpoint-key.pub."
+)
+
+
+def _trusted_keys(settings: Settings, given: list[Path] | None) -> list[Any]:
+    from ledger.integrity.keys import ENV_PUBLIC_KEY, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, load_trusted_key
+
+    paths = list(given or [])
+    if not paths and os.environ.get(ENV_PUBLIC_KEY):
+        paths = [Path(p) for p in os.environ[ENV_PUBLIC_KEY].split(os.pathsep) if p]
+    if not paths:
+        for name in (PUBLIC_KEY_FILE, PRIVATE_KEY_FILE):
+            if (settings.data_dir / name).exists():
+                paths = [settings.data_dir / name]
+                break
+    return [load_trusted_key(p) for p in paths]
+
+
+@contextmanager
+def _operational() -> Iterator[None]:
+    """Problems that stop a check from being done are exit 2, with the reason."""
+    from ledger.integrity.keys import KeyFileError
+    from ledger.integrity.proofs import ProofError
+    from ledger.integrity.store import StoreError
+    from ledger.integrity.verify import NoTrustedKey
+
+    try:
+        yield
+    except (LogError, StoreError, KeyFileError, NoTrustedKey, ProofError) as exc:
+        raise fail(str(exc), OPERATIONAL) from exc
+
+
+@contextmanager
+def _log(settings: Settings) -> Iterator[EventLog]:
+    log = open_log(settings)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def _short(h: bytes) -> str:
+    return h.hex()[:16] + "…"
+
+
+# -- caucus checkpoint ---------------------------------------------------------------------------------
+
+
+def checkpoint_command(
+    ctx: typer.Context,
+    key: Optional[Path] = typer.Option(
+        None, "--key", help="Ed25519 private key (PEM, mode 0600). Default: env CAUCUS_CHECKPOINT_KEY, else "
+        "DATA_DIR/checkpoint-key.pem, generated on first use."
+    ),
+    public_key: Optional[list[Path]] = typer.Option(
+        None, "--public-key", help="Other keys whose earlier checkpoints to accept (after a key change); repeatable."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Sign a checkpoint of the log as it stands now and record it (in the log and the checkpoint store).
+
+    The log is audited first; if it no longer matches an earlier checkpoint nothing is signed (exit 1)."""
+    from ledger.integrity.issue import RefusedToSign, issue_checkpoint
+    from ledger.integrity.keys import ENV_PRIVATE_KEY, load_or_create_signing_key, load_signing_key
+    from ledger.integrity.store import StoreError, open_store
+
+    settings = settings_of(ctx)
+    with _operational():
+        key_path = key or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
+        created = False
+        if key_path is not None:
+            signing = load_signing_key(key_path)
+        else:
+            signing, created = load_or_create_signing_key(settings.data_dir)
+        others = [k for k in _trusted_keys(settings, public_key) if k.public_key != signing.public_key]
+        store = open_store(settings.data_dir, settings.database, create=True)
+        if store is None:  # create=True always opens one
+            raise StoreError("no checkpoint store")
+        try:
+            with _log(settings) as log:
+                try:
+                    issued = issue_checkpoint(log, store, signing, scope=settings.topic, also_trusted=others)
+                except RefusedToSign as refused:
+                    _print_report(settings, store.describe(), refused.report, as_json, 0.0, title="REFUSED TO SIGN")
+                    raise typer.Exit(TAMPERED) from None
+        finally:
+            store.close()
+    s = issued.signed
+    c = s.checkpoint
+    data = {
+        "event_id": s.event_id,
+        "position": str(s.position),
+        "time": c.time.isoformat(),
+        "scope": c.scope,
+        "tree_size": c.tree_size,
+        "root_hash": c.root_hash.hex(),
+        "partition_sizes": list(c.partition_sizes),
+        "partition_roots": [r.hex() for r in c.partition_roots],
+        "key_id": c.key_id,
+        "public_key": s.public_key.hex(),
+        "signature": s.signature.hex(),
+        "key_created": created,
+    }
+
+    def human() -> None:
+        if created:
+            typer.echo(f"generated signing key {c.key_id} in {settings.data_dir} (share checkpoint-key.pub with auditors)")
+        typer.echo(f"checkpoint {s.event_id} recorded at {s.position}")
+        typer.echo(f"  covers {c.tree_size} records in {c.partitions} partitions: {', '.join(map(str, c.partition_sizes))}")
+        typer.echo(f"  root   {c.root_hash.hex()}")
+        typer.echo(f"  key    {c.key_id}   time {c.time.isoformat()}")
+
+    emit(data, as_json, human)
+
+
+# -- caucus verify -------------------------------------------------------------------------------------
+
+
+def verify_command(
+    ctx: typer.Context,
+    public_key: Optional[list[Path]] = typer.Option(None, "--public-key", help=_PUBLIC_KEY_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Recompute the log's Merkle trees and check every signed checkpoint against them.
+
+    Reports the first bad position (PARTITION:OFFSET) and what is wrong there. Exit 0: intact;
+    1: tampering found; 2: could not check."""
+    from ledger.integrity.store import open_store
+    from ledger.integrity.verify import verify_log
+
+    settings = settings_of(ctx)
+    with _operational():
+        trusted = _trusted_keys(settings, public_key)
+        store = open_store(settings.data_dir, settings.database, create=False)
+        try:
+            began = time.perf_counter()
+            with _log(settings) as log:
+                _scan, report = verify_log(log, store, trusted)
+            elapsed = time.perf_counter() - began
+            store_name = store.describe() if store is not None else "(none)"
+        finally:
+            if store is not None:
+                store.close()
+    _print_report(settings, store_name, report, as_json, elapsed)
+    if not report.ok:
+        raise typer.Exit(TAMPERED)
+
+
+def _print_report(settings: Settings, store_name: str, report: Any, as_json: bool, elapsed: float, title: str = "TAMPERING FOUND") -> None:
+    data = report.to_json()
+    data.update({"log": settings.describe_log(), "store": store_name, "seconds": round(elapsed, 3)})
+
+    def human() -> None:
+        typer.echo(f"log:         {data['log']} ({report.partitions} partitions, {report.records} records)")
+        typer.echo(f"store:       {store_name}")
+        latest = report.latest
+        if latest is None:
+            typer.echo("checkpoints: none verified (without a signed checkpoint there is nothing to hold the log to)")
+        else:
+            c = latest.checkpoint
+            typer.echo(
+                f"checkpoints: {len(report.checkpoints)} verified; latest {latest.event_id} at {latest.position} "
+                f"({c.time.isoformat()}, {c.tree_size} records, root {_short(c.root_hash)}, key {c.key_id})"
+            )
+        typer.echo(f"not yet checkpointed: {data['records_not_yet_checkpointed']} record(s)")
+        if report.ok:
+            typer.echo(f"OK: every checkpointed record matches its signed checkpoint ({elapsed:.2f} s)")
+            return
+        first = report.first_bad
+        typer.echo(f"{title}: {len(report.findings)} finding(s); first bad position {first if first else '-'}")
+        for f in report.findings:
+            typer.echo(f"  {str(f.position) if f.position else '-':>9}  {f.kind:<20} {f.message}")
+
+    emit(data, as_json, human)
+
+
+# -- caucus prove --------------------------------------------------------------------------------------
+
+
+def prove_command(
+    ctx: typer.Context,
+    event_id: str = typer.Argument(..., help="The event to prove (its event_id)."),
+    public_key: Optional[list[Path]] = typer.Option(None, "--public-key", help=_PUBLIC_KEY_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Prove that an event is in the log covered by the latest signed checkpoint, and verify the proof.
+
+    Prints the leaf index, the tree size, the audit path (hex), the root, the signature and the public
+    key. Exit 0: the proof verifies; 1: it does not; 2: no proof could be made."""
+    from ledger.integrity.proofs import check_proof, prove_event
+    from ledger.integrity.scan import scan_log
+    from ledger.integrity.store import open_store
+    from ledger.integrity.verify import NoTrustedKey, trusted_checkpoints
+
+    settings = settings_of(ctx)
+    with _operational():
+        trusted = _trusted_keys(settings, public_key)
+        if not trusted:
+            raise NoTrustedKey("no public key to check the checkpoint's signature with: give --public-key PATH")
+        store = open_store(settings.data_dir, settings.database, create=False)
+        try:
+            with _log(settings) as log:
+                scan = scan_log(log)
+            rows = store.checkpoints() if store is not None else []
+        finally:
+            if store is not None:
+                store.close()
+        proof = prove_event(scan, event_id, trusted_checkpoints(scan, rows, trusted))
+    problems = check_proof(proof, trusted)
+    data = proof.to_json()
+    data["verified"] = not problems
+    data["problems"] = problems
+
+    def human() -> None:
+        c = proof.signed.checkpoint
+        typer.echo(f"event       {proof.event_id} ({proof.event_type}) at {proof.position}")
+        typer.echo(f"leaf        index {proof.leaf_index} of {proof.tree_size} in partition {proof.position.partition}; hash {proof.leaf_hash.hex()}")
+        typer.echo("audit path")
+        for h in proof.audit_path:
+            typer.echo(f"  {h.hex()}")
+        typer.echo(f"partition root {proof.partition_root.hex()}")
+        typer.echo(f"head path   {' '.join(h.hex() for h in proof.head_path) or '(single partition)'}")
+        typer.echo(f"checkpoint  {proof.signed.event_id} at {proof.signed.position} ({c.time.isoformat()})")
+        typer.echo(f"  root      {c.root_hash.hex()} ({c.tree_size} records)")
+        typer.echo(f"  signature {proof.signed.signature.hex()}")
+        typer.echo(f"  key       {proof.signed.public_key.hex()} (id {c.key_id})")
+        if problems:
+            typer.echo("NOT VERIFIED:")
+            for p in problems:
+                typer.echo(f"  {p}")
+        else:
+            typer.echo("VERIFIED: the event is in the log the signed checkpoint covers")
+
+    emit(data, as_json, human)
+    if problems:
+        raise typer.Exit(TAMPERED)

@@ -1,0 +1,531 @@
+"""Recount packages: everything about one unit (or a county's units) that an outsider needs to check it.
+
+Why a package and not a query: a recount happens away from the ledger (a courthouse, a campaign's
+lawyers). The package carries the evidence itself: each event's bytes exactly as the log stores them,
+an RFC 9162 inclusion proof of each against the latest signed checkpoint, that checkpoint and its public
+key, the same events as JSON, the paper trail (every event in log order, what it changed and the tally
+after it) and a standalone ``verify.py`` that checks bytes, proofs and signature with only ``hashlib``
+and ``cryptography``. Everything is taken from one scan of the log, so proofs, events and tallies
+describe the same log.
+
+Layout of a package::
+
+    README.md            what is inside and how to verify it
+    verify.py            the standalone verifier (``projections/audit/recount_verify.py``)
+    manifest.json        units, events (file names, positions, proofs), the checkpoint, SHA-256 of every file
+    checkpoint.json      the signed checkpoint: canonical bytes, signature, public key
+    public-key.pem       the key the checkpoint was verified with when the package was made
+    schemas/FP.avsc      the writer schema of each event, by CRC-64-AVRO fingerprint (canonical form)
+    events/P-OFFSET.avro an event's bytes as stored; .json the same event rendered (ledger.render)
+    proofs/P-OFFSET.json its inclusion proof
+    units/UNIT/trail.json, trail.md, tallies.csv   the paper trail and the tally after each event
+
+The election's definition (``ElectionDefined``) and other election-wide events of the unit's election
+are included too: D, the SDE ratios and the rule set come from them.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ledger.codec import Codec, CodecError, default_codec
+from ledger.events import Event, utc_now
+from ledger.integrity.checkpoints import SignedCheckpoint
+from ledger.integrity.keys import TrustedKey
+from ledger.integrity.proofs import InclusionProof, check_proof
+from ledger.integrity.scan import LogScan, scan_log
+from ledger.integrity.store import CheckpointStore
+from ledger.integrity.verify import trusted_checkpoints
+from ledger.log.port import EventLog, Position
+from ledger.render import event_to_json
+from projections.reducers import ElectionState, UnitState, apply_election, apply_unit, is_election_event
+from projections.tally import ElectionContext, UnitTally, compute_unit_tally, election_context, fraction_text
+from projections.trail import describe_changes, event_details
+
+__all__ = ["RecountError", "PackagedEvent", "PackageResult", "build_package", "VERIFY_SCRIPT"]
+
+VERIFY_SCRIPT = "recount_verify.py"
+FORMAT = "caucus-ledger recount package v1"
+
+
+class RecountError(LookupError):
+    """No package can be made as asked (unknown unit or county, nothing to prove against)."""
+
+
+@dataclass(frozen=True)
+class PackagedEvent:
+    position: Position
+    leaf_index: int
+    event: Event[Any]
+    raw: bytes
+    proof: InclusionProof | None
+    duplicate: bool = False
+
+    @property
+    def stem(self) -> str:
+        return f"{self.position.partition}-{self.position.offset:09d}"
+
+
+@dataclass
+class PackageResult:
+    out: Path
+    election_id: str
+    units: list[str]
+    events: list[PackagedEvent]
+    checkpoint: SignedCheckpoint | None
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def unproven(self) -> list[PackagedEvent]:
+        return [e for e in self.events if e.proof is None]
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.checkpoint
+        return {
+            "out": str(self.out),
+            "election_id": self.election_id,
+            "units": self.units,
+            "events": len(self.events),
+            "proven": len(self.events) - len(self.unproven),
+            "unproven": [str(e.position) for e in self.unproven],
+            "checkpoint": None if c is None else {"event_id": c.event_id, "time": c.checkpoint.time.isoformat(),
+                                                  "tree_size": c.checkpoint.tree_size, "key_id": c.checkpoint.key_id},
+            "files": len(self.files),
+        }
+
+
+# -- reading the log once ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Indexed:
+    elections: dict[str, ElectionState]
+    election_events: dict[str, list[tuple[int, int]]]  # election id -> (partition, leaf index)
+    unit_events: dict[str, list[tuple[int, int]]]
+
+
+def _index(scan: LogScan, codec: Codec) -> _Indexed:
+    """Fold election-wide events and note where each unit's events are (decoding every record once)."""
+    elections: dict[str, ElectionState] = {}
+    election_events: dict[str, list[tuple[int, int]]] = {}
+    unit_events: dict[str, list[tuple[int, int]]] = {}
+    seen: set[str] = set()
+    for p in range(scan.partitions):
+        for i, value in enumerate(scan.parts[p].values):
+            try:
+                event = codec.decode(value)
+            except CodecError as exc:
+                raise RecountError(f"the record at {p}:{scan.parts[p].offsets[i]} cannot be decoded: {exc}") from exc
+            if is_election_event(event):
+                eid = event.envelope.election_id
+                if not eid:
+                    continue  # checkpoints and other log-wide records
+                election_events.setdefault(eid, []).append((p, i))
+                if event.event_id not in seen:
+                    seen.add(event.event_id)
+                    elections[eid] = apply_election(elections.get(eid), event)
+            else:
+                unit_events.setdefault(event.unit_id, []).append((p, i))
+    return _Indexed(elections, election_events, unit_events)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _resolve_units(ix: _Indexed, unit: str | None, county: str | None, election_id: str | None) -> tuple[str, list[str]]:
+    defined = {e: s for e, s in ix.elections.items() if s.definition is not None}
+    if election_id is not None and election_id not in defined:
+        raise RecountError(f"election {election_id!r} is not defined in the log")
+    pool = {election_id: defined[election_id]} if election_id else defined
+    if county is not None:
+        hits = []
+        for eid, s in pool.items():
+            assert s.definition is not None
+            for c in s.definition.counties:
+                if c.county_id == county or _norm(c.name) == _norm(county):
+                    hits.append((eid, c.county_id))
+        if not hits:
+            raise RecountError(f"no county {county!r} in the elections of the log")
+        if len(hits) > 1:
+            raise RecountError(f"{county!r} names several counties ({', '.join(f'{e}/{c}' for e, c in hits)}); give --election")
+        eid, cid = hits[0]
+        definition = pool[eid].definition
+        assert definition is not None
+        return eid, [u.unit_id for u in definition.units if u.county_id == cid]
+    assert unit is not None
+    hits = []
+    for eid, s in pool.items():
+        assert s.definition is not None
+        for u in s.definition.units:
+            if unit == u.unit_id or _norm(unit) in (_norm(u.name), _norm(u.short_name or "")):
+                hits.append((eid, u.unit_id))
+    if not hits and unit in ix.unit_events:
+        return (election_id or next(iter(pool), "")), [unit]
+    if not hits:
+        raise RecountError(f"no unit {unit!r} (by id, name or short name) in the log")
+    exact = [h for h in hits if h[1] == unit]
+    if exact:
+        hits = exact
+    if len(hits) > 1:
+        raise RecountError(f"{unit!r} names several units: {', '.join(u for _, u in hits[:10])}; give the unit id")
+    return hits[0][0], [hits[0][1]]
+
+
+def _proof(scan: LogScan, p: int, index: int, event: Event[Any], signed: SignedCheckpoint | None) -> InclusionProof | None:
+    if signed is None or index >= signed.checkpoint.partition_sizes[p]:
+        return None
+    tree = scan.parts[p].tree
+    size = signed.checkpoint.partition_sizes[p]
+    return InclusionProof(
+        event_id=event.event_id,
+        event_type=event.type,
+        position=Position(p, scan.parts[p].offsets[index]),
+        leaf_index=index,
+        leaf_hash=tree.leaf(index),
+        tree_size=size,
+        audit_path=tuple(tree.inclusion_proof(index, size)),
+        partition_root=signed.checkpoint.partition_roots[p],
+        head_path=tuple(signed.checkpoint.head_tree().inclusion_proof(p)),
+        signed=signed,
+    )
+
+
+# -- the paper trail -----------------------------------------------------------------------------------
+
+
+def _tally_rows(seq: int, pe: PackagedEvent, t: UnitTally) -> list[dict[str, Any]]:
+    rows = []
+    for c in t.first:
+        exact = t.sde.get(c)
+        rows.append({
+            "step": seq, "position": str(pe.position), "event_id": pe.event.event_id, "type": pe.event.type,
+            "recorded_at": pe.event.recorded_at.isoformat(), "status": t.status, "stage": t.stage or "",
+            "candidate": c, "first": t.first.get(c, 0), "final": t.final.get(c, 0),
+            "cds_reported": "" if t.cds_reported is None else t.cds_reported.get(c, 0),
+            "cds_computed": "" if t.cds_computed is None else t.cds_computed.get(c, 0),
+            "cds": t.cds.get(c, 0), "sde": str(t.sde_display.get(c, Decimal("0.0000"))),
+            "sde_exact": "" if exact is None else fraction_text(exact),
+        })
+    return rows
+
+
+_TALLY_FIELDS = ("step", "position", "event_id", "type", "recorded_at", "status", "stage", "candidate", "first",
+                 "final", "cds_reported", "cds_computed", "cds", "sde", "sde_exact")
+
+
+def _trail(unit_id: str, events: Sequence[PackagedEvent], ctx: ElectionContext) -> tuple[dict[str, Any], str, str]:
+    """The unit's trail as JSON, Markdown and the CSV of tallies after each event."""
+    state: UnitState | None = None
+    prev: UnitTally | None = None
+    steps: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    md: list[str] = []
+    unit = ctx.units.get(unit_id)
+    county = ctx.counties.get(unit.county_id) if unit else None
+    title = f"{unit.name} ({unit_id}), {county.name if county else unit.county_id}" if unit else unit_id
+    md.append(f"# Paper trail of {title}\n")
+    md.append(f"Election {ctx.election_id}, rule set {ctx.rule_set_name}; tallies use the election definition "
+              "as the log holds it when the package was made.\n")  # fmt: skip
+    seen: set[str] = set()
+    for pe in events:
+        env = pe.event.envelope
+        entry: dict[str, Any] = {
+            "position": str(pe.position), "event_id": env.event_id, "type": pe.event.type, "actor": env.actor,
+            "channel": env.channel.value, "occurred_at": env.occurred_at.isoformat(),
+            "recorded_at": env.recorded_at.isoformat(), "details": event_details(pe.event),
+            "files": {"avro": f"events/{pe.stem}.avro", "json": f"events/{pe.stem}.json",
+                      "proof": None if pe.proof is None else f"proofs/{pe.stem}.json"},
+        }
+        md.append(f"## {pe.position}  {env.recorded_at:%Y-%m-%d %H:%M:%S} UTC  {pe.event.type}\n")
+        md.append(f"- by {env.actor} via {env.channel.value}; occurred {env.occurred_at:%Y-%m-%d %H:%M:%S} UTC; event {env.event_id}")
+        for key, value in entry["details"].items():
+            if value not in (None, "", [], {}):
+                md.append(f"- {key}: {value}")
+        if env.event_id in seen:
+            entry["duplicate"] = True
+            entry["changes"] = []
+            md.append("- a second copy of an event already applied (a producer retry): changes nothing\n")
+            steps.append(entry)
+            continue
+        seen.add(env.event_id)
+        state_before = state
+        state = apply_unit(state, pe.event)
+        tally = compute_unit_tally(state, ctx)
+        changes = describe_changes(state_before, state, prev, tally)
+        entry["changes"] = list(changes)
+        entry["tally"] = tally.to_json()
+        for change in changes:
+            md.append(f"  - {change}")
+        won = ", ".join(f"{c} {tally.cds[c]} CD / {tally.sde_display.get(c, Decimal(0))} SDE" for c in tally.cds if tally.cds[c])
+        md.append(f"- tally after: {tally.status}{' (' + tally.stage + ')' if tally.stage else ''}; {won or 'no delegates'}")
+        if tally.pending:
+            md.append("- tie pending: " + "; ".join(f"{p.seats} seat(s) among {', '.join(p.contenders)}" for p in tally.pending))
+        md.append("")
+        rows.extend(_tally_rows(len(steps) + 1, pe, tally))
+        steps.append(entry)
+        prev = tally
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=_TALLY_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    doc = {"unit_id": unit_id, "name": unit.name if unit else None, "county": county.name if county else None,
+           "election_id": ctx.election_id, "rule_set": ctx.rule_set_name, "events": steps,
+           "final_tally": None if prev is None else prev.to_json()}  # fmt: skip
+    return doc, "\n".join(md) + "\n", out.getvalue()
+
+
+# -- writing -------------------------------------------------------------------------------------------
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _safe(name: str) -> str:
+    return _SAFE.sub("_", name) or "_"
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def build_package(
+    log: EventLog,
+    out: Path,
+    *,
+    unit: str | None = None,
+    county: str | None = None,
+    election_id: str | None = None,
+    checkpoint_store: CheckpointStore | None = None,
+    trusted: Sequence[TrustedKey] = (),
+    require_proofs: bool = True,
+    rule_set: str | None = None,
+    log_name: str = "",
+    codec: Codec | None = None,
+    overwrite: bool = False,
+) -> PackageResult:
+    """Write the recount package of ``unit`` (id, name or short name) or of every unit of ``county``.
+
+    Proofs are made against the latest checkpoint signed by one of ``trusted`` (from the store and the
+    log's own records). With ``require_proofs`` a package is refused when there is no such checkpoint or
+    when it does not cover every event; without, such events are packaged unproven (``verify.py`` then
+    says INCOMPLETE).
+    """
+    if (unit is None) == (county is None):
+        raise RecountError("name either a unit or a county")
+    codec = codec or default_codec()
+    scan = scan_log(log, codec)
+    ix = _index(scan, codec)
+    chosen, unit_ids = _resolve_units(ix, unit, county, election_id)
+    if not unit_ids:
+        raise RecountError(f"county {county!r} has no reporting units in the definition")
+
+    rows = checkpoint_store.checkpoints() if checkpoint_store is not None else []
+    signed = None
+    if trusted:
+        valid = trusted_checkpoints(scan, rows, trusted)
+        signed = valid[-1] if valid else None
+    if signed is None and require_proofs:
+        why = "no public key to trust was given" if not trusted else "no checkpoint signed by a trusted key covers the log"
+        raise RecountError(f"cannot prove the events: {why}; run `caucus checkpoint` first, or package without proofs (--allow-unproven)")
+
+    def packaged(p: int, i: int, seen: set[str]) -> PackagedEvent:
+        event = codec.decode(scan.parts[p].values[i])
+        dup = event.event_id in seen
+        seen.add(event.event_id)
+        return PackagedEvent(Position(p, scan.parts[p].offsets[i]), i, event, scan.parts[p].values[i],
+                             _proof(scan, p, i, event, signed), dup)  # fmt: skip
+
+    seen: set[str] = set()
+    election_pe = [packaged(p, i, seen) for p, i in ix.election_events.get(chosen, [])]
+    per_unit: dict[str, list[PackagedEvent]] = {}
+    for uid in unit_ids:
+        locs = sorted(ix.unit_events.get(uid, []))
+        per_unit[uid] = [pe for pe in (packaged(p, i, seen) for p, i in locs) if pe.event.envelope.election_id in (chosen, "")]
+    everything = election_pe + [pe for uid in unit_ids for pe in per_unit[uid]]
+    missing = [pe for pe in everything if pe.proof is None]
+    if missing and require_proofs:
+        raise RecountError(
+            f"{len(missing)} event(s) are newer than the latest checkpoint (first: {missing[0].position}); "
+            "run `caucus checkpoint` to cover them, or package without proofs (--allow-unproven)"
+        )
+    for pe in everything:
+        if pe.proof is not None:
+            problems = check_proof(pe.proof, trusted)
+            if problems:
+                raise RecountError(f"the proof of {pe.position} does not verify: {'; '.join(problems)}")
+
+    if out.exists():
+        if any(out.iterdir()) and not overwrite:
+            raise RecountError(f"{out} exists and is not empty; choose a new directory (or --force)")
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, bytes] = {}
+
+    ctx = election_context(ix.elections.get(chosen), chosen, rule_set=rule_set)
+    schemas: dict[str, str] = {}
+    by_fp = {info.fingerprint: info for info in codec.schemas()}
+    for pe in everything:
+        files[f"events/{pe.stem}.avro"] = pe.raw
+        files[f"events/{pe.stem}.json"] = _dumps(event_to_json_at(pe)).encode()
+        if pe.proof is not None:
+            files[f"proofs/{pe.stem}.json"] = _dumps(pe.proof.to_json()).encode()
+        info = by_fp.get(pe.raw[2:10])
+        if info is not None:
+            schemas[info.fingerprint.hex()] = info.canonical
+    for fp, canonical in schemas.items():
+        files[f"schemas/{fp}.avsc"] = (canonical + "\n").encode()
+
+    units_meta = []
+    for uid in unit_ids:
+        doc, md, tallies = _trail(uid, per_unit[uid], ctx)
+        folder = f"units/{_safe(uid)}"
+        files[f"{folder}/trail.json"] = _dumps(doc).encode()
+        files[f"{folder}/trail.md"] = md.encode()
+        files[f"{folder}/tallies.csv"] = tallies.encode()
+        final = doc["final_tally"]
+        units_meta.append({
+            "unit_id": uid, "name": doc["name"], "county": doc["county"], "folder": folder,
+            "events": [f"events/{pe.stem}.avro" for pe in per_unit[uid]],
+            "final": None if final is None else {"status": final["status"], "stage": final["stage"],
+                                                 "cds": final["cds"], "sde": final["sde_display"]},
+        })
+
+    if signed is not None:
+        c = signed.checkpoint
+        files["checkpoint.json"] = _dumps({
+            "event_id": signed.event_id, "position": None if signed.position is None else str(signed.position),
+            "time": c.time.isoformat(), "scope": c.scope, "key_id": c.key_id, "tree_size": c.tree_size,
+            "root_hash": c.root_hash.hex(), "partition_sizes": list(c.partition_sizes),
+            "partition_roots": [r.hex() for r in c.partition_roots], "signed_bytes": c.to_bytes().hex(),
+            "signature": signed.signature.hex(), "public_key": signed.public_key.hex(),
+        }).encode()
+        files["public-key.pem"] = TrustedKey(signed.public_key).pem()
+    files["verify.py"] = resources.files("projections.audit").joinpath(VERIFY_SCRIPT).read_bytes()
+
+    manifest = {
+        "format": FORMAT,
+        "created_at": utc_now().replace(microsecond=0).isoformat(),
+        "log": log_name,
+        "log_records": scan.records,
+        "election_id": chosen,
+        "rule_set": ctx.rule_set_name,
+        "units": units_meta,
+        "events": [
+            {"position": str(pe.position), "leaf_index": pe.leaf_index, "event_id": pe.event.event_id,
+             "type": pe.event.type, "unit_id": pe.event.unit_id, "recorded_at": pe.event.recorded_at.isoformat(),
+             "duplicate": pe.duplicate, "avro": f"events/{pe.stem}.avro", "json": f"events/{pe.stem}.json",
+             "proof": None if pe.proof is None else f"proofs/{pe.stem}.json"}
+            for pe in everything
+        ],
+        "checkpoint": None if signed is None else {"event_id": signed.event_id, "time": signed.checkpoint.time.isoformat(),
+                                                   "key_id": signed.checkpoint.key_id, "file": "checkpoint.json"},
+        "files": {},
+    }
+    result = PackageResult(out, chosen, unit_ids, everything, signed)
+    files["README.md"] = _readme(manifest, result).encode()
+    manifest["files"] = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+    files["manifest.json"] = _dumps(manifest).encode()
+    for name, data in files.items():
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (out / "verify.py").chmod(0o755)
+    result.files = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    return result
+
+
+def event_to_json_at(pe: PackagedEvent) -> dict[str, Any]:
+    data = event_to_json(pe.event)
+    data["position"] = str(pe.position)
+    return data
+
+
+def _readme(manifest: dict[str, Any], result: PackageResult) -> str:
+    c = result.checkpoint
+    units = manifest["units"]
+    lines = [
+        f"# Recount package: {', '.join((u['name'] or u['unit_id']) for u in units[:3])}{' and others' if len(units) > 3 else ''}",
+        "",
+        f"Election `{manifest['election_id']}` (rule set {manifest['rule_set']}); made {manifest['created_at']} "
+        f"from {manifest['log'] or 'the ledger log'} ({manifest['log_records']} records).",
+        "",
+        "## Units",
+        "",
+        "| unit | name | county | events | CDs as tallied now |",
+        "|---|---|---|---|---|",
+    ]
+    for u in units:
+        final = u["final"]
+        cds = "not reporting" if final is None else ", ".join(f"{k} {v}" for k, v in final["cds"].items() if v) or "none"
+        lines.append(f"| {u['unit_id']} | {u['name'] or ''} | {u['county'] or ''} | {len(u['events'])} | {cds} |")
+    lines += ["", "## How to verify", ""]
+    if c is None:
+        lines += [
+            "**No signed checkpoint covered these events when the package was made**, so it holds no inclusion",
+            "proofs. `verify.py` still checks that each event's JSON matches its bytes, and reports INCOMPLETE.",
+            "",
+        ]
+    lines += [
+        "You need Python 3.9 or newer and the `cryptography` package (`pip install cryptography`). Nothing",
+        "else: `verify.py` is short, imports nothing from the ledger, and is meant to be read.",
+        "",
+        "```",
+        "python3 verify.py --public-key PARTY_KEY.pem   # the key you obtained from the party yourself",
+        "python3 verify.py                              # or the key in this package (compare its key id!)",
+        "```",
+        "",
+        "It prints `VERIFIED` and exits 0 when, for every event:",
+        "",
+        "1. `SHA-256(0x00 || bytes of events/P-OFFSET.avro)` is the leaf hash its proof starts from (RFC 9162);",
+        "2. the proof's audit path leads from that leaf to the root of the event's partition, and the partition's",
+        "   head (`u32 partition || u64 size || root`, hashed as a leaf) leads to the root of roots, with size and root",
+        "   exactly as written in the signed checkpoint bytes (`checkpoint.json`, field `signed_bytes`);",
+        "3. the Ed25519 signature over those bytes verifies with the public key;",
+        "4. the Avro bytes, decoded with the schema their fingerprint names (`schemas/`), say the same as the",
+        "   event's `.json` file.",
+        "",
+        "It also checks every file against the SHA-256 listed in `manifest.json`. The manifest is not signed: this",
+        "catches damage to the derived files (`units/*/trail.*`, `tallies.csv`), not forgery. Those are computed by",
+        "the ledger's caucus math from the events; recompute them with `caucus trail UNIT` on a copy of the log.",
+        "",
+        "What the package does not prove: that the log holds no *other* event about these units. Inclusion proofs",
+        "show that these events are in the signed log; to see that none is missing, verify the whole log against",
+        "the same checkpoint (`caucus verify --public-key KEY`) and list the unit's events (`caucus trail UNIT`).",
+        "",
+    ]
+    if c is not None:
+        k = c.checkpoint
+        lines += [
+            "## The checkpoint",
+            "",
+            f"- signed {k.time.isoformat()} by key id `{k.key_id}` (public key `{c.public_key.hex()}`)",
+            f"- covers {k.tree_size} records in {k.partitions} partitions; root of roots `{k.root_hash.hex()}`",
+            f"- recorded in the log as event `{c.event_id}`{'' if c.position is None else f' at {c.position}'}",
+            "",
+        ]
+    lines += [
+        "## Files",
+        "",
+        "- `events/P-OFFSET.avro`: the event exactly as the log stores it (Avro single-object encoding: `C3 01`,",
+        "  the writer schema's 8-byte fingerprint, the body); `P-OFFSET.json`: the same event, readable.",
+        "- `proofs/P-OFFSET.json`: its inclusion proof (leaf index, audit path, partition root, head path, checkpoint).",
+        "- `units/UNIT/trail.md` and `trail.json`: every event of the unit in log order, with actor, channel, times,",
+        "  reason, what it changed and the tally after it; `tallies.csv`: the tally after each event, per candidate.",
+        "- `checkpoint.json`, `public-key.pem`, `schemas/`, `manifest.json`, `verify.py`.",
+        "",
+    ]
+    if result.unproven:
+        lines += [f"**{len(result.unproven)} event(s) have no proof** (newer than the checkpoint): "
+                  + ", ".join(str(e.position) for e in result.unproven[:20]), ""]
+    return "\n".join(lines)
+

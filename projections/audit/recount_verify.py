@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""Verify a Caucus Ledger recount package with nothing but this file, Python 3.9+ and ``cryptography``.
+
+This script is copied into every recount package as ``verify.py``; it imports nothing from the ledger,
+so an auditor can read all of it. Run it in the package directory (or pass the directory):
+
+    python3 verify.py [PACKAGE_DIR] [--public-key KEY.pem]
+
+For every event in the package it checks that
+
+1. the event's Avro bytes hash to the leaf its inclusion proof starts from (RFC 9162:
+   ``SHA-256(0x00 || bytes)``);
+2. the audit path leads from that leaf to its partition's root, and the partition's head
+   (``u32 partition || u64 size || root``) leads to the root of roots, and both the partition's size and
+   root are the ones written in the signed checkpoint;
+3. the checkpoint's Ed25519 signature verifies with the public key (``--public-key``: one you obtained
+   independently, which is what makes the check meaningful; by default the package's
+   ``public-key.pem``, whose key id is printed so you can compare it with the published one);
+4. the Avro bytes decode, with the writer schema named by their fingerprint (the schema file's
+   CRC-64-AVRO fingerprint is recomputed), to the same event the ``.json`` file shows;
+
+and that every file still has the SHA-256 the manifest lists (the manifest is not signed: this catches
+corruption of the derived files, such as the paper trail, not forgery; recompute those with the ledger).
+
+Exit status: 0 everything verifies; 1 something does not (each failure is printed); 2 the package is
+incomplete (events without a proof, e.g. newer than the last checkpoint) but nothing failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import struct
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+CHECKPOINT_MAGIC = b"caucus-ledger/checkpoint/v1\n"
+AVRO_MAGIC = b"\xc3\x01"
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+# -- RFC 9162 Merkle tree hashing and inclusion proofs ----------------------------------------------
+
+
+def leaf_hash(data: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def root_from_inclusion(leaf: bytes, index: int, size: int, path: list[bytes]) -> bytes | None:
+    """RFC 9162 section 2.1.3.2: the root an audit path proves a leaf hash into (None if malformed)."""
+    if not 0 <= index < size or len(leaf) != 32 or any(len(p) != 32 for p in path):
+        return None
+    fn, sn, r = index, size - 1, leaf
+    for p in path:
+        if sn == 0:
+            return None
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            if not fn & 1:
+                while not fn & 1 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    return r if sn == 0 else None
+
+
+def merkle_root(leaves: list[bytes]) -> bytes:
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    level = list(leaves)
+    while len(level) > 1:
+        nxt = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def head_entry(partition: int, size: int, root: bytes) -> bytes:
+    return struct.pack(">I", partition) + struct.pack(">Q", size) + root
+
+
+# -- the signed checkpoint ---------------------------------------------------------------------------
+
+
+class Problem(Exception):
+    pass
+
+
+def parse_checkpoint(data: bytes) -> dict[str, Any]:
+    """The canonical checkpoint bytes: header, u64 time, u16+scope, u16+key id, u32 partitions,
+    partitions x (u64 size, 32-byte root), u64 tree size, 32-byte root of roots (all big-endian)."""
+    pos = 0
+
+    def take(n: int) -> bytes:
+        nonlocal pos
+        if pos + n > len(data):
+            raise Problem("the signed checkpoint bytes are truncated")
+        out = data[pos : pos + n]
+        pos += n
+        return out
+
+    if take(len(CHECKPOINT_MAGIC)) != CHECKPOINT_MAGIC:
+        raise Problem("the signed bytes are not a caucus-ledger checkpoint")
+    time_micros = struct.unpack(">Q", take(8))[0]
+    scope = take(struct.unpack(">H", take(2))[0]).decode("utf-8")
+    key_id = take(struct.unpack(">H", take(2))[0]).decode("ascii")
+    count = struct.unpack(">I", take(4))[0]
+    sizes, roots = [], []
+    for _ in range(count):
+        sizes.append(struct.unpack(">Q", take(8))[0])
+        roots.append(take(32))
+    tree_size = struct.unpack(">Q", take(8))[0]
+    root = take(32)
+    if pos != len(data):
+        raise Problem("bytes trail the signed checkpoint")
+    heads = [leaf_hash(head_entry(i, n, r)) for i, (n, r) in enumerate(zip(sizes, roots))]
+    if merkle_root(heads) != root or sum(sizes) != tree_size:
+        raise Problem("the checkpoint's root of roots or tree size does not follow from its partition heads")
+    return {"time_micros": time_micros, "scope": scope, "key_id": key_id, "sizes": sizes, "roots": roots,
+            "tree_size": tree_size, "root": root}
+
+
+def load_public_key(path: Path) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    data = path.read_bytes()
+    text = data.strip()
+    if len(text) == 64:
+        return bytes.fromhex(text.decode("ascii"))
+    key = serialization.load_pem_public_key(data)
+    if not isinstance(key, Ed25519PublicKey):
+        raise Problem(f"{path} is not an Ed25519 public key")
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def signature_ok(public_key: bytes, signature: bytes, message: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+# -- Avro: single-object encoding, fingerprints and a small binary decoder ---------------------------
+
+_CRC64_EMPTY = 0xC15D213AA4D7A795
+_CRC64_TABLE = []
+for _i in range(256):
+    _fp = _i
+    for _ in range(8):
+        _fp = (_fp >> 1) ^ (_CRC64_EMPTY & -(_fp & 1))
+    _CRC64_TABLE.append(_fp)
+
+
+def avro_fingerprint(canonical: str) -> bytes:
+    """CRC-64-AVRO (Rabin) of a schema's parsing canonical form, little-endian (as the Avro
+    specification's single-object encoding writes it)."""
+    fp = _CRC64_EMPTY
+    for b in canonical.encode("utf-8"):
+        fp = (fp >> 8) ^ _CRC64_TABLE[(fp ^ b) & 0xFF]
+    return fp.to_bytes(8, "little")
+
+
+class _Reader:
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data, self.pos = data, pos
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise Problem("the Avro body is truncated")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def long(self) -> int:
+        shift = result = 0
+        while True:
+            b = self.take(1)[0]
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return (result >> 1) ^ -(result & 1)
+            shift += 7
+            if shift > 70:
+                raise Problem("an Avro varint is too long")
+
+
+def _decode(schema: Any, r: _Reader, named: dict[str, Any]) -> Any:
+    if isinstance(schema, list):
+        index = r.long()
+        if not 0 <= index < len(schema):
+            raise Problem(f"Avro union branch {index} does not exist")
+        return _decode(schema[index], r, named)
+    if isinstance(schema, str):
+        if schema == "null":
+            return None
+        if schema == "boolean":
+            return r.take(1) != b"\x00"
+        if schema in ("int", "long"):
+            return r.long()
+        if schema == "float":
+            return struct.unpack("<f", r.take(4))[0]
+        if schema == "double":
+            return struct.unpack("<d", r.take(8))[0]
+        if schema == "bytes":
+            return r.take(r.long())
+        if schema == "string":
+            return r.take(r.long()).decode("utf-8")
+        if schema in named:
+            return _decode(named[schema], r, named)
+        raise Problem(f"unknown Avro type {schema!r}")
+    kind = schema["type"]
+    if kind == "record":
+        named[schema["name"]] = schema
+        return {f["name"]: _decode(f["type"], r, named) for f in schema["fields"]}
+    if kind == "enum":
+        named[schema["name"]] = schema
+        return schema["symbols"][r.long()]
+    if kind == "fixed":
+        named[schema["name"]] = schema
+        return r.take(schema["size"])
+    if kind in ("array", "map"):
+        out: Any = [] if kind == "array" else {}
+        while True:
+            count = r.long()
+            if count == 0:
+                return out
+            if count < 0:
+                count = -count
+                r.long()  # block size in bytes
+            for _ in range(count):
+                if kind == "array":
+                    out.append(_decode(schema["items"], r, named))
+                else:
+                    key = r.take(r.long()).decode("utf-8")
+                    out[key] = _decode(schema["values"], r, named)
+    return _decode(kind, r, named)
+
+
+def decode_single_object(data: bytes, schemas: dict[bytes, Any]) -> dict[str, Any]:
+    if data[:2] != AVRO_MAGIC or len(data) < 10:
+        raise Problem("not an Avro single-object record (no C3 01 marker)")
+    schema = schemas.get(data[2:10])
+    if schema is None:
+        raise Problem(f"written with schema {data[2:10].hex()}, which the package does not include")
+    r = _Reader(data, 10)
+    record = _decode(schema, r, {})
+    if r.pos != len(data):
+        raise Problem(f"{len(data) - r.pos} bytes trail the Avro record")
+    return record
+
+
+def _micros(text: str) -> int:
+    delta = datetime.fromisoformat(text) - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def compare_with_json(record: dict[str, Any], shown: dict[str, Any]) -> list[str]:
+    """Where the decoded bytes and the JSON rendering disagree."""
+    out = []
+    env = record.get("envelope", {})
+    for name, value in env.items():
+        if name not in shown:
+            out.append(f"the JSON lacks envelope field {name}")
+            continue
+        seen = shown[name]
+        if name in ("occurred_at", "recorded_at"):
+            seen = _micros(seen)
+        if seen != value:
+            out.append(f"envelope field {name}: bytes say {value!r}, JSON says {shown[name]!r}")
+    payload = shown.get("payload", {})
+    for name, value in record.items():
+        if name == "envelope":
+            continue
+        if _jsonable(value) != payload.get(name):
+            out.append(f"payload field {name}: bytes say {_jsonable(value)!r}, JSON says {payload.get(name)!r}")
+    return out
+
+
+# -- the package -------------------------------------------------------------------------------------
+
+
+def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.stdout) -> int:
+    def say(line: str) -> None:
+        print(line, file=out)
+
+    failures: list[str] = []
+    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+
+    for name, digest in sorted(manifest.get("files", {}).items()):
+        path = package / name
+        if not path.is_file():
+            failures.append(f"{name}: missing")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            failures.append(f"{name}: its SHA-256 differs from the manifest's (the file was changed)")
+
+    schemas: dict[bytes, Any] = {}
+    for path in sorted((package / "schemas").glob("*.avsc")):
+        canonical = path.read_text(encoding="utf-8").strip()
+        fp = avro_fingerprint(canonical)
+        # The Avro specification writes the fingerprint little-endian; this ledger's codec has written it
+        # big-endian. Either order identifies the schema; the file name is the order the records use.
+        if path.stem not in (fp.hex(), fp[::-1].hex()):
+            failures.append(f"schemas/{path.name}: its CRC-64-AVRO fingerprint is {fp.hex()}, not the one in its name")
+            continue
+        schemas[bytes.fromhex(path.stem)] = json.loads(canonical)
+
+    checkpoint = None
+    public_key = None
+    cp_info = manifest.get("checkpoint")
+    if cp_info is not None:
+        cp_file = json.loads((package / "checkpoint.json").read_text(encoding="utf-8"))
+        signed_bytes = bytes.fromhex(cp_file["signed_bytes"])
+        try:
+            checkpoint = parse_checkpoint(signed_bytes)
+        except Problem as exc:
+            failures.append(f"checkpoint.json: {exc}")
+        key_file = public_key_path or package / "public-key.pem"
+        try:
+            public_key = load_public_key(key_file)
+        except Exception as exc:  # noqa: BLE001 - any unreadable key is a failure to report
+            failures.append(f"{key_file}: cannot read the public key: {exc}")
+        if checkpoint is not None and public_key is not None:
+            kid = hashlib.sha256(public_key).hexdigest()[:16]
+            say(f"public key {public_key.hex()} (key id {kid}) from {key_file}")
+            if kid != checkpoint["key_id"]:
+                failures.append(f"the checkpoint names key {checkpoint['key_id']}, not the given key {kid}")
+            elif not signature_ok(public_key, bytes.fromhex(cp_file["signature"]), signed_bytes):
+                failures.append("the checkpoint's Ed25519 signature does not verify with the public key")
+            else:
+                when = EPOCH + timedelta(microseconds=checkpoint["time_micros"])
+                say(f"checkpoint signed {when.isoformat()}: {checkpoint['tree_size']} records in "
+                    f"{len(checkpoint['sizes'])} partitions, root {checkpoint['root'].hex()}: signature OK")
+
+    unproven = []
+    proven = 0
+    for item in manifest["events"]:
+        label = f"{item['position']} {item['type']} {item['event_id']}"
+        try:
+            raw = (package / item["avro"]).read_bytes()
+            shown = json.loads((package / item["json"]).read_text(encoding="utf-8"))
+        except OSError as exc:
+            failures.append(f"{label}: {exc}")
+            continue
+        try:
+            record = decode_single_object(raw, schemas)
+        except Problem as exc:
+            failures.append(f"{label}: {exc}")
+        else:
+            for problem in compare_with_json(record, shown):
+                failures.append(f"{label}: {problem}")
+            env = record.get("envelope", {})
+            if env.get("event_id") != item["event_id"] or env.get("unit_id") != item["unit_id"]:
+                failures.append(f"{label}: the bytes are event {env.get('event_id')} of unit {env.get('unit_id')!r}")
+        if item.get("proof") is None:
+            unproven.append(label)
+            continue
+        proof = json.loads((package / item["proof"]).read_text(encoding="utf-8"))
+        leaf = leaf_hash(raw)
+        if leaf.hex() != proof["leaf_hash"]:
+            failures.append(f"{label}: its bytes hash to leaf {leaf.hex()[:16]}..., the proof is for {proof['leaf_hash'][:16]}...")
+            continue
+        if checkpoint is None:
+            failures.append(f"{label}: no readable checkpoint to prove against")
+            continue
+        if proof["checkpoint"]["signed_bytes"] != cp_file["signed_bytes"]:
+            failures.append(f"{label}: the proof is against another checkpoint than checkpoint.json")
+            continue
+        p = proof["partition"]
+        size = proof["tree_size"]
+        if p >= len(checkpoint["sizes"]) or checkpoint["sizes"][p] != size:
+            failures.append(f"{label}: partition {p} size {size} is not the signed one")
+            continue
+        root = root_from_inclusion(leaf, proof["leaf_index"], size, [bytes.fromhex(h) for h in proof["audit_path"]])
+        if root is None or root != checkpoint["roots"][p]:
+            failures.append(f"{label}: the audit path does not lead to partition {p}'s signed root")
+            continue
+        head = leaf_hash(head_entry(p, size, root))
+        top = root_from_inclusion(head, p, len(checkpoint["sizes"]), [bytes.fromhex(h) for h in proof["head"]["audit_path"]])
+        if top != checkpoint["root"]:
+            failures.append(f"{label}: partition {p}'s head does not lead to the signed root of roots")
+            continue
+        proven += 1
+        say(f"OK  {label}: leaf {proof['leaf_index']} of {size} in partition {p}")
+
+    for label in unproven:
+        say(f"UNPROVEN  {label}: no checkpoint covered it when the package was made")
+    for failure in failures:
+        say(f"FAIL  {failure}")
+    total = len(manifest["events"])
+    if failures:
+        say(f"NOT VERIFIED: {len(failures)} problem(s); {proven} of {total} events proven")
+        return 1
+    if unproven:
+        say(f"INCOMPLETE: {proven} of {total} events proven, {len(unproven)} without a proof")
+        return 2
+    say(f"VERIFIED: all {total} events are in the log the signed checkpoint covers, and their JSON matches their bytes")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Verify a Caucus Ledger recount package.")
+    here = str(Path(__file__).resolve().parent)
+    parser.add_argument("package", nargs="?", default=here, help="package directory (default: this script's)")
+    parser.add_argument("--public-key", type=Path, default=None, help="Ed25519 public key (PEM or 64 hex digits) obtained independently")
+    args = parser.parse_args(argv)
+    return verify(Path(args.package), args.public_key)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

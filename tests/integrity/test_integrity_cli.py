@@ -1,0 +1,126 @@
+"""``caucus checkpoint``, ``caucus verify`` and ``caucus prove``: output and exit status (0 ok, 1
+tampering, 2 could not check), run through the commands' own ``register``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from ledger.log.partitioning import partition_for
+from projections.audit.cli import register
+
+
+@pytest.fixture
+def caucus(ledger: Any) -> Any:
+    app = typer.Typer()
+    register(app)
+    runner = CliRunner()
+
+    def run(*args: str, data_dir: Path | None = None, env: dict[str, str] | None = None) -> Any:
+        environment = {
+            "CAUCUS_DATA_DIR": str(data_dir or ledger.data_dir),
+            "CAUCUS_PARTITIONS": "4",
+            "CAUCUS_CHECKPOINT_KEY": "",
+            "CAUCUS_CHECKPOINT_PUBLIC_KEY": "",
+            "CAUCUS_KAFKA": "",
+            "CAUCUS_DATABASE": "",
+        }
+        environment.update(env or {})
+        return runner.invoke(app, list(args), env=environment)
+
+    return run
+
+
+def test_checkpoint_then_verify_then_prove(ledger: Any, caucus: Any) -> None:
+    events = ledger.append(25)
+    done = caucus("checkpoint", "--json")
+    assert done.exit_code == 0, done.output
+    signed = json.loads(done.output)
+    assert signed["tree_size"] == 25 and len(signed["partition_sizes"]) == 4 and len(signed["signature"]) == 128
+
+    verified = caucus("verify", "--json")
+    assert verified.exit_code == 0, verified.output
+    report = json.loads(verified.output)
+    assert report["ok"] and report["checkpoints_verified"] == 1 and report["first_bad_position"] is None
+    assert report["records"] == 26 and report["records_not_yet_checkpointed"] == 1
+
+    proof = caucus("prove", events[7].event_id, "--json")
+    assert proof.exit_code == 0, proof.output
+    p = json.loads(proof.output)
+    assert p["verified"] and p["event_id"] == events[7].event_id
+    assert p["checkpoint"]["signature"] == signed["signature"] and p["checkpoint"]["public_key"] == signed["public_key"]
+    assert p["tree_size"] == signed["partition_sizes"][p["partition"]] and p["leaf_index"] < p["tree_size"]
+    assert all(len(h) == 64 for h in p["audit_path"])
+
+    human = caucus("prove", events[7].event_id)
+    assert human.exit_code == 0 and "VERIFIED" in human.output
+
+
+def test_verify_reports_the_first_bad_position_and_exits_1(ledger: Any, caucus: Any, tamper: Any, flip: Any, tmp_path: Path) -> None:
+    ledger.append(25)
+    assert caucus("checkpoint").exit_code == 0
+    twin = ledger.copy_to(tmp_path / "twin")
+    part = partition_for("IA-000", 4)  # holds at least IA-000's two events
+    value = tamper.value_at(twin.log_path, part, 1)
+    tamper.in_place(twin.log_path, ('UPDATE log_records SET value=? WHERE partition=? AND "offset"=?', (flip(value, b"IA-"), part, 1)))
+    result = caucus("verify", "--json", data_dir=twin.data_dir)
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    assert not report["ok"] and report["first_bad_position"] == f"{part}:1"
+    assert report["findings"][0]["kind"] == "altered"
+    human = caucus("verify", data_dir=twin.data_dir)
+    assert human.exit_code == 1 and f"first bad position {part}:1" in human.output
+    refused = caucus("checkpoint", data_dir=twin.data_dir)
+    assert refused.exit_code == 1 and "REFUSED TO SIGN" in refused.output
+
+
+def test_a_wrong_public_key_fails_verification(ledger: Any, caucus: Any, other_key: Any, tmp_path: Path) -> None:
+    ledger.append(10)
+    assert caucus("checkpoint").exit_code == 0
+    pub = tmp_path / "other.pub"
+    pub.write_bytes(other_key.trusted.pem())
+    result = caucus("verify", "--public-key", str(pub), "--json")
+    assert result.exit_code == 1
+    assert [f["kind"] for f in json.loads(result.output)["findings"]] == ["signature"]
+    events = ledger.append(1, start=50)
+    assert caucus("prove", events[0].event_id, "--public-key", str(pub)).exit_code == 2  # nothing trusted to prove against
+
+
+def test_operational_problems_exit_2(ledger: Any, caucus: Any, tmp_path: Path) -> None:
+    ledger.append(5)
+    assert caucus("checkpoint").exit_code == 0
+    missing_key = caucus("verify", "--public-key", str(tmp_path / "nope.pub"))
+    assert missing_key.exit_code == 2 and "does not exist" in missing_key.output
+    unknown = caucus("prove", "no-such-event")
+    assert unknown.exit_code == 2 and "not in the log" in unknown.output
+    pending = ledger.append(1, start=40)[0]
+    not_yet = caucus("prove", pending.event_id)
+    assert not_yet.exit_code == 2 and "caucus checkpoint" in not_yet.output
+    # An auditor's copy of the log without any key to check its checkpoints with.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy2(ledger.log_path, bare / "log.sqlite3")
+    no_key = caucus("verify", data_dir=bare)
+    assert no_key.exit_code == 2 and "--public-key" in no_key.output
+    # With the public key the log alone verifies (its own CheckpointSigned events).
+    (bare / "given.pub").write_bytes(ledger.key.trusted.pem())
+    assert caucus("verify", "--public-key", str(bare / "given.pub"), data_dir=bare).exit_code == 0
+
+
+def test_the_checkpoint_store_can_live_in_postgresql(ledger: Any, caucus: Any, pg_dsn: str) -> None:
+    ledger.append(12)
+    env = {"CAUCUS_DATABASE": pg_dsn}
+    assert caucus("checkpoint", env=env).exit_code == 0
+    ledger.append(3, start=12)
+    assert caucus("checkpoint", env=env).exit_code == 0
+    result = caucus("verify", "--json", env=env)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["checkpoints_verified"] == 2 and report["store"].startswith("postgresql://")
+    assert not (ledger.data_dir / "checkpoints.sqlite3").exists()

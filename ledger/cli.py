@@ -166,11 +166,20 @@ def _register_plugins() -> None:
     """Each package contributes its commands; a package that is not there yet contributes none."""
     import importlib
 
-    for module in ("producers.cli", "projections.cli", "projections.audit.cli", "ledger.demo"):
+    for module in (
+        "producers.cli",
+        "producers.importers.cli",
+        "producers.simulator.cli",
+        "projections.cli",
+        "projections.audit.cli",
+        "projections.audit.diff_cli",
+        "projections.audit.audit_cli",
+        "ledger.demo",
+    ):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
+            if exc.name == module:
                 continue
             raise
         mod.register(app)

@@ -90,6 +90,7 @@ class Codec:
 
     def __init__(self, schemas: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
         self._by_fingerprint: dict[bytes, SchemaInfo] = {}
+        self._reversed_fingerprint: dict[bytes, SchemaInfo] = {}
         self._writers: dict[str, SchemaInfo] = {}
         self._readers: dict[str, SchemaInfo] = {}
         for (type_name, version), schema in sorted(schemas.items()):
@@ -100,12 +101,15 @@ class Codec:
         unless ``reader`` says otherwise (an older service reading newer data)."""
         parsed = parse_schema(dict(schema))
         canonical = to_parsing_canonical_form(parsed)
-        fp = bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))[::-1]
+        # fastavro gives the fingerprint's bytes little-endian already, the order the specification's
+        # header uses (``"int"`` -> C3 01 8F 5C 39 3F 1A D5 75 72).
+        fp = bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
         info = SchemaInfo(type_name, version, fp, parsed, canonical)
         existing = self._by_fingerprint.get(fp)
         if existing is not None and (existing.type, existing.version) != (type_name, version):
             raise CodecError(f"schema {type_name} v{version} has the same fingerprint as {existing.type} v{existing.version}")
         self._by_fingerprint[fp] = info
+        self._reversed_fingerprint[fp[::-1]] = info  # records written before the byte order was fixed
         current = self._writers.get(type_name)
         if current is None or version >= current.version:
             self._writers[type_name] = info
@@ -149,7 +153,7 @@ class Codec:
             raise CodecError(f"record is {len(data)} bytes; an event needs at least 10 (marker, fingerprint, body)")
         if data[:2] != MAGIC:
             raise CodecError(f"record does not start with the Avro single-object marker C3 01 (found {data[:2].hex(' ').upper()})")
-        writer = self._by_fingerprint.get(bytes(data[2:10]))
+        writer = self._by_fingerprint.get(bytes(data[2:10])) or self._reversed_fingerprint.get(bytes(data[2:10]))
         if writer is None:
             raise CodecError(f"unknown schema fingerprint {bytes(data[2:10]).hex()}: written by a schema this catalogue does not have")
         reader = self._readers[writer.type]

@@ -1,0 +1,421 @@
+"""What a producer may ask the ledger to record, as typed commands, and how raw input becomes one.
+
+Every surface (CLI, HTTP, importers) hands the intake the input *as the sender sent it* (JSON text), so
+that a refusal can be recorded verbatim and every surface gets the same errors. Parsing is strict on
+purpose: ``"5"``, ``5.0`` and ``true`` are not head counts, unknown fields are mistakes, a JSON object
+with the same key twice is refused instead of silently keeping the last value. The dataclasses below are
+also the published schema: their JSON Schema is what the HTTP service shows at ``/docs``.
+
+Parsing only checks shape and types. Whether the unit exists, whether the numbers obey the caucus rules,
+whether the unit already reported: that needs the ledger's state and lives in ``producers.validation``.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
+
+from ledger.events import Problem
+
+__all__ = [
+    "CommandKind",
+    "MAX_COUNT",
+    "CountySpec",
+    "SatelliteGroupSpec",
+    "UnitSpec",
+    "DefineElection",
+    "OpenUnit",
+    "ReportResult",
+    "CorrectResult",
+    "RecordTie",
+    "Command",
+    "COMMAND_TYPES",
+    "Parsed",
+    "parse_command",
+    "load_json",
+    "parse_ratio",
+    "derive_key",
+    "json_schema",
+    "REJECTED_KEY_PREFIX",
+]
+
+MAX_COUNT = 1_000_000
+"""Largest head count or delegate number accepted: far above any caucus, far below Avro's 32-bit int."""
+
+REJECTED_KEY_PREFIX = "rejected:"
+"""Idempotency keys of SubmissionRejected events start with this; senders may not use it."""
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT, description="a non-negative whole number")]
+Text = Annotated[str, Field(min_length=1, max_length=200)]
+Ident = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^\S(.*\S)?$")]
+Counts = dict[Text, Count]
+Ratio = Annotated[
+    int | str,
+    Field(description='an exact ratio "n/d" (or a whole number), e.g. "21/150"', examples=["21/150"]),
+]
+Key = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]*$",
+        description="chosen by the sender; sending the same command again with the same key is safe",
+    ),
+]
+Digest = Annotated[
+    str,
+    Field(
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="SHA-256 of the signed worksheet image, as sha256:<64 lowercase hex>",
+    ),
+]
+When = Annotated[AwareDatetime, Field(strict=False, description="ISO 8601 with a UTC offset")]
+
+
+class CommandKind(enum.StrEnum):
+    DEFINE = "define"
+    OPEN = "open"
+    REPORT = "report"
+    CORRECT = "correct"
+    TOSS = "toss"
+
+
+# -- election definition ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CountySpec:
+    __pydantic_config__ = _STRICT
+    county_id: Ident
+    name: Text
+    sde_ratio: Ratio
+
+
+@dataclass(frozen=True)
+class SatelliteGroupSpec:
+    __pydantic_config__ = _STRICT
+    group_id: Ident
+    name: Text
+    sde_pool: Ratio
+    attendance_base: Count | None = None
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    __pydantic_config__ = _STRICT
+    unit_id: Ident
+    name: Text
+    county_id: Ident
+    delegates: Annotated[
+        Count | None,
+        Field(description="D, the county delegates the unit elects; leave out for satellites (D follows attendance)"),
+    ] = None
+    satellite_group: Ident | None = None
+    short_name: Text | None = None
+    sde_weight: Ratio | None = None
+
+
+@dataclass(frozen=True)
+class DefineElection:
+    """Reference data for an election: candidates, counties with exact SDE ratios, units, rule set."""
+
+    __pydantic_config__ = _STRICT
+    KIND = CommandKind.DEFINE
+    election_id: Ident
+    name: Text
+    rule_set: Text
+    candidates: Annotated[tuple[Text, ...], Field(min_length=1)]
+    counties: tuple[CountySpec, ...]
+    units: Annotated[tuple[UnitSpec, ...], Field(min_length=1)]
+    idempotency_key: Key
+    satellite_groups: tuple[SatelliteGroupSpec, ...] = ()
+    occurred_at: When | None = None
+
+    @property
+    def unit_id(self) -> str:
+        return ""
+
+
+# -- unit commands ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpenUnit:
+    """The caucus opened; ``attendance`` is T, counted before the first alignment."""
+
+    __pydantic_config__ = _STRICT
+    KIND = CommandKind.OPEN
+    unit_id: Ident
+    idempotency_key: Key
+    attendance: Count | None = None
+    election_id: Ident | None = None
+    occurred_at: When | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _ResultFields:
+    """What a report and a correction both carry: the unit's numbers as on the worksheet."""
+
+    __pydantic_config__ = _STRICT
+    unit_id: Ident
+    first_alignment: Counts
+    final_alignment: Counts
+    idempotency_key: Key
+    attendance: Count | None = None
+    delegates_reported: Counts | None = None
+    worksheet_digest: Digest | None = None
+    election_id: Ident | None = None
+    occurred_at: When | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportResult(_ResultFields):
+    """A unit's first report: both alignments, optionally T, the delegates awarded and the worksheet digest."""
+
+    KIND = CommandKind.REPORT
+    reporter: Annotated[Text | None, Field(description="who filled in the worksheet; defaults to the sender")] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrectResult(_ResultFields):
+    """Replaces the unit's current result; names the event it supersedes, why, and on whose authority."""
+
+    KIND = CommandKind.CORRECT
+    supersedes: Ident
+    reason: Text
+    authority: Text
+    stage: Literal["review", "recanvass", "recount"]
+
+
+@dataclass(frozen=True)
+class RecordTie:
+    """A coin toss (two groups) or drawing of lots (three or more) for contested seats."""
+
+    __pydantic_config__ = _STRICT
+    KIND = CommandKind.TOSS
+    unit_id: Ident
+    contenders: Annotated[tuple[Text, ...], Field(min_length=2)]
+    seats: Annotated[int, Field(ge=1, le=MAX_COUNT)]
+    winners: Annotated[tuple[Text, ...], Field(min_length=1)]
+    method: Literal["coin", "lots"]
+    caller: Text
+    idempotency_key: Key
+    witnesses: tuple[Text, ...] = ()
+    reason: Annotated[str, Field(max_length=2000)] = ""
+    election_id: Ident | None = None
+    occurred_at: When | None = None
+
+
+Command = DefineElection | OpenUnit | ReportResult | CorrectResult | RecordTie
+
+COMMAND_TYPES: dict[CommandKind, type[Any]] = {
+    CommandKind.DEFINE: DefineElection,
+    CommandKind.OPEN: OpenUnit,
+    CommandKind.REPORT: ReportResult,
+    CommandKind.CORRECT: CorrectResult,
+    CommandKind.TOSS: RecordTie,
+}
+
+_ADAPTERS: dict[CommandKind, TypeAdapter[Any]] = {kind: TypeAdapter(cls) for kind, cls in COMMAND_TYPES.items()}
+
+
+def json_schema(kind: CommandKind) -> dict[str, Any]:
+    """The JSON Schema of a command's body, as published in the HTTP service's OpenAPI document."""
+    return _ADAPTERS[kind].json_schema()
+
+
+# -- parsing ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """The outcome of parsing: a command, or the problems; plus what could be read of the input even
+    when it was refused (election, unit, key), so the refusal can be filed under them."""
+
+    command: Command | None
+    errors: tuple[Problem, ...]
+    election_id: str = ""
+    unit_id: str = ""
+    idempotency_key: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def load_json(text: str | bytes) -> tuple[Any, Problem | None]:
+    """Strict JSON: no duplicate keys, no NaN/Infinity. Returns (value, None) or (None, problem)."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return None, Problem("body", "NOT_UTF8", f"the input is not UTF-8 text: {exc}")
+    if not text.strip():
+        return None, Problem("body", "EMPTY_INPUT", "the input is empty; send a JSON object")
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants), None
+    except _DuplicateKey as exc:
+        return None, Problem("body", "DUPLICATE_KEY", f"the JSON object has the key {exc.key!r} more than once")
+    except json.JSONDecodeError as exc:
+        return None, Problem(
+            "body", "MALFORMED_JSON", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        )
+    except ValueError as exc:
+        return None, Problem("body", "MALFORMED_JSON", f"not valid JSON: {exc}")
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "body"
+
+
+def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:
+    """A pydantic error rephrased with our codes: the field path, a stable code, a plain message."""
+    loc = tuple(error.get("loc", ()))
+    kind_ = error["type"]
+    value = error.get("input")
+    where = _field_name(loc)
+    ctx = error.get("ctx") or {}
+    if kind_ == "missing":
+        return Problem(where, "REQUIRED", f"{where} is required")
+    if kind_ in ("unexpected_keyword_argument", "extra_forbidden"):
+        known = ", ".join(sorted(COMMAND_TYPES[kind].__dataclass_fields__)) if len(loc) == 1 else ""
+        hint = f"; a {kind.value} command has: {known}" if known else ""
+        return Problem(where, "UNKNOWN_FIELD", f"{where} is not a field of this command{hint}")
+    if kind_ in ("int_type", "int_parsing", "int_from_float"):
+        return Problem(where, "NOT_AN_INTEGER", f"{where} must be a whole number, got {json.dumps(value)}")
+    if kind_ == "greater_than_equal":
+        code = "NEGATIVE" if ctx.get("ge") == 0 else "TOO_SMALL"
+        return Problem(where, code, f"{where} must be at least {ctx.get('ge')}, got {value}")
+    if kind_ == "less_than_equal":
+        return Problem(where, "TOO_LARGE", f"{where} must be at most {ctx.get('le')}, got {value}")
+    if kind_ in ("string_type", "dict_type", "tuple_type", "list_type", "dataclass_type", "model_type", "bool_type"):
+        wanted = {
+            "string_type": "a string",
+            "dict_type": "an object",
+            "tuple_type": "an array",
+            "list_type": "an array",
+            "dataclass_type": "an object",
+            "model_type": "an object",
+            "bool_type": "true or false",
+        }[kind_]
+        return Problem(where, "WRONG_TYPE", f"{where} must be {wanted}, got {json.dumps(value, default=str)[:80]}")
+    if kind_ == "string_too_short":
+        return Problem(where, "EMPTY", f"{where} must not be empty")
+    if kind_ in ("string_too_long", "too_long"):
+        return Problem(where, "TOO_LONG", f"{where} is too long ({error['msg'].lower()})")
+    if kind_ == "too_short":
+        need = ctx.get("min_length")
+        return Problem(where, "TOO_FEW", f"{where} needs at least {need} item{'s' if need != 1 else ''}, got {ctx.get('actual_length')}")
+    if kind_ == "string_pattern_mismatch":
+        return Problem(where, "BAD_FORMAT", _pattern_message(where, loc, value))
+    if kind_ == "literal_error":
+        return Problem(where, "NOT_ALLOWED", f"{where} must be one of {ctx.get('expected')}, got {json.dumps(value)}")
+    if kind_.startswith("datetime") or kind_.startswith("timezone"):
+        return Problem(where, "BAD_TIME", f"{where} must be an ISO 8601 time with a UTC offset, got {json.dumps(value)}")
+    return Problem(where, kind_.upper(), f"{where}: {error['msg']}")
+
+
+def _pattern_message(where: str, loc: tuple[Any, ...], value: Any) -> str:
+    last = str(loc[-1]) if loc else ""
+    if last == "idempotency_key":
+        return f"{where} must be 1-128 characters of letters, digits and ._:@/+=- starting with a letter or digit, got {value!r}"
+    if last == "worksheet_digest":
+        return f"{where} must be sha256:<64 lowercase hex digits>, got {value!r}"
+    return f"{where} must not be blank or start or end with spaces, got {value!r}"
+
+
+def parse_ratio(value: int | str, where: str) -> tuple[Fraction | None, Problem | None]:
+    """ "n/d" or a whole number into an exact, non-negative Fraction."""
+    if isinstance(value, int):
+        return (Fraction(value), None) if value >= 0 else (None, Problem(where, "BAD_RATIO", f"{where} must not be negative"))
+    text = value.strip()
+    num, sep, den = text.partition("/")
+    if not num.strip().isdigit() or (sep and not den.strip().isdigit()):
+        return None, Problem(where, "BAD_RATIO", f'{where} must be an exact ratio "n/d" of whole numbers, got {value!r}')
+    denominator = int(den) if sep else 1
+    if denominator == 0:
+        return None, Problem(where, "BAD_RATIO", f"{where} has a zero denominator")
+    return Fraction(int(num), denominator), None
+
+
+def parse_command(
+    kind: CommandKind,
+    text: str | bytes,
+    *,
+    unit_id: str | None = None,
+    idempotency_key: str | None = None,
+) -> Parsed:
+    """Parse a command body. ``unit_id`` (from a URL or CLI argument) and ``idempotency_key`` (from a
+    header) fill in the body's fields; if the body names different values, that is an error."""
+    data, problem = load_json(text)
+    if problem is not None:
+        return Parsed(None, (problem,), unit_id=unit_id or "", idempotency_key=idempotency_key or "")
+    if not isinstance(data, dict):
+        return Parsed(
+            None,
+            (Problem("body", "NOT_AN_OBJECT", f"the input must be a JSON object, got {type(data).__name__}"),),
+            unit_id=unit_id or "",
+            idempotency_key=idempotency_key or "",
+        )
+    errors: list[Problem] = []
+    for name, given in (("unit_id", unit_id), ("idempotency_key", idempotency_key)):
+        if given is None or (name == "unit_id" and kind is CommandKind.DEFINE):
+            continue
+        if name in data and data[name] != given:
+            errors.append(
+                Problem(name, "CONFLICTING_VALUES", f"{name} is {given!r} in the request but {data[name]!r} in the body")
+            )
+        else:
+            data[name] = given
+    claimed = {
+        "election_id": data.get("election_id") if isinstance(data.get("election_id"), str) else "",
+        "unit_id": data.get("unit_id") if isinstance(data.get("unit_id"), str) else "",
+        "idempotency_key": data.get("idempotency_key") if isinstance(data.get("idempotency_key"), str) else "",
+    }
+    try:
+        # JSON mode: strict types as JSON knows them (an ISO string is a time, a 5.0 is not a count)
+        command = _ADAPTERS[kind].validate_json(json.dumps(data))
+    except ValidationError as exc:
+        errors.extend(_problem_of(e, kind) for e in exc.errors(include_url=False))
+        command = None
+    if claimed["idempotency_key"].startswith(REJECTED_KEY_PREFIX):
+        errors.append(
+            Problem("idempotency_key", "RESERVED_KEY", f"idempotency keys starting with {REJECTED_KEY_PREFIX!r} are reserved")
+        )
+    if errors:
+        return Parsed(None, tuple(errors), data=data, **claimed)
+    return Parsed(command, (), data=data, **claimed)
+
+
+def derive_key(kind: CommandKind, data: Mapping[str, Any], sender: str) -> str:
+    """A key for senders that did not choose one (the CLI): the same command from the same sender gets
+    the same key, so running it twice records it once."""
+    body = {k: v for k, v in data.items() if k != "idempotency_key"}
+    canonical = json.dumps([kind.value, sender, body], sort_keys=True, separators=(",", ":"), default=str)
+    return f"{kind.value}-{hashlib.sha256(canonical.encode()).hexdigest()[:32]}"
+

@@ -1,0 +1,249 @@
+"""The HTTP intake: the same commands as the CLI, for the chairs' app and the phone bank.
+
+Bodies are read raw and handed to the intake verbatim (not parsed by the web framework first), so a
+malformed body is refused with the intake's own messages and recorded like any other refusal; the
+published schema at ``/docs`` is generated from the same command classes that parse it. Blocking log
+calls run in the thread pool; the intake's lock serialises writers.
+
+Status codes: 201 accepted, 200 duplicate (the original receipt), 202 spooled (the log was unreachable:
+kept durably, forwarded later), 401 no or bad credential, 403 wrong role or unit, 409 clashes with what
+is recorded (already reported, already superseded, key reused), 413 body over 1 MiB, 422 invalid, 503
+the log was lost or an operational error. Every refusal is recorded before it is answered. A background thread retries forwarding the spool and saves the state snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from ledger.events import Channel
+from ledger.log.port import LogError
+from producers.commands import CommandKind, json_schema
+from producers.credentials import AuthFailure, CredentialError, CredentialStore
+from producers.intake import Intake
+from producers.outcomes import Receipt, Submission
+from producers.spool import SpoolError
+
+__all__ = ["create_app"]
+
+_STATUS = {"accepted": 201, "duplicate": 200, "spooled": 202}
+_REFUSED = {"unauthenticated": 401, "forbidden": 403, "conflict": 409, "invalid": 422}
+
+
+def _token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def _body_doc(kind: CommandKind, path_unit: bool) -> dict[str, Any]:
+    schema = json_schema(kind)
+    return {
+        "parameters": [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": "the command's idempotency key, if not in the body",
+            }
+        ],
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+            "description": "unit_id may be left out: it comes from the path" if path_unit else "",
+        },
+    }
+
+
+class _Retrier:
+    """Background retries of the spool and periodic snapshots, while the service runs."""
+
+    def __init__(self, intake: Intake, every: float, snapshot_every: float) -> None:
+        self.intake = intake
+        self.every = every
+        self.snapshot_every = snapshot_every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="intake-retry", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        waited = 0.0
+        while not self._stop.wait(self.every):
+            waited += self.every
+            try:
+                if self.intake.spool.pending():
+                    self.intake.flush()
+                if waited >= self.snapshot_every:
+                    waited = 0.0
+                    if self.intake.log_lost is None:
+                        self.intake.save_snapshot()
+            except Exception as exc:  # noqa: BLE001 - keep retrying; the error is visible in /health
+                self.intake.last_log_error = f"background retry: {type(exc).__name__}: {exc}"
+
+
+def create_app(
+    intake: Intake, store: CredentialStore, *, retry_seconds: float = 5.0, snapshot_seconds: float = 60.0
+) -> FastAPI:
+    """The intake service over a started ``Intake``; the caller closes the intake after the app stops."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        retrier = _Retrier(intake, retry_seconds, snapshot_seconds)
+        retrier.start()
+        try:
+            yield
+        finally:
+            retrier.stop()
+            # here, not after the server returns: uvicorn re-raises SIGTERM once it has shut down
+            if intake.log_lost is None:
+                await run_in_threadpool(intake.save_snapshot)
+
+    app = FastAPI(
+        title="Caucus Ledger intake",
+        description=(
+            "Report caucus results as immutable events. Every request needs `Authorization: Bearer <token>` "
+            "(issued with `caucus credentials issue`) and an idempotency key (body field `idempotency_key` "
+            "or header `Idempotency-Key`): sending the same command again returns the original receipt. "
+            "Refused submissions are recorded with every error, and every error is returned."
+        ),
+        version="1",
+        lifespan=lifespan,
+    )
+
+    async def submit(request: Request, kind: CommandKind, unit: str | None, channel: str | None) -> JSONResponse:
+        try:
+            sender = store.authenticate(_token(request))
+        except CredentialError as exc:
+            return JSONResponse({"status": "error", "message": str(exc)}, status_code=503)
+        body = await request.body()
+        try:
+            chosen = Channel(channel) if channel in ("app", "phone", "paper") else Channel.APP
+            outcome = await run_in_threadpool(
+                intake.submit,
+                Submission(
+                    kind,
+                    body,
+                    sender,
+                    chosen,
+                    unit_id=unit,
+                    idempotency_key=request.headers.get("idempotency-key"),
+                    via=f"{request.method} {request.url.path}",
+                ),
+            )
+        except (LogError, SpoolError, OSError) as exc:
+            return JSONResponse({"status": "error", "message": str(exc)}, status_code=503)
+        if isinstance(outcome, Receipt):
+            return JSONResponse(outcome.to_json(), status_code=_STATUS[outcome.status])
+        headers = {"WWW-Authenticate": 'Bearer realm="caucus"'} if outcome.category == "unauthenticated" else None
+        too_large = any(e.field == "body" and e.code == "TOO_LARGE" for e in outcome.errors)
+        code = 413 if too_large else _REFUSED[outcome.category]
+        return JSONResponse(outcome.to_json(), status_code=code, headers=headers)
+
+    def route(path: str, kind: CommandKind, summary: str) -> Callable[..., Any]:
+        path_unit = "{unit}" in path
+        extra = _body_doc(kind, path_unit)
+        responses: dict[int | str, dict[str, Any]] = {
+            201: {"description": "accepted: the receipt (event id, log position)"},
+            200: {"description": "duplicate: the receipt of the original command"},
+            202: {"description": "spooled: the log is unreachable; kept durably and forwarded later"},
+            401: {"description": "no or invalid credential (recorded)"},
+            403: {"description": "the credential may not do this (recorded)"},
+            409: {"description": "clashes with what is recorded (recorded)"},
+            413: {"description": "the body is larger than 1 MiB (recorded, truncated)"},
+            422: {"description": "invalid: every error, each naming its field and rule (recorded)"},
+            503: {"description": "the log was lost, or the intake cannot work"},
+        }
+        if path_unit:
+
+            async def unit_endpoint(request: Request, unit: str, channel: str | None = None) -> JSONResponse:
+                return await submit(request, kind, unit, channel)
+
+            endpoint: Callable[..., Any] = unit_endpoint
+        else:
+
+            async def election_endpoint(request: Request, channel: str | None = None) -> JSONResponse:
+                return await submit(request, kind, None, channel)
+
+            endpoint = election_endpoint
+        endpoint.__doc__ = summary
+        app.post(path, summary=summary, openapi_extra=extra, responses=responses, name=kind.value)(endpoint)
+        return endpoint
+
+    route("/elections", CommandKind.DEFINE, "Define an election (official)")
+    route("/units/{unit}/open", CommandKind.OPEN, "Open a unit and record its attendance (chair of the unit or official)")
+    route("/units/{unit}/results", CommandKind.REPORT, "Report a unit's result (chair of the unit or official)")
+    route("/units/{unit}/corrections", CommandKind.CORRECT, "Correct a unit's result (official)")
+    route("/units/{unit}/ties", CommandKind.TOSS, "Record a coin toss or drawing of lots (official)")
+
+    @app.get("/receipts/{idempotency_key:path}", summary="What became of a command, by its idempotency key")
+    async def receipt(request: Request, idempotency_key: str) -> JSONResponse:
+        try:
+            sender = store.authenticate(_token(request))
+        except CredentialError as exc:
+            return JSONResponse({"status": "error", "message": str(exc)}, status_code=503)
+        if isinstance(sender, AuthFailure):
+            return JSONResponse(
+                {"status": "rejected", "errors": [sender.problem.to_avro()]},
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="caucus"'},
+            )
+        found = await run_in_threadpool(intake.lookup, idempotency_key)
+        if found is None:
+            return JSONResponse({"status": "unknown", "idempotency_key": idempotency_key}, status_code=404)
+        return JSONResponse(found.to_json(), status_code=200)
+
+    @app.get("/health", summary="Is the intake up, can it reach the log, does anything wait in the spool")
+    async def health() -> JSONResponse:
+        status = await run_in_threadpool(intake.status)
+        ok = status["log_lost"] is None
+        status["status"] = "ok" if ok and status["reachable"] else ("degraded" if ok else "log lost")
+        return JSONResponse(status, status_code=200 if ok else 503)
+
+    _publish_schema_defs(app)
+    return app
+
+
+def _publish_schema_defs(app: FastAPI) -> None:
+    """Move the command schemas' ``$defs`` into the OpenAPI components, where ``/docs`` resolves them."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = build()
+        components = doc.setdefault("components", {}).setdefault("schemas", {})
+        for path_item in doc.get("paths", {}).values():
+            for op in path_item.values():
+                content = op.get("requestBody", {}).get("content", {}).get("application/json", {})
+                schema = content.get("schema")
+                if isinstance(schema, dict) and "$defs" in schema:
+                    components.update(schema.pop("$defs"))
+        doc_text = _rewrite_refs(doc)
+        app.openapi_schema = doc_text
+        return doc_text
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _rewrite_refs(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: (v.replace("#/$defs/", "#/components/schemas/") if k == "$ref" and isinstance(v, str) else _rewrite_refs(v))
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_rewrite_refs(v) for v in node]
+    return node

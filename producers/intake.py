@@ -1,0 +1,608 @@
+"""The intake: the one way a command becomes an event.
+
+Every surface (CLI, HTTP) hands it a ``Submission``: the command kind, the input exactly as sent, the
+sender's credential (or why it failed). The intake then, holding its lock:
+
+1. catches its state up with the log (other processes may have written) and forwards spooled events;
+2. parses; checks the sender's role; resolves the election; builds the event;
+3. answers a repeated idempotency key with the original receipt (same content) or refuses it (other
+   content);
+4. validates against the state; a refusal is itself recorded as ``SubmissionRejected`` (raw input and
+   every error) and every error goes back to the sender;
+5. appends, and answers only once the log has the event durably, or, if the log is unreachable, once
+   the spool has fsynced it (status ``spooled``).
+
+State. ``IntakeState`` (a reducer over the log's events) is kept in memory, caught up before each
+command, and saved as a snapshot with its log positions in the intake's directory (``state.json``). A
+snapshot is only a shortcut: at start the intake loads it, checks that the log still holds the event it
+last applied in each partition, and reads on from there; without one it folds the whole log. Why keep
+one (``tests/producers/test_bench_intake.py``, embedded log, 2-core machine): folding 100k events takes
+5.0 s (3 s of it reading and decoding), loading the snapshot and catching up 1.5 s, writing it 2.3 s; at
+election scale (8k events) 0.38 s, 0.12 s and 0.22 s. Each CLI command is a new process, so it starts
+from the snapshot, and saves a new one only every ``SNAPSHOT_EVERY`` events; the HTTP service saves one
+a minute and at shutdown. The second reason: a CLI started while the log is down validates against the
+snapshot (and the spool) instead of refusing everything; the snapshot may then lag the log, which is
+why spooled events are checked again when they are forwarded. If the log no longer holds what the
+snapshot (or the running state) saw -- a memory-only broker restarted -- that is reported
+(``LogLostError``), never papered over; ``rebuild()`` (``caucus intake rebuild``) accepts the log as it
+now is.
+
+Writers. One lock per intake directory: a thread lock within the process and an ``flock`` across
+processes on the same machine, so the HTTP service and CLI invocations over the same data directory
+take turns (each catches up inside the lock, so none judges against stale state). Intakes on different
+machines writing to one Kafka topic are not serialised; run one intake per log.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from ledger.config import Settings, open_log
+from ledger.events import Channel, Event, Problem, SubmissionRejected, new_event, utc_now
+from ledger.journal import Journal
+from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, Position
+from ledger.render import event_to_json
+from producers.commands import CommandKind, Parsed, parse_command
+from producers.credentials import AuthFailure, authorize
+from producers.intake_state import IntakeState, Layered, claimed_key, fingerprint, rejection_key
+from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submission, category_of
+from producers.spool import Spool
+from producers.validation import check, conflicts, precheck, resolve_election, to_payload, with_warnings
+
+__all__ = [
+    "Submission",
+    "Receipt",
+    "Refusal",
+    "Outcome",
+    "FlushReport",
+    "Intake",
+    "intake_dir",
+    "MAX_RAW_INPUT",
+    "MAX_BODY",
+    "SNAPSHOT_EVERY",
+]
+
+MAX_BODY = 1024 * 1024
+"""Largest command accepted, in bytes (an election of 1,765 units is about 250 kB)."""
+
+MAX_RAW_INPUT = 256 * 1024
+"""Raw input kept verbatim in a SubmissionRejected, in bytes; beyond it the start is kept with the
+size and SHA-256 of the whole (a Kafka record must stay under the broker's 1 MB limit)."""
+
+INTAKE_ACTOR = "system:intake"
+
+SNAPSHOT_EVERY = 500
+"""A CLI run saves the snapshot when this many events came in since the last one (or there is none):
+saving costs about 20 us per event held (2 s at 100k), catching up 500 events costs ~25 ms."""
+
+def _raw_text(body: str | bytes) -> str:
+    data = body.encode("utf-8", errors="surrogateescape") if isinstance(body, str) else body
+    text = data.decode("utf-8", errors="backslashreplace")
+    if len(data) <= MAX_RAW_INPUT:
+        return text
+    digest = hashlib.sha256(data).hexdigest()
+    head = data[:MAX_RAW_INPUT].decode("utf-8", errors="backslashreplace")
+    return f"{head}\n[truncated: {len(data)} bytes in all, sha256 {digest}]"
+
+
+def intake_dir(settings: Settings) -> Path:
+    """Where the intake of this log keeps its snapshot, spool and lock: one directory per log target,
+    so a spool is never forwarded to a log it was not meant for."""
+    if not settings.kafka:
+        return settings.data_dir / "intake" / "embedded"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"kafka-{settings.kafka}-{settings.topic}")[:80]
+    return settings.data_dir / "intake" / slug
+
+
+class Intake:
+    """See the module docstring. ``connect`` opens the log; if it cannot (the broker is down), it is
+    called again on later commands, so an intake started during an outage writes once the log is back."""
+
+    def __init__(
+        self,
+        connect: Callable[[], EventLog],
+        workdir: str | Path,
+        *,
+        name: str = "",
+        clock: Callable[[], datetime] = utc_now,
+        retry_after: float = 5.0,
+    ) -> None:
+        self._connect_log = connect
+        self.workdir = Path(workdir)
+        self.name = name
+        self._clock = clock
+        self._journal: Journal | None = None
+        self.spool = Spool(self.workdir / "spool.jsonl")
+        self.state = IntakeState()
+        self._overlay = IntakeState()
+        self._overlay_stamp: tuple[int, int] | None = None
+        self._thread_lock = threading.RLock()
+        self._lock_file: Any = None
+        self._saved_applied = -1
+        self.retry_after = retry_after
+        self._down_until = 0.0
+        self._verified = False
+        self.log_lost: str | None = None
+        self.last_log_error: str | None = None
+        self.started = False
+
+    @classmethod
+    def for_settings(cls, settings: Settings, **kwargs: Any) -> Intake:
+        name = settings.describe_log() if settings.kafka else "embedded"
+        return cls(lambda: open_log(settings), intake_dir(settings), name=name, **kwargs)
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    @property
+    def snapshot_path(self) -> Path:
+        return self.workdir / "state.json"
+
+    def start(self) -> Intake:
+        """Load the snapshot (if it is this log's), catch up with the log, pick up the spool."""
+        with self._locked():
+            loaded = self._load_snapshot()
+            self.state = loaded or IntakeState()
+            self._saved_applied = loaded.applied if loaded is not None else -1
+            self._rebuild_overlay()
+            self._catch_up()
+            self.started = True
+        return self
+
+    def close(self, *, snapshot_after: int = 1) -> None:
+        """Save the snapshot if ``snapshot_after`` events came in since the last one, and let go of
+        the log. A CLI run passes SNAPSHOT_EVERY so it does not pay for a snapshot on every command."""
+        with self._thread_lock:
+            if self.started and self.log_lost is None:
+                self.save_snapshot(min_new=snapshot_after)
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+            if self._lock_file is not None:
+                self._lock_file.close()
+                self._lock_file = None
+
+    def __enter__(self) -> Intake:
+        return self.start() if not self.started else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._thread_lock:
+            if self._lock_file is None:
+                self.workdir.mkdir(parents=True, exist_ok=True)
+                self._lock_file = open(self.workdir / "intake.lock", "a")
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+
+    # -- the log -------------------------------------------------------------------------------------
+
+    def _journal_or_none(self, *, force: bool = False) -> Journal | None:
+        """The log, or None if it is out of reach. After a failure the log is not tried again for
+        ``retry_after`` seconds (unless ``force``): during an outage each command is spooled at once
+        instead of waiting out the adapter's timeout; flushes (explicit or the service's background
+        retry) always try."""
+        if not force and time.monotonic() < self._down_until:
+            return None
+        if self._journal is None:
+            try:
+                self._journal = Journal(self._connect_log())
+            except LogUnavailableError as exc:
+                self._unavailable(exc)
+                return None
+        return self._journal
+
+    def _unavailable(self, exc: Exception) -> None:
+        """Note why the log is out of reach. The connection is kept: both adapters recover by
+        themselves once the log is back (reconnecting could fail on its own, e.g. on a locked file)."""
+        self.last_log_error = str(exc)
+        self._down_until = time.monotonic() + self.retry_after
+        self._verified = False  # a memory-only broker may come back empty, or refilled: check again
+
+    def _catch_up(self, *, force: bool = False) -> bool:
+        """Read what the log holds beyond the state's positions. Returns False if the log is out of
+        reach (the state is then as of the last successful read). The first time after a start or an
+        outage, the last record applied in each partition is read again and must be the one the state
+        remembers: a log that was lost and refilled to beyond the old positions is caught too."""
+        journal = self._journal_or_none(force=force)
+        if journal is None:
+            return False
+        state = self.state
+        start = dict(state.positions)
+        expect: dict[int, str] = {}
+        if not self._verified:
+            for part, offset in state.positions.items():
+                if offset > 0 and part in state.anchors:
+                    start[part] = offset - 1
+                    expect[part] = state.anchors[part]
+        try:
+            for logged in journal.read(start):
+                part = logged.position.partition
+                if part in expect:
+                    want = expect.pop(part)
+                    if logged.event.event_id != want:
+                        raise LogLostError(part, state.positions[part], logged.position.offset)
+                    continue
+                state.apply(logged.event, logged.position)
+        except LogUnavailableError as exc:
+            self._unavailable(exc)
+            return False
+        except LogLostError as exc:
+            self._down_until = 0.0  # it answered: reachable, but not the log the state describes
+            self.log_lost = (
+                f"{exc}. The intake's state (snapshot {self.snapshot_path}) describes a log this one no longer "
+                "matches; run `caucus intake rebuild` to accept the log as it now is"
+            )
+            raise
+        if expect:
+            # a partition whose remembered last record did not come back at all
+            part = next(iter(expect))
+            self.log_lost = f"partition {part} no longer holds the event the intake last applied there"
+            raise LogLostError(part, state.positions[part], state.positions[part] - 1)
+        self.last_log_error = None
+        self._down_until = 0.0
+        self._verified = True
+        return True
+
+    def _applied(self, event: Event[Any], position: Position) -> None:
+        """Our own append: apply it directly if nothing else was written before it, else read up to it."""
+        if self.state.positions.get(position.partition, 0) == position.offset:
+            self.state.apply(event, position)
+            return
+        try:
+            caught_up = self._catch_up()
+        except LogLostError:
+            caught_up = False
+        if not caught_up or self.state.claim(event.envelope.idempotency_key) is None:
+            # keep what we wrote in the state even if we cannot read it back now; the read confirms it
+            self.state.apply(event, None)
+            self.state.note_position(event, position)
+
+    def _write(self, event: Event[Any]) -> tuple[Literal["accepted", "spooled"], Position | None]:
+        """Append, or spool if the log is out of reach or earlier spooled events still wait (order)."""
+        if self.spool.pending():
+            self._forward()
+        if not self.spool.pending():
+            journal = self._journal_or_none()
+            if journal is not None:
+                try:
+                    position = journal.append(event)
+                except LogUnavailableError as exc:
+                    self._unavailable(exc)
+                else:
+                    self._applied(event, position)
+                    return "accepted", position
+        self.spool.add(event)
+        self._overlay.apply(event, None)
+        self._overlay_stamp = self.spool.stamp
+        return "spooled", None
+
+    # -- spool ----------------------------------------------------------------------------------------
+
+    def _rebuild_overlay(self) -> None:
+        overlay = IntakeState()
+        for item in self.spool.pending():
+            overlay.apply(item.event, None)
+        self._overlay = overlay
+        self._overlay_stamp = self.spool.stamp
+
+    def _view(self) -> IntakeState | Layered:
+        return Layered(self.state, self._overlay) if self.spool.pending() else self.state
+
+    def _forward(self, *, force: bool = False) -> FlushReport:
+        """Send spooled events to the log in order, re-checking each against the log first."""
+        forwarded = rejected = present = 0
+        error: str | None = None
+        for item in self.spool.pending():
+            journal = self._journal_or_none(force=force)
+            if journal is None:
+                error = self.last_log_error
+                break
+            event = item.event
+            key = event.envelope.idempotency_key
+            claim = self.state.claim(key)
+            try:
+                if claim is not None and (claim.event_id == event.event_id or claim.fingerprint() == fingerprint(event)):
+                    self.spool.mark_forwarded(event.event_id, claim.position, "present", claim.event_id)
+                    present += 1
+                    continue
+                known = self.state.rejection(claimed_key(key)) if isinstance(event.payload, SubmissionRejected) else None
+                if known is not None and known.event_id == event.event_id:
+                    self.spool.mark_forwarded(event.event_id, known.position, "present", event.event_id)
+                    present += 1
+                    continue
+                problems = conflicts(event, self.state)
+                if claim is not None:
+                    problems = (
+                        Problem(
+                            "idempotency_key",
+                            "IDEMPOTENCY_CONFLICT",
+                            f"key {key!r} was used meanwhile for other content (event {claim.event_id})",
+                        ),
+                        *problems,
+                    )
+                if problems and not isinstance(event.payload, SubmissionRejected):
+                    refusal = self._rejection_event(
+                        command=f"forward {event.type}",
+                        raw=json.dumps(event_to_json(event), sort_keys=True),
+                        errors=problems,
+                        sender=event.envelope.actor,
+                        election_id=event.envelope.election_id,
+                        unit_id=event.envelope.unit_id,
+                        channel=Channel.SYSTEM,
+                        claimed=key,
+                    )
+                    position = journal.append(refusal)
+                    self._applied(refusal, position)
+                    self.spool.mark_forwarded(event.event_id, None, "rejected", refusal.event_id)
+                    rejected += 1
+                    continue
+                position = journal.append(event)
+            except LogUnavailableError as exc:
+                self._unavailable(exc)
+                error = str(exc)
+                break
+            self._applied(event, position)
+            self.spool.mark_forwarded(event.event_id, position, "appended")
+            forwarded += 1
+        self._rebuild_overlay()
+        return FlushReport(forwarded, rejected, present, len(self.spool.pending()), error)
+
+    def flush(self) -> FlushReport:
+        """Forward the spool now (``caucus spool flush``, the HTTP service's retry loop)."""
+        with self._locked():
+            waiting = len(self.spool.pending())
+            if not waiting:
+                return FlushReport(0, 0, 0, 0)
+            try:
+                online = self._catch_up(force=True)
+            except LogLostError:
+                online = True  # forward anyway: the events were accepted and belong in the log as it now is
+            if not online:
+                return FlushReport(0, 0, 0, waiting, self.last_log_error)
+            return self._forward(force=True)
+
+    def _refresh(self) -> None:
+        if self.log_lost is not None:
+            raise LogError(f"the log was lost: {self.log_lost}")
+        if self.spool.stamp != self._overlay_stamp:
+            self._rebuild_overlay()  # another process (a CLI beside the service) changed the spool
+        online = self._catch_up()
+        if online and self.spool.pending():
+            self._forward()
+
+    # -- commands ---------------------------------------------------------------------------------------
+
+    def submit(self, submission: Submission) -> Outcome:
+        with self._locked():
+            self._refresh()
+            return self._submit(submission)
+
+    def _submit(self, sub: Submission) -> Outcome:
+        if len(sub.body) > MAX_BODY:
+            too_large = Problem("body", "TOO_LARGE", f"the input is {len(sub.body)} bytes; at most {MAX_BODY} are accepted")
+            parsed = Parsed(None, (too_large,), unit_id=sub.unit_id or "", idempotency_key=sub.idempotency_key or "")
+        else:
+            parsed = parse_command(sub.kind, sub.body, unit_id=sub.unit_id, idempotency_key=sub.idempotency_key)
+        unit_id = sub.unit_id or parsed.unit_id
+        key = parsed.idempotency_key or sub.idempotency_key or ""
+
+        def refuse(errors: tuple[Problem, ...], sender: str, election_id: str = "") -> Refusal:
+            return self._refuse(sub, errors, sender, election_id or parsed.election_id, unit_id, key)
+
+        if isinstance(sub.sender, AuthFailure):
+            return refuse((sub.sender.problem,), sub.sender.claimed)
+        credential = sub.sender
+        actor = credential.actor
+        denied = authorize(credential, sub.kind, unit_id if sub.kind is not CommandKind.DEFINE else None)
+        if denied is not None:
+            return refuse((denied,), actor)
+        if parsed.command is None:
+            return refuse((*parsed.errors, *precheck(parsed.data, self._view())), actor)
+        command = parsed.command
+        view = self._view()
+        election_id, problems = resolve_election(command, view)
+        if election_id is None:
+            return refuse(problems, actor)
+        payload, problems = to_payload(command, actor)
+        if payload is None:
+            return refuse(problems, actor, election_id)
+        now = self._clock()
+        draft = new_event(
+            payload,
+            election_id=election_id,
+            unit_id=command.unit_id,
+            actor=actor,
+            channel=sub.channel,
+            idempotency_key=command.idempotency_key,
+            occurred_at=command.occurred_at or now,
+            recorded_at=now,
+        )
+        claim = view.claim(command.idempotency_key)
+        if claim is not None:
+            if claim.fingerprint() == fingerprint(draft):
+                return Receipt(
+                    "duplicate",
+                    claim.event_id,
+                    claim.event_type,
+                    claim.election_id,
+                    claim.unit_id,
+                    claim.key,
+                    claim.position,
+                )
+            return refuse(
+                (
+                    Problem(
+                        "idempotency_key",
+                        "IDEMPOTENCY_CONFLICT",
+                        f"key {command.idempotency_key!r} was already used for different content (event "
+                        f"{claim.event_id}, a {claim.event_type} for unit {claim.unit_id or '(election)'}); "
+                        "use a new key for a new command",
+                    ),
+                ),
+                actor,
+                election_id,
+            )
+        verdict = check(command, payload, election_id, view)
+        if verdict.errors:
+            return refuse(verdict.errors, actor, election_id)
+        event = replace(draft, payload=with_warnings(payload, verdict.warnings))
+        status, position = self._write(event)
+        return Receipt(
+            status, event.event_id, event.type, election_id, command.unit_id, command.idempotency_key, position, verdict.warnings
+        )
+
+    def _rejection_event(
+        self,
+        *,
+        command: str,
+        raw: str,
+        errors: tuple[Problem, ...],
+        sender: str,
+        election_id: str,
+        unit_id: str,
+        channel: Channel,
+        claimed: str,
+    ) -> Event[SubmissionRejected]:
+        event_id = str(uuid.uuid4())
+        return new_event(
+            SubmissionRejected(command=command, raw_input=raw, errors=errors, sender=sender),
+            election_id=election_id,
+            unit_id=unit_id,
+            actor=INTAKE_ACTOR,
+            channel=channel,
+            idempotency_key=rejection_key(event_id, claimed),
+            recorded_at=self._clock(),
+            event_id=event_id,
+        )
+
+    def _refuse(
+        self, sub: Submission, errors: tuple[Problem, ...], sender: str, election_id: str, unit_id: str, key: str
+    ) -> Refusal:
+        event = self._rejection_event(
+            command=f"{sub.kind.value}{f' ({sub.via})' if sub.via else ''}",
+            raw=_raw_text(sub.body),
+            errors=errors,
+            sender=sender,
+            election_id=election_id,
+            unit_id=unit_id,
+            channel=sub.channel,
+            claimed=key,
+        )
+        status, position = self._write(event)
+        return Refusal(errors, category_of(errors), event.event_id, "log" if status == "accepted" else "spool", position, key)
+
+    # -- queries -------------------------------------------------------------------------------------------
+
+    def lookup(self, key: str) -> Outcome | None:
+        """What became of the command sent with ``key``: its receipt, its last refusal, or None."""
+        with self._locked():
+            try:
+                self._refresh()
+            except LogError:
+                pass  # answer from what is known
+            view = self._view()
+            claim = view.claim(key)
+            if claim is not None:
+                status: Literal["accepted", "spooled"] = "accepted" if claim.position is not None else "spooled"
+                if claim.position is None and self.state.claim(key) is not None:
+                    status = "accepted"  # in the log, position not read back yet
+                return Receipt(status, claim.event_id, claim.event_type, claim.election_id, claim.unit_id, key, claim.position)
+            rejection = view.rejection(key)
+            if rejection is not None:
+                return Refusal(
+                    rejection.errors,
+                    category_of(rejection.errors),
+                    rejection.event_id,
+                    "log" if rejection.position is not None else "spool",
+                    rejection.position,
+                    key,
+                )
+            return None
+
+    def status(self) -> dict[str, Any]:
+        with self._locked():
+            online = False
+            if self.log_lost is None:
+                try:
+                    online = self._catch_up()
+                except LogError:
+                    online = False
+            return {
+                "log": self.name,
+                "reachable": online,
+                "log_lost": self.log_lost,
+                "last_log_error": None if online else self.last_log_error,
+                "events_applied": self.state.applied,
+                "positions": {str(p): o for p, o in sorted(self.state.positions.items())},
+                "elections": self.state.election_ids(),
+                "spool": self.spool.status(),
+            }
+
+    # -- snapshots ----------------------------------------------------------------------------------------
+
+    def _load_snapshot(self) -> IntakeState | None:
+        try:
+            data = json.loads(self.snapshot_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            self.last_log_error = f"snapshot {self.snapshot_path} ignored: {exc}"
+            return None
+        if data.get("log") != self.name:
+            return None
+        try:
+            return IntakeState.from_snapshot(data["state"])
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            self.last_log_error = f"snapshot {self.snapshot_path} ignored: {exc}"
+            return None
+
+    def save_snapshot(self, *, force: bool = False, min_new: int = 1) -> bool:
+        """Write the state (log-derived part only) if at least ``min_new`` events were applied since the
+        last save (or there is no snapshot yet). The picture is taken under the lock; the slow part,
+        encoding and writing, happens outside it so submissions are not held up."""
+        with self._thread_lock:
+            fresh = self.state.applied - self._saved_applied
+            if not force and self._saved_applied >= 0 and fresh < min_new:
+                return False
+            picture = self.state.to_snapshot()
+            applied = self.state.applied
+        body = json.dumps({"log": self.name, "saved_at": self._clock().isoformat(), "state": picture})
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        tmp = self.snapshot_path.with_name(f"state.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(body)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.snapshot_path)
+        self._saved_applied = applied
+        return True
+
+    def rebuild(self) -> dict[str, Any]:
+        """Forget the snapshot and fold the whole log again; accepts a log that was lost and refilled."""
+        with self._locked():
+            began = time.perf_counter()
+            self.state = IntakeState()
+            self.log_lost = None
+            if not self._catch_up():
+                raise LogUnavailableError(self.last_log_error or "the log is out of reach")
+            took = time.perf_counter() - began
+            self.save_snapshot(force=True)
+            return {"events_applied": self.state.applied, "seconds": round(took, 3), "positions": self.state.positions}

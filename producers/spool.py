@@ -1,0 +1,189 @@
+"""A durable local queue of accepted events for when the log cannot be reached.
+
+A chair's report must not be lost because the broker is down, and must not be recorded twice when it
+comes back. So an event the intake accepted but could not append is written here, whole (event id
+already fixed), one JSON line per record, and fsynced before the sender is told "spooled". Forwarding
+appends the events to the log in spool order and then writes a ``forwarded`` line for each; a crash
+between the two re-sends an event whose id the log (and every projection) already knows, so it is
+dropped there, not doubled.
+
+The file is append-only. When every event in it has been forwarded it is moved to ``archive/`` under a
+timestamped name (nothing that was spooled is ever deleted) and a new file starts. A last line without
+its newline is a write that never completed (and was never acknowledged): it is ignored, and cut off
+before the next record is written (the one time the file is not only appended to). Any other line that
+does not parse is an error an operator must look at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ledger.events import Event
+from ledger.log.port import Position
+from ledger.render import event_from_json, event_to_json
+
+__all__ = ["Spool", "SpoolError", "SpooledEvent"]
+
+
+class SpoolError(RuntimeError):
+    """The spool file cannot be read or written."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpooledEvent:
+    event: Event[Any]
+    spooled_at: str
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Spool:
+    """One spool file per log target; callers serialise access (the intake holds its lock)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._pending: dict[str, SpooledEvent] | None = None
+        self._stamp: tuple[int, int] | None = None
+        self.ignored_partial_line = False
+        self._complete_length = 0
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _read(self) -> dict[str, SpooledEvent]:
+        pending: dict[str, SpooledEvent] = {}
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return pending
+        except OSError as exc:
+            raise SpoolError(f"cannot read the spool {self.path}: {exc}") from exc
+        lines = data.split(b"\n")
+        tail = lines.pop()  # b"" when the file ends with a newline
+        self.ignored_partial_line = bool(tail)
+        self._complete_length = len(data) - len(tail)
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if record["kind"] == "event":
+                    event = event_from_json(record["event"])
+                    pending[event.event_id] = SpooledEvent(event, record["spooled_at"])
+                elif record["kind"] == "forwarded":
+                    pending.pop(record["event_id"], None)
+                else:
+                    raise ValueError(f"unknown record kind {record['kind']!r}")
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SpoolError(f"{self.path} line {number} is not a spool record: {exc}") from exc
+        return pending
+
+    def _file_stamp(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def pending(self) -> list[SpooledEvent]:
+        """Events spooled and not yet forwarded, in the order they were spooled. The file is reread
+        when another process (a CLI beside the HTTP intake) changed it."""
+        stamp = self._file_stamp()
+        if self._pending is None or stamp != self._stamp:
+            self._pending = self._read()
+            self._stamp = stamp
+        return list(self._pending.values())
+
+    @property
+    def stamp(self) -> tuple[int, int] | None:
+        """Changes whenever the file does (None when there is no file): lets a holder of something
+        derived from the spool know when to derive it again."""
+        return self._file_stamp()
+
+    def __len__(self) -> int:
+        return len(self.pending())
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def _append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+        try:
+            created = not self.path.exists()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.ignored_partial_line and not created:
+                os.truncate(self.path, self._complete_length)  # drop the torn, never acknowledged write
+                self.ignored_partial_line = False
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                _fsync_dir(self.path.parent)
+        except OSError as exc:
+            raise SpoolError(f"cannot write the spool {self.path}: {exc}") from exc
+        self._stamp = self._file_stamp()
+
+    def add(self, event: Event[Any]) -> SpooledEvent:
+        """Keep an event durably; returns once it is fsynced."""
+        self.pending()
+        assert self._pending is not None
+        entry = SpooledEvent(event, datetime.now(UTC).isoformat())
+        self._append({"kind": "event", "spooled_at": entry.spooled_at, "event": event_to_json(event)})
+        self._pending[event.event_id] = entry
+        return entry
+
+    def mark_forwarded(self, event_id: str, position: Position | None, outcome: str, note: str = "") -> None:
+        """Record that a spooled event reached the log (``appended``) or was refused there and recorded
+        as a SubmissionRejected (``rejected``, ``note`` names that event)."""
+        self.pending()
+        assert self._pending is not None
+        self._append(
+            {
+                "kind": "forwarded",
+                "event_id": event_id,
+                "position": None if position is None else str(position),
+                "outcome": outcome,
+                "note": note,
+                "at": datetime.now(UTC).isoformat(),
+            }
+        )
+        self._pending.pop(event_id, None)
+        if not self._pending:
+            self._archive()
+
+    def _archive(self) -> None:
+        if not self.path.exists():
+            return
+        archive = self.path.parent / "archive"
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        try:
+            archive.mkdir(parents=True, exist_ok=True)
+            os.replace(self.path, archive / f"{self.path.stem}-{stamp}{self.path.suffix}")
+            _fsync_dir(self.path.parent)
+        except OSError as exc:
+            raise SpoolError(f"cannot archive the forwarded spool {self.path}: {exc}") from exc
+        self.ignored_partial_line = False
+        self._stamp = None
+
+    def status(self) -> dict[str, Any]:
+        items = self.pending()
+        return {
+            "path": str(self.path),
+            "pending": len(items),
+            "oldest": items[0].spooled_at if items else None,
+            "newest": items[-1].spooled_at if items else None,
+            "archived_files": len(list((self.path.parent / "archive").glob("*"))) if (self.path.parent / "archive").exists() else 0,
+            "torn_last_line": self.ignored_partial_line,
+        }

@@ -1,0 +1,544 @@
+"""Whether a parsed command may become an event, judged against what the ledger already holds.
+
+Pure functions of (command, intake state): no IO, so every surface and every test sees the same verdict.
+Two grades of problem:
+
+- **errors** refuse the command: the election, unit or candidate does not exist; the unit already
+  reported (a second report must be a correction); a correction names an unknown or already superseded
+  event; the numbers break a caucus rule in a way no real caucus could produce (the ``error`` findings of
+  ``projections.caucus_math``: an overcount, delegates that do not add up to D, ...); a toss whose
+  winners are not among the contenders.
+- **warnings** are recorded on the event (``ResultReported.warnings``) and shown to the sender, but do
+  not stop it: things that only look odd (every non-error finding of the caucus math, an attendance that
+  differs from the one given when the unit opened, a correction that changes nothing).
+
+Every problem names the field (``final_alignment.Sanders``) and the rule (a stable code and a message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ledger.events import (
+    CorrectionStage,
+    Event,
+    County,
+    ElectionDefined,
+    Payload,
+    Problem,
+    Result,
+    ResultCorrected,
+    ResultReported,
+    SatelliteGroup,
+    TieBroken,
+    TieMethod,
+    UnitDefinition,
+    UnitOpened,
+)
+from producers.commands import (
+    Command,
+    CorrectResult,
+    DefineElection,
+    OpenUnit,
+    RecordTie,
+    ReportResult,
+    parse_ratio,
+)
+from producers.intake_state import ElectionInfo, IntakeView
+from projections.caucus_math import CaucusMathError, Finding, Severity, get_rule_set, satellite_delegates
+
+__all__ = [
+    "Verdict",
+    "CONFLICT_CODES",
+    "resolve_election",
+    "to_payload",
+    "check",
+    "with_warnings",
+    "conflicts",
+    "precheck",
+]
+
+CONFLICT_CODES = frozenset(
+    {"ALREADY_DEFINED", "ALREADY_OPENED", "ALREADY_REPORTED", "ALREADY_SUPERSEDED", "IDEMPOTENCY_CONFLICT"}
+)
+"""Codes that say "this clashes with what is already recorded" (HTTP 409) rather than "this is wrong"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    errors: tuple[Problem, ...] = ()
+    warnings: tuple[Problem, ...] = ()
+
+
+# -- which election ------------------------------------------------------------------------------------
+
+
+def resolve_election(command: Command, view: IntakeView) -> tuple[str | None, tuple[Problem, ...]]:
+    """The election a command is about: the one it names, or else the only one holding its unit."""
+    if isinstance(command, DefineElection):
+        return command.election_id, ()
+    return _resolve(command.election_id, command.unit_id, view)
+
+
+def _resolve(election_id: str | None, unit: str, view: IntakeView) -> tuple[str | None, tuple[Problem, ...]]:
+    if election_id is not None:
+        election = view.election(election_id)
+        if election is None:
+            known = ", ".join(view.election_ids()) or "none yet"
+            return None, (
+                Problem("election_id", "UNKNOWN_ELECTION", f"no election {election_id!r} is defined (defined: {known})"),
+            )
+        if unit not in election.units:
+            return None, (
+                Problem("unit_id", "UNKNOWN_UNIT", f"election {election.election_id!r} has no reporting unit {unit!r}"),
+            )
+        return election.election_id, ()
+    holders = view.elections_of_unit(unit)
+    if len(holders) == 1:
+        return holders[0], ()
+    if not holders:
+        if not view.election_ids():
+            return None, (Problem("election_id", "UNKNOWN_ELECTION", "no election is defined yet; define one first"),)
+        return None, (Problem("unit_id", "UNKNOWN_UNIT", f"no defined election has a reporting unit {unit!r}"),)
+    return None, (
+        Problem(
+            "election_id",
+            "AMBIGUOUS_ELECTION",
+            f"unit {unit!r} belongs to several elections ({', '.join(holders)}); name one in election_id",
+        ),
+    )
+
+
+def precheck(data: Mapping[str, Any], view: IntakeView) -> tuple[Problem, ...]:
+    """What can still be said of input that failed to parse, so the sender hears every error at once:
+    an unknown election or unit, unknown candidates, a correction of an unknown event."""
+    unit_id = data.get("unit_id")
+    if not isinstance(unit_id, str):
+        return ()
+    election_id = data.get("election_id")
+    resolved, problems = _resolve(election_id if isinstance(election_id, str) else None, unit_id, view)
+    election = view.election(resolved) if resolved is not None else None
+    if election is None:
+        return problems
+    found: list[Problem] = []
+    for where in ("first_alignment", "final_alignment", "delegates_reported"):
+        if isinstance(data.get(where), dict):
+            found += _unknown_candidates(((f"{where}.{name}", name) for name in data[where]), election)
+    for where in ("contenders", "winners"):
+        if isinstance(data.get(where), list):
+            named = ((f"{where}.{i}", name) for i, name in enumerate(data[where]) if isinstance(name, str))
+            found += _unknown_candidates(named, election)
+    supersedes = data.get("supersedes")
+    if isinstance(supersedes, str) and view.result_event(supersedes) is None:
+        found.append(Problem("supersedes", "UNKNOWN_EVENT", f"no result event {supersedes!r} is recorded"))
+    return tuple(found)
+
+
+# -- command -> payload (no state) -----------------------------------------------------------------------
+
+
+def _result(command: ReportResult | CorrectResult) -> Result:
+    return Result(
+        first_alignment=command.first_alignment,
+        final_alignment=command.final_alignment,
+        attendance=command.attendance,
+        delegates_reported=command.delegates_reported,
+        worksheet_digest=command.worksheet_digest,
+    )
+
+
+def to_payload(command: Command, actor: str) -> tuple[Payload | None, tuple[Problem, ...]]:
+    """The event body a command asks for, before any check against the state (and without warnings).
+    Only an election definition can fail here: its ratios are text until parsed."""
+    if isinstance(command, DefineElection):
+        return _election_payload(command)
+    if isinstance(command, OpenUnit):
+        return UnitOpened(command.attendance), ()
+    if isinstance(command, ReportResult):
+        return ResultReported(_result(command), command.reporter or actor), ()
+    if isinstance(command, CorrectResult):
+        return (
+            ResultCorrected(
+                result=_result(command),
+                supersedes=command.supersedes,
+                reason=command.reason,
+                authority=command.authority,
+                stage=CorrectionStage(command.stage),
+            ),
+            (),
+        )
+    if isinstance(command, RecordTie):
+        return (
+            TieBroken(
+                contenders=command.contenders,
+                seats=command.seats,
+                winners=command.winners,
+                method=TieMethod(command.method),
+                caller=command.caller,
+                witnesses=command.witnesses,
+                reason=command.reason,
+            ),
+            (),
+        )
+    raise TypeError(f"not a command: {type(command).__name__}")
+
+
+def _election_payload(command: DefineElection) -> tuple[ElectionDefined | None, tuple[Problem, ...]]:
+    problems: list[Problem] = []
+
+    def ratio(value: Any, where: str) -> Any:
+        if value is None:
+            return None
+        parsed, problem = parse_ratio(value, where)
+        if problem is not None:
+            problems.append(problem)
+        return parsed
+
+    counties = tuple(
+        County(c.county_id, c.name, ratio(c.sde_ratio, f"counties.{i}.sde_ratio")) for i, c in enumerate(command.counties)
+    )
+    groups = tuple(
+        SatelliteGroup(g.group_id, g.name, ratio(g.sde_pool, f"satellite_groups.{i}.sde_pool"), g.attendance_base)
+        for i, g in enumerate(command.satellite_groups)
+    )
+    units = tuple(
+        UnitDefinition(
+            unit_id=u.unit_id,
+            name=u.name,
+            county_id=u.county_id,
+            delegates=u.delegates,
+            satellite_group=u.satellite_group,
+            short_name=u.short_name,
+            sde_weight=ratio(u.sde_weight, f"units.{i}.sde_weight"),
+        )
+        for i, u in enumerate(command.units)
+    )
+    if problems:
+        return None, tuple(problems)
+    return ElectionDefined(command.name, command.rule_set, command.candidates, counties, units, groups), ()
+
+
+def with_warnings(payload: Payload, warnings: tuple[Problem, ...]) -> Payload:
+    if warnings and isinstance(payload, (ResultReported, ResultCorrected)):
+        return replace(payload, warnings=warnings)
+    return payload
+
+
+# -- checks against the state ----------------------------------------------------------------------------
+
+
+def check(command: Command, payload: Payload, election_id: str, view: IntakeView) -> Verdict:
+    """Errors and warnings for a command whose election is resolved and whose payload is built."""
+    if isinstance(command, DefineElection):
+        assert isinstance(payload, ElectionDefined)
+        return _check_definition(election_id, payload, view)
+    election = view.election(election_id)
+    assert election is not None, "resolve_election first"
+    if isinstance(command, OpenUnit):
+        return _check_open(command, election, view)
+    if isinstance(command, ReportResult):
+        return _check_report(command, election, view)
+    if isinstance(command, CorrectResult):
+        return _check_correction(command, election, view)
+    if isinstance(command, RecordTie):
+        return _check_tie(command, election)
+    raise TypeError(f"not a command: {type(command).__name__}")
+
+
+def _duplicates(values: Any, where: str, what: str) -> list[Problem]:
+    seen: set[str] = set()
+    out = []
+    for i, value in enumerate(values):
+        if value in seen:
+            out.append(Problem(f"{where}.{i}", "DUPLICATE", f"{what} {value!r} is listed more than once"))
+        seen.add(value)
+    return out
+
+
+def _check_definition(election_id: str, payload: ElectionDefined, view: IntakeView) -> Verdict:
+    errors: list[Problem] = []
+    existing = view.election(election_id)
+    if existing is not None:
+        errors.append(
+            Problem(
+                "election_id",
+                "ALREADY_DEFINED",
+                f"election {election_id!r} is already defined (event {existing.event_id}); an election is defined once",
+            )
+        )
+    try:
+        get_rule_set(payload.rule_set)
+    except CaucusMathError as exc:
+        errors.append(Problem("rule_set", "UNKNOWN_RULE_SET", str(exc).removeprefix("rule_set: ")))
+    errors += _duplicates(payload.candidates, "candidates", "candidate")
+    errors += _duplicates([c.county_id for c in payload.counties], "counties", "county id")
+    errors += _duplicates([g.group_id for g in payload.satellite_groups], "satellite_groups", "satellite group id")
+    errors += _duplicates([u.unit_id for u in payload.units], "units", "unit id")
+    counties = {c.county_id for c in payload.counties}
+    groups = {g.group_id for g in payload.satellite_groups}
+    for i, unit in enumerate(payload.units):
+        if unit.county_id not in counties:
+            errors.append(
+                Problem(f"units.{i}.county_id", "UNKNOWN_COUNTY", f"unit {unit.unit_id!r} names county {unit.county_id!r}, which is not in counties")
+            )
+        if unit.satellite_group is not None and unit.satellite_group not in groups:
+            errors.append(
+                Problem(
+                    f"units.{i}.satellite_group",
+                    "UNKNOWN_SATELLITE_GROUP",
+                    f"unit {unit.unit_id!r} names satellite group {unit.satellite_group!r}, which is not in satellite_groups",
+                )
+            )
+        if unit.satellite_group is None and unit.delegates is None:
+            errors.append(
+                Problem(
+                    f"units.{i}.delegates",
+                    "REQUIRED",
+                    f"precinct {unit.unit_id!r} needs delegates (D); only satellites may leave it out",
+                )
+            )
+    return Verdict(tuple(errors))
+
+
+def _unit_problems(command: OpenUnit | ReportResult | CorrectResult | RecordTie, election: ElectionInfo) -> list[Problem]:
+    if command.unit_id not in election.units:
+        return [Problem("unit_id", "UNKNOWN_UNIT", f"election {election.election_id!r} has no reporting unit {command.unit_id!r}")]
+    return []
+
+
+def _check_open(command: OpenUnit, election: ElectionInfo, view: IntakeView) -> Verdict:
+    errors = _unit_problems(command, election)
+    status = view.unit(election.election_id, command.unit_id)
+    if not errors and status.opened_event_id is not None:
+        errors.append(
+            Problem(
+                "unit_id",
+                "ALREADY_OPENED",
+                f"unit {command.unit_id!r} was already opened (event {status.opened_event_id}, attendance "
+                f"{status.attendance}); report the attendance with the result instead",
+            )
+        )
+    return Verdict(tuple(errors))
+
+
+def _unknown_candidates(named: Iterable[tuple[str, str]], election: ElectionInfo) -> list[Problem]:
+    """``named``: (field, candidate) pairs; a problem for each candidate the election does not have."""
+    return [
+        Problem(
+            where,
+            "UNKNOWN_CANDIDATE",
+            f"{name!r} is not a candidate of {election.election_id!r} (candidates: {', '.join(election.definition.candidates)})",
+        )
+        for where, name in named
+        if name not in election.candidates
+    ]
+
+
+_FINDING_FIELDS = {
+    "OVERCOUNT": "first_alignment",
+    "FINAL_GT_FIRST": "final_alignment",
+    "SATELLITE_DELEGATES": "attendance",
+    "LOCKED_GROUP_SHRANK": "final_alignment",
+    "TOO_MANY_VIABLE": "final_alignment",
+}
+_MATH_FIELDS = {"first": "first_alignment", "final": "final_alignment", "reported": "delegates_reported"}
+
+
+def _problem_of_finding(finding: Finding) -> Problem:
+    where = _FINDING_FIELDS.get(finding.code, "delegates_reported")
+    if finding.candidate is not None:
+        where = f"{where}.{finding.candidate}"
+    message = finding.message
+    if finding.likely_cause:
+        message += f" (likely cause: {finding.likely_cause})"
+    if finding.severity not in (Severity.ERROR, Severity.WARN):
+        message = f"[{finding.severity}] {message}"
+    return Problem(where, finding.code, message)
+
+
+def _check_result(
+    command: ReportResult | CorrectResult, election: ElectionInfo, view: IntakeView
+) -> tuple[list[Problem], list[Problem]]:
+    errors = _unit_problems(command, election)
+    if errors:
+        return errors, []
+    for counts, where in (
+        (command.first_alignment, "first_alignment"),
+        (command.final_alignment, "final_alignment"),
+        (command.delegates_reported or {}, "delegates_reported"),
+    ):
+        errors += _unknown_candidates(((f"{where}.{name}", name) for name in counts), election)
+    if errors:
+        return errors, []
+    warnings: list[Problem] = []
+    status = view.unit(election.election_id, command.unit_id)
+    attendance = command.attendance
+    if attendance is None:
+        attendance = status.attendance
+    elif status.attendance is not None and status.attendance != attendance:
+        warnings.append(
+            Problem(
+                "attendance",
+                "ATTENDANCE_CHANGED",
+                f"attendance {attendance} differs from the {status.attendance} given when the unit opened "
+                f"(event {status.opened_event_id}); the report's number is used",
+            )
+        )
+    unit = election.units[command.unit_id]
+    counted = attendance if attendance is not None else sum(command.first_alignment.values())
+    satellite_attendance = None
+    if unit.delegates is not None:
+        delegates = unit.delegates
+        if unit.is_satellite:
+            satellite_attendance = counted  # an explicit D for a satellite is checked against the table
+    else:
+        delegates = satellite_delegates(counted)
+    if attendance is not None and sum(command.first_alignment.values()) < attendance:
+        warnings.append(
+            Problem(
+                "first_alignment",
+                "UNDERCOUNT",
+                f"first-alignment total {sum(command.first_alignment.values())} is below the {attendance} attendees "
+                "counted at the start (RULES §2.3)",
+            )
+        )
+    rules = get_rule_set(election.definition.rule_set)
+    try:
+        findings = rules.check(
+            delegates=delegates,
+            attendance=attendance,
+            first=command.first_alignment,
+            final=command.final_alignment,
+            reported=command.delegates_reported,
+            satellite_attendance=satellite_attendance,
+        )
+    except CaucusMathError as exc:
+        where = _MATH_FIELDS.get(exc.field, exc.field)
+        return [Problem(where, "IMPOSSIBLE_COUNTS", str(exc))], warnings
+    for finding in findings:
+        (errors if finding.severity is Severity.ERROR else warnings).append(_problem_of_finding(finding))
+    return errors, warnings
+
+
+def _check_report(command: ReportResult, election: ElectionInfo, view: IntakeView) -> Verdict:
+    errors, warnings = _check_result(command, election, view)
+    status = view.unit(election.election_id, command.unit_id)
+    if status.result_event_id is not None and not _unit_problems(command, election):
+        errors.insert(
+            0,
+            Problem(
+                "unit_id",
+                "ALREADY_REPORTED",
+                f"unit {command.unit_id!r} already has a result (event {status.result_event_id}); "
+                f"to change it, send a correction that supersedes {status.result_event_id}",
+            ),
+        )
+    return Verdict(tuple(errors), tuple(warnings))
+
+
+def _check_correction(command: CorrectResult, election: ElectionInfo, view: IntakeView) -> Verdict:
+    errors, warnings = _check_result(command, election, view)
+    target = view.result_event(command.supersedes)
+    status = view.unit(election.election_id, command.unit_id)
+    if target is None:
+        current = f"; its current result is event {status.result_event_id}" if status.result_event_id else "; it has no result yet"
+        errors.insert(
+            0,
+            Problem(
+                "supersedes",
+                "UNKNOWN_EVENT",
+                f"no result event {command.supersedes!r} is recorded for unit {command.unit_id!r}{current}",
+            ),
+        )
+    elif (target.election_id, target.unit_id) != (election.election_id, command.unit_id):
+        errors.insert(
+            0,
+            Problem(
+                "supersedes",
+                "OTHER_UNITS_EVENT",
+                f"event {command.supersedes} is a result of unit {target.unit_id!r}, not of {command.unit_id!r}",
+            ),
+        )
+    else:
+        by = view.superseded_by(command.supersedes)
+        if by is not None:
+            errors.insert(
+                0,
+                Problem(
+                    "supersedes",
+                    "ALREADY_SUPERSEDED",
+                    f"event {command.supersedes} was already superseded by {by}; correct the current result "
+                    f"{status.result_event_id} instead",
+                ),
+            )
+        elif status.result is not None and status.result == _result(command):
+            warnings.append(
+                Problem("supersedes", "CORRECTION_UNCHANGED", f"the correction repeats the result of {command.supersedes} unchanged")
+            )
+    return Verdict(tuple(errors), tuple(warnings))
+
+
+def _check_tie(command: RecordTie, election: ElectionInfo) -> Verdict:
+    errors = _unit_problems(command, election)
+    warnings: list[Problem] = []
+    errors += _unknown_candidates(((f"contenders.{i}", name) for i, name in enumerate(command.contenders)), election)
+    errors += _duplicates(command.contenders, "contenders", "contender")
+    errors += _duplicates(command.winners, "winners", "winner")
+    for i, name in enumerate(command.winners):
+        if name not in command.contenders:
+            errors.append(
+                Problem(f"winners.{i}", "WINNER_NOT_CONTENDER", f"winner {name!r} is not among the contenders {list(command.contenders)}")
+            )
+    if command.seats >= len(command.contenders):
+        errors.append(
+            Problem(
+                "seats",
+                "NOTHING_CONTESTED",
+                f"{command.seats} seat(s) for {len(command.contenders)} contenders: a tie needs fewer seats than contenders",
+            )
+        )
+    if len(command.winners) != command.seats:
+        errors.append(
+            Problem("winners", "WINNER_COUNT", f"{len(command.winners)} winner(s) named for {command.seats} contested seat(s)")
+        )
+    if command.caller in command.witnesses:
+        warnings.append(Problem("witnesses", "CALLER_AS_WITNESS", f"the caller {command.caller!r} is also listed as a witness"))
+    if command.method == "coin" and len(command.contenders) != 2:
+        warnings.append(
+            Problem("method", "COIN_FOR_MANY", f"a coin decides between two groups; {len(command.contenders)} contenders usually draw lots (RULES §6)")
+        )
+    return Verdict(tuple(errors), tuple(warnings))
+
+
+def conflicts(event: Event[Any], view: IntakeView) -> tuple[Problem, ...]:
+    """What makes a spooled event wrong *now*: it was checked against the state when it was spooled,
+    but while the log was out of reach another intake may have recorded something that clashes."""
+    env = event.envelope
+    payload = event.payload
+    if isinstance(payload, ElectionDefined):
+        existing = view.election(env.election_id)
+        if existing is not None:
+            return (Problem("election_id", "ALREADY_DEFINED", f"election {env.election_id!r} was defined meanwhile (event {existing.event_id})"),)
+        return ()
+    if isinstance(payload, (UnitOpened, ResultReported, ResultCorrected, TieBroken)) and view.election(env.election_id) is None:
+        return (Problem("election_id", "UNKNOWN_ELECTION", f"election {env.election_id!r} is not defined in the log"),)
+    status = view.unit(env.election_id, env.unit_id)
+    if isinstance(payload, UnitOpened) and status.opened_event_id is not None:
+        return (Problem("unit_id", "ALREADY_OPENED", f"unit {env.unit_id!r} was opened meanwhile (event {status.opened_event_id})"),)
+    if isinstance(payload, ResultReported) and status.result_event_id is not None:
+        return (
+            Problem(
+                "unit_id",
+                "ALREADY_REPORTED",
+                f"unit {env.unit_id!r} got a result meanwhile (event {status.result_event_id}); send this one as a correction",
+            ),
+        )
+    if isinstance(payload, ResultCorrected):
+        by = view.superseded_by(payload.supersedes)
+        if by is not None:
+            return (Problem("supersedes", "ALREADY_SUPERSEDED", f"event {payload.supersedes} was superseded meanwhile by {by}"),)
+        if view.result_event(payload.supersedes) is None:
+            return (Problem("supersedes", "UNKNOWN_EVENT", f"no result event {payload.supersedes!r} is in the log"),)
+    return ()

@@ -1,0 +1,147 @@
+"""The intake's command line: define, open, report, correct, toss, credentials, spool, intake."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import ledger.cli
+import producers.cli
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``cli(*args, input=None, token=None) -> (exit code, parsed JSON or text)`` over a data dir in tmp."""
+    app = typer.Typer()
+    app.callback()(ledger.cli._global)  # the real global options (--data-dir, --kafka, ...)
+    producers.cli.register(app)
+    runner = CliRunner()
+    monkeypatch.delenv("CAUCUS_TOKEN", raising=False)
+    monkeypatch.delenv("CAUCUS_KAFKA", raising=False)
+
+    def run(*args: str, input: str | None = None, token: str | None = None) -> tuple[int, Any]:
+        env = {"CAUCUS_TOKEN": token} if token else {}
+        result = runner.invoke(app, ["--data-dir", str(tmp_path / "data"), *args], input=input, env=env)
+        out = result.stdout
+        try:
+            return result.exit_code, json.loads(out)
+        except ValueError:
+            return result.exit_code, out + result.stderr
+
+    return run
+
+
+@pytest.fixture
+def tokens(cli: Any) -> dict[str, str]:
+    code, official = cli("credentials", "issue", "--official", "Pat Official", "--json")
+    assert code == 0 and official["role"] == "official" and official["token"].startswith("ckl_")
+    code, chair = cli("credentials", "issue", "--unit", "FM5", "--json")
+    assert code == 0 and chair["actor"].startswith("chair:FM5#")
+    return {"official": official["token"], "chair": chair["token"]}
+
+
+@pytest.fixture
+def defined(cli: Any, tokens: dict[str, str], tmp_path: Path, election: dict[str, Any]) -> Path:
+    path = tmp_path / "election.json"
+    path.write_text(json.dumps({k: v for k, v in election.items() if k != "idempotency_key"}))
+    code, receipt = cli("define", str(path), "--json", token=tokens["official"])
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    return path
+
+
+def test_define_twice_is_one_event(cli: Any, tokens: dict[str, str], defined: Path) -> None:
+    code, again = cli("define", str(defined), "--json", token=tokens["official"])
+    assert code == 0 and again["status"] == "duplicate"
+    code, chair_try = cli("define", str(defined), "--json", "--key", "other", token=tokens["chair"])
+    assert code == 1 and chair_try["category"] == "forbidden"
+
+
+def test_report_from_stdin_options_and_errors(cli: Any, tokens: dict[str, str], defined: Path, fm5: dict[str, Any]) -> None:
+    code, opened = cli("open", "FM5", "--attendance", "91", "--json", token=tokens["chair"])
+    assert code == 0 and opened["type"] == "UnitOpened"
+    code, receipt = cli("report", "-", "--unit", "FM5", "--json", input=json.dumps(fm5), token=tokens["chair"])
+    assert code == 0 and receipt["status"] == "accepted" and receipt["position"]
+    code, again = cli("report", "-", "--unit", "FM5", "--json", input=json.dumps(fm5), token=tokens["chair"])
+    assert code == 0 and again["status"] == "duplicate" and again["event_id"] == receipt["event_id"]
+    code, refused = cli("report", "--unit", "E01", "--first", "Biden=-2,Bloomberg=3", "--first", "Sanders=x",
+                        "--final", "Biden=1", "--json", token=tokens["official"])  # fmt: skip
+    assert code == 1 and refused["status"] == "rejected"
+    assert {(e["field"], e["code"]) for e in refused["errors"]} == {
+        ("first_alignment.Biden", "NEGATIVE"),
+        ("first_alignment.Sanders", "NOT_AN_INTEGER"),
+        ("first_alignment.Bloomberg", "UNKNOWN_CANDIDATE"),
+    }
+    code, wrong_unit = cli("report", "--unit", "E01", "--first", "Biden=1", "--final", "Biden=1", "--json", token=tokens["chair"])
+    assert code == 1 and wrong_unit["category"] == "forbidden"
+    code, nobody = cli("report", "--unit", "E01", "--first", "Biden=1", "--final", "Biden=1", "--json")
+    assert code == 1 and nobody["category"] == "unauthenticated"
+    code, human = cli("report", "-", "--unit", "FM5", input="{ not json", token=tokens["chair"])
+    assert code == 1 and "body: MALFORMED_JSON" in human
+    # a correction and a toss, by an official
+    code, fixed = cli("correct", "--unit", "FM5", "--supersedes", receipt["event_id"], "--reason", "recanvass",
+                      "--authority", "IDP", "--stage", "recanvass", "--first", "Biden=25,Buttigieg=35,Sanders=31",
+                      "--final", "Biden=25,Buttigieg=35,Sanders=31", "--delegates", "Biden=3,Buttigieg=5,Sanders=4",
+                      "--json", token=tokens["official"])  # fmt: skip
+    assert code == 0 and fixed["type"] == "ResultCorrected", fixed
+    code, tossed = cli("toss", "E10", "--contender", "Biden,Sanders", "--winner", "Sanders", "--caller", "captain",
+                       "--witness", "secretary", "--json", token=tokens["official"])  # fmt: skip
+    assert code == 0 and tossed["type"] == "TieBroken"
+    code, bad_toss = cli("toss", "E10", "--contender", "Biden,Sanders", "--winner", "Warren", "--caller", "captain",
+                         "--json", token=tokens["official"])  # fmt: skip
+    assert code == 1 and bad_toss["errors"][0]["code"] == "WINNER_NOT_CONTENDER"
+
+
+def test_spool_when_the_log_cannot_be_opened(cli: Any, tokens: dict[str, str], defined: Path, tmp_path: Path) -> None:
+    log = tmp_path / "data" / "log.sqlite3"
+    log.rename(tmp_path / "log.away")
+    log.mkdir()  # the log's path cannot be opened as a database: unreachable
+    try:
+        code, receipt = cli("open", "E01", "--attendance", "100", "--json", token=tokens["official"])
+        assert code == 0 and receipt["status"] == "spooled" and receipt["position"] is None
+        code, unknown = cli("open", "NOPE", "--json", token=tokens["official"])
+        assert code == 1 and unknown["errors"][0]["code"] == "UNKNOWN_UNIT"  # validated from the snapshot
+        code, status = cli("spool", "status", "--json")
+        assert code == 0 and status["pending"] == 2
+        code, still = cli("spool", "flush", "--json")
+        assert code == 2 and still["remaining"] == 2
+    finally:
+        log.rmdir()
+        (tmp_path / "log.away").rename(log)
+    code, flushed = cli("spool", "flush", "--json")
+    assert code == 0 and (flushed["forwarded"], flushed["remaining"]) == (2, 0)
+    code, status = cli("intake", "status", "--json")
+    assert code == 0 and status["reachable"] and status["spool"]["pending"] == 0
+    code, rebuilt = cli("intake", "rebuild", "--json")
+    assert code == 0 and rebuilt["events_applied"] == 3
+
+
+def test_credentials_list_and_revoke(cli: Any, tokens: dict[str, str], defined: Path) -> None:
+    code, listed = cli("credentials", "list", "--json")
+    assert code == 0 and len(listed) == 2 and all("token" not in c and "digest" not in c for c in listed)
+    chair_id = next(c["id"] for c in listed if c["role"] == "chair")
+    code, revoked = cli("credentials", "revoke", chair_id, "--json")
+    assert code == 0 and revoked["revoked_at"]
+    code, refused = cli("open", "FM5", "--json", token=tokens["chair"])
+    assert code == 1 and refused["errors"][0]["code"] == "REVOKED"
+    code, _ = cli("credentials", "issue", "--unit", "FM5", "--official", "x")
+    assert code == 2
+
+
+def test_the_installed_command(tmp_path: Path) -> None:
+    """The real entry point wires these commands in, with the documented exit codes."""
+    env = {**os.environ, "CAUCUS_DATA_DIR": str(tmp_path / "data")}
+    env.pop("CAUCUS_KAFKA", None)
+    run = [sys.executable, "-c", "from ledger.cli import main; main()"]
+    refused = subprocess.run([*run, "open", "FM5", "--token", "ckl_x_y", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1, refused.stderr
+    assert json.loads(refused.stdout)["errors"][0]["code"] == "UNAUTHENTICATED"
+    usage = subprocess.run([*run, "report", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "--first and --final" in usage.stderr

@@ -1,0 +1,239 @@
+"""The intake end to end, over the embedded log and the real broker: commands become events, refusals
+are recorded with every error, idempotency keys hold, and the state survives a restart."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ledger.events import Channel, ResultCorrected, ResultReported, SubmissionRejected, TieBroken
+from ledger.journal import LoggedEvent
+from producers.commands import CommandKind
+from producers.credentials import Credential
+from producers.intake import Intake, Outcome, Receipt, Refusal, Submission
+
+Send = Callable[..., Outcome]
+Logged = Callable[[], list[LoggedEvent]]
+
+
+def _receipt(outcome: Outcome) -> Receipt:
+    assert isinstance(outcome, Receipt), outcome.to_json()
+    return outcome
+
+
+def _refusal(outcome: Outcome) -> Refusal:
+    assert isinstance(outcome, Refusal), outcome.to_json()
+    return outcome
+
+
+def _by_id(logged: Logged) -> dict[str, LoggedEvent]:
+    return {le.event.event_id: le for le in logged()}
+
+
+def test_report_becomes_an_event_with_its_actor(defined: Outcome, send: Send, chair: Credential, fm5: dict[str, Any],
+                                                logged: Logged) -> None:  # fmt: skip
+    receipt = _receipt(send(CommandKind.REPORT, json.dumps(fm5), chair, unit="FM5", key="fm5-report"))
+    assert receipt.status == "accepted" and receipt.position is not None
+    assert receipt.warnings == ()
+    stored = _by_id(logged)[receipt.event_id]
+    assert stored.position == receipt.position
+    event = stored.event
+    assert isinstance(event.payload, ResultReported)
+    assert event.envelope.actor == chair.actor and event.payload.reporter == chair.actor
+    assert event.envelope.election_id == "ia-test" and event.unit_id == "FM5"
+    assert event.envelope.idempotency_key == "fm5-report"
+    assert dict(event.payload.result.delegates_reported or {}) == {"Biden": 3, "Buttigieg": 5, "Sanders": 4}
+
+
+def test_second_report_is_refused_naming_the_first_and_recorded(defined: Outcome, send: Send, chair: Credential,
+                                                                fm5: dict[str, Any], logged: Logged) -> None:  # fmt: skip
+    first = _receipt(send(CommandKind.REPORT, json.dumps(fm5), chair, unit="FM5", key="a"))
+    again = json.dumps({**fm5, "final_alignment": {"Biden": 25, "Buttigieg": 36, "Sanders": 31}}, indent=1)
+    refusal = _refusal(send(CommandKind.REPORT, again, chair, unit="FM5", key="b"))
+    assert refusal.category == "conflict"
+    assert refusal.errors[0].code == "ALREADY_REPORTED" and refusal.errors[0].field == "unit_id"
+    assert first.event_id in refusal.errors[0].message and "correction" in refusal.errors[0].message
+    stored = _by_id(logged)[refusal.rejection_event_id].event
+    assert isinstance(stored.payload, SubmissionRejected)
+    assert stored.payload.raw_input == again  # verbatim, whitespace and all
+    assert stored.payload.errors == refusal.errors
+    assert stored.payload.sender == chair.actor and stored.unit_id == "FM5"
+    reports = [le for le in logged() if isinstance(le.event.payload, ResultReported)]
+    assert [le.event.event_id for le in reports] == [first.event_id]
+
+
+def test_same_key_same_content_gives_the_original_receipt_and_appends_nothing(
+    defined: Outcome, send: Send, chair: Credential, fm5: dict[str, Any], logged: Logged
+) -> None:
+    first = _receipt(send(CommandKind.REPORT, json.dumps(fm5), chair, unit="FM5", key="once"))
+    count = len(logged())
+    # same content, other formatting, key in the body instead of the header
+    again = _receipt(send(CommandKind.REPORT, json.dumps({**fm5, "idempotency_key": "once"}, indent=2), chair, unit="FM5"))
+    assert again.status == "duplicate"
+    assert (again.event_id, again.position) == (first.event_id, first.position)
+    assert len(logged()) == count
+
+
+def test_same_key_other_content_is_refused_and_recorded(defined: Outcome, send: Send, chair: Credential,
+                                                        fm5: dict[str, Any], logged: Logged) -> None:  # fmt: skip
+    first = _receipt(send(CommandKind.REPORT, json.dumps(fm5), chair, unit="FM5", key="k"))
+    changed = {**fm5, "delegates_reported": {"Biden": 4, "Buttigieg": 4, "Sanders": 4}}
+    refusal = _refusal(send(CommandKind.REPORT, json.dumps(changed), chair, unit="FM5", key="k"))
+    assert [e.code for e in refusal.errors] == ["IDEMPOTENCY_CONFLICT"]
+    assert first.event_id in refusal.errors[0].message
+    assert isinstance(_by_id(logged)[refusal.rejection_event_id].event.payload, SubmissionRejected)
+
+
+def test_corrections_supersede_the_current_result_only(defined: Outcome, send: Send, chair: Credential,
+                                                       fm5: dict[str, Any], logged: Logged) -> None:  # fmt: skip
+    report = _receipt(send(CommandKind.REPORT, json.dumps(fm5), chair, unit="FM5", key="r"))
+    fix = {**fm5, "supersedes": report.event_id, "reason": "recanvass", "authority": "IDP", "stage": "recanvass"}
+    fix["final_alignment"] = {"Biden": 25, "Buttigieg": 36, "Sanders": 31}
+    fix["attendance"] = 92
+    fix["first_alignment"] = {"Biden": 25, "Buttigieg": 36, "Sanders": 31}
+    fix["delegates_reported"] = {"Biden": 3, "Buttigieg": 5, "Sanders": 4}
+    # a chair may not correct
+    denied = _refusal(send(CommandKind.CORRECT, json.dumps(fix), chair, unit="FM5", key="c1"))
+    assert denied.category == "forbidden" and denied.errors[0].code == "FORBIDDEN"
+    corrected = _receipt(send(CommandKind.CORRECT, json.dumps(fix), unit="FM5", key="c1"))
+    event = _by_id(logged)[corrected.event_id].event
+    assert isinstance(event.payload, ResultCorrected) and event.payload.supersedes == report.event_id
+    # the original is now superseded: correcting it again is refused, naming the current result
+    stale = _refusal(send(CommandKind.CORRECT, json.dumps(fix), unit="FM5", key="c2"))
+    assert stale.errors[0].code == "ALREADY_SUPERSEDED" and corrected.event_id in stale.errors[0].message
+    unknown = _refusal(send(CommandKind.CORRECT, json.dumps({**fix, "supersedes": "no-such-event"}), unit="FM5", key="c3"))
+    assert unknown.errors[0].code == "UNKNOWN_EVENT" and unknown.errors[0].field == "supersedes"
+    other_unit = _refusal(send(CommandKind.CORRECT, json.dumps(fix), unit="E01", key="c4"))
+    assert other_unit.errors[0].code == "OTHER_UNITS_EVENT" and other_unit.errors[0].field == "supersedes"
+    # the correction itself can be corrected
+    chained = _receipt(send(CommandKind.CORRECT, json.dumps({**fix, "supersedes": corrected.event_id}), unit="FM5", key="c5"))
+    assert chained.status == "accepted"
+
+
+def test_toss_is_recorded_and_a_bad_one_refused_with_every_error(defined: Outcome, send: Send, chair: Credential,
+                                                                 logged: Logged) -> None:  # fmt: skip
+    toss = {"contenders": ["Biden", "Sanders"], "seats": 1, "winners": ["Sanders"], "method": "coin",
+            "caller": "Biden captain", "witnesses": ["secretary"]}  # fmt: skip
+    receipt = _receipt(send(CommandKind.TOSS, json.dumps(toss), unit="E10", key="t1"))
+    payload = _by_id(logged)[receipt.event_id].event.payload
+    assert isinstance(payload, TieBroken) and payload.winners == ("Sanders",) and payload.witnesses == ("secretary",)
+    assert _refusal(send(CommandKind.TOSS, json.dumps(toss), chair, unit="FM5", key="t2")).category == "forbidden"
+    bad = {**toss, "contenders": ["Biden", "Sanders", "Warren"], "winners": ["Yang", "Biden"]}
+    refusal = _refusal(send(CommandKind.TOSS, json.dumps(bad), unit="E10", key="t3"))
+    codes = {(e.field, e.code) for e in refusal.errors}
+    assert ("winners.0", "WINNER_NOT_CONTENDER") in codes and ("winners", "WINNER_COUNT") in codes
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"first_alignment": {"Biden": 3}, ', {("body", "MALFORMED_JSON")}),
+        ('{"unit_id": "NOPE", "first_alignment": {}, "final_alignment": {}}', {("unit_id", "UNKNOWN_UNIT")}),
+        ('{"first_alignment": {"Biden": -3, "Bloomberg": 2}, "final_alignment": {"Biden": 2.5}}',
+         {("first_alignment.Biden", "NEGATIVE"), ("final_alignment.Biden", "NOT_AN_INTEGER"),
+          ("first_alignment.Bloomberg", "UNKNOWN_CANDIDATE")}),
+        ('{"first_alignment": {"Biden": 40, "Sanders": 35, "Warren": 25}, "final_alignment": {"Biden": 40, '
+         '"Sanders": 35, "Warren": 25}, "delegates_reported": {"Biden": 2, "Sanders": 2}}',
+         {("delegates_reported", "DELEGATE_TOTAL")}),
+        ('{"first_alignment": {"Biden": 40, "Sanders": 35}, "final_alignment": {"Biden": 40, "Sanders": 45}, '
+         '"attendance": 75}', {("final_alignment", "FINAL_GT_FIRST")}),
+        ('{"first_alignment": {"Biden": 40}, "final_alignment": {"Biden": 40}, "attendance": 30}',
+         {("first_alignment", "OVERCOUNT")}),
+    ],
+    ids=["malformed", "unknown-unit", "bad-counts", "delegates-do-not-add-up", "final-above-first", "overcount"],
+)  # fmt: skip
+def test_bad_reports_are_refused_with_every_error_and_recorded_verbatim(
+    defined: Outcome, send: Send, logged: Logged, text: str, expected: set[tuple[str, str]]
+) -> None:
+    refusal = _refusal(send(CommandKind.REPORT, text, unit=None if "unit_id" in text else "E01", key="bad"))
+    assert expected <= {(e.field, e.code) for e in refusal.errors}, refusal.to_json()
+    assert all(e.message for e in refusal.errors)
+    stored = _by_id(logged)[refusal.rejection_event_id].event.payload
+    assert isinstance(stored, SubmissionRejected) and stored.raw_input == text and stored.errors == refusal.errors
+    assert not any(isinstance(le.event.payload, ResultReported) for le in logged())
+
+
+def test_warnings_are_carried_on_the_event(defined: Outcome, send: Send, logged: Logged) -> None:
+    # E04: four groups viable for three delegates -> TOO_MANY_VIABLE is a warning, not a refusal
+    report = {"first_alignment": {"Biden": 10, "Buttigieg": 11, "Warren": 6, "Uncommitted": 7},
+              "final_alignment": {"Biden": 10, "Buttigieg": 11, "Warren": 6, "Uncommitted": 7}, "attendance": 40}  # fmt: skip
+    receipt = _receipt(send(CommandKind.REPORT, json.dumps(report), unit="E01", key="w"))
+    assert {w.code for w in receipt.warnings} >= {"UNDERCOUNT"}
+    payload = _by_id(logged)[receipt.event_id].event.payload
+    assert isinstance(payload, ResultReported) and payload.warnings == receipt.warnings
+
+
+def test_state_survives_a_restart_with_and_without_snapshot(
+    defined: Outcome, send: Send, intake: Intake, make_intake: Callable[..., Intake], official: Credential,
+    fm5: dict[str, Any], tmp_path: Any
+) -> None:
+    report = _receipt(send(CommandKind.REPORT, json.dumps(fm5), unit="FM5", key="r"))
+    intake.close()
+    assert intake.snapshot_path.exists()
+    for workdir in (intake.workdir, tmp_path / "fresh"):  # from the snapshot; rebuilt from the log
+        restarted = make_intake(workdir)
+        dup = restarted.submit(Submission(CommandKind.REPORT, json.dumps(fm5), official, Channel.APP, unit_id="FM5", idempotency_key="r"))
+        assert isinstance(dup, Receipt) and dup.status == "duplicate" and dup.event_id == report.event_id
+        second = restarted.submit(Submission(CommandKind.REPORT, json.dumps(fm5), official, Channel.APP, unit_id="FM5", idempotency_key="r2"))
+        assert isinstance(second, Refusal) and second.errors[0].code == "ALREADY_REPORTED"
+        restarted.close()
+
+
+def test_lookup_answers_receipts_and_refusals(defined: Outcome, send: Send, intake: Intake, fm5: dict[str, Any]) -> None:
+    report = _receipt(send(CommandKind.REPORT, json.dumps(fm5), unit="FM5", key="look"))
+    refused = _refusal(send(CommandKind.REPORT, "{", unit="E01", key="broken"))
+    found = intake.lookup("look")
+    assert isinstance(found, Receipt) and (found.event_id, found.status) == (report.event_id, "accepted")
+    gone = intake.lookup("broken")
+    assert isinstance(gone, Refusal) and gone.rejection_event_id == refused.rejection_event_id
+    assert intake.lookup("never-sent") is None
+
+
+def test_concurrent_reports_for_one_unit_accept_exactly_one(defined: Outcome, intake: Intake, official: Credential,
+                                                            fm5: dict[str, Any], logged: Logged) -> None:  # fmt: skip
+    from concurrent.futures import ThreadPoolExecutor
+
+    def report(n: int) -> Outcome:
+        return intake.submit(Submission(CommandKind.REPORT, json.dumps(fm5), official, unit_id="FM5", idempotency_key=f"k{n}"))
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        outcomes = list(pool.map(report, range(12)))
+    accepted = [o for o in outcomes if isinstance(o, Receipt)]
+    assert len(accepted) == 1
+    assert all(isinstance(o, Refusal) and o.errors[0].code == "ALREADY_REPORTED" for o in outcomes if o not in accepted)
+    assert sum(isinstance(le.event.payload, ResultReported) for le in logged()) == 1
+
+
+@pytest.mark.parametrize("log_kind", ["embedded"])
+def test_intakes_sharing_a_log_see_each_others_events(defined: Outcome, send: Send, make_intake: Callable[..., Intake],
+                                                      official: Credential, fm5: dict[str, Any], tmp_path: Any) -> None:  # fmt: skip
+    other = make_intake(tmp_path / "second-intake")
+    first = _receipt(send(CommandKind.REPORT, json.dumps(fm5), unit="FM5", key="here"))
+    there = other.submit(Submission(CommandKind.REPORT, json.dumps(fm5), official, unit_id="FM5", idempotency_key="there"))
+    assert isinstance(there, Refusal) and first.event_id in there.errors[0].message
+
+
+@pytest.mark.parametrize("log_kind", ["embedded"])
+def test_a_state_that_no_longer_matches_the_log_is_reported(defined: Outcome, intake: Intake, connect: Any,
+                                                            make_intake: Callable[..., Intake], official: Credential,
+                                                            election: dict[str, Any], tmp_path: Any) -> None:  # fmt: skip
+    from ledger.log.port import LogLostError
+
+    intake.close()
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"log.sqlite3{suffix}").unlink(missing_ok=True)
+    with pytest.raises(LogLostError):
+        make_intake(intake.workdir)  # its snapshot describes a log that is gone
+    # a new log with other content at the same positions is caught too
+    fresh = make_intake(tmp_path / "elsewhere")
+    assert fresh.submit(Submission(CommandKind.DEFINE, json.dumps(election), official)).accepted
+    fresh.close()
+    with pytest.raises(LogLostError):
+        make_intake(intake.workdir)
+    rebuilt = Intake(connect, intake.workdir, name="test-log")
+    assert rebuilt.rebuild()["events_applied"] == 1
+    rebuilt.close()
+    assert make_intake(intake.workdir).state.applied == 1

@@ -1,0 +1,219 @@
+"""When the log is out of reach, accepted commands wait in a durable spool and reach the log later:
+in order, once each, nothing lost. Over the embedded log (its file locked by another writer) and the
+real broker (stopped mid-run; it comes back empty, which the intake must report)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.events import Channel, ResultCorrected, ResultReported, SubmissionRejected, UnitOpened, new_event
+from ledger.journal import Journal, LoggedEvent
+from ledger.log.port import LogError, LogUnavailableError
+from producers.commands import CommandKind
+from producers.credentials import Credential
+from producers.intake import Intake, Outcome, Receipt, Refusal, Submission
+from producers.spool import Spool, SpoolError
+
+Send = Callable[..., Outcome]
+
+
+@contextmanager
+def _locked_sqlite(path: Path) -> Iterator[None]:
+    """Another writer holds the embedded log's write lock: appends fail, reads still work."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+@pytest.fixture
+def outage(log_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[], Any]:
+    """``with outage():`` makes the log unreachable for the block (Kafka: the broker is stopped, and
+    comes back empty, as Tansu does; the topic is provisioned again as an operator would)."""
+    if log_kind == "embedded":
+        return lambda: _locked_sqlite(tmp_path / "log.sqlite3")
+    broker = request.getfixturevalue("broker")
+    topic = request.getfixturevalue("unique_topic")
+
+    @contextmanager
+    def stopped() -> Iterator[None]:
+        from infra.topics import provision_topic
+
+        broker.stop()
+        try:
+            yield
+        finally:
+            broker.start()
+            provision_topic(broker.bootstrap, topic, partitions=4)
+
+    return stopped
+
+
+def _counts(events: list[LoggedEvent]) -> dict[str, int]:
+    seen: dict[str, int] = {}
+    for le in events:
+        seen[le.event.event_id] = seen.get(le.event.event_id, 0) + 1
+    return seen
+
+
+def test_spooled_while_down_forwarded_once_when_back(
+    log_kind: str, defined: Outcome, send: Send, intake: Intake, chair: Credential, fm5: dict[str, Any],
+    outage: Callable[[], Any], logged: Callable[[], list[LoggedEvent]]
+) -> None:  # fmt: skip
+    report = send(CommandKind.REPORT, json.dumps(fm5), chair, unit="FM5", key="fm5")
+    assert isinstance(report, Receipt) and report.status == "accepted"
+    e01 = {"first_alignment": {"Biden": 40, "Sanders": 35, "Warren": 25},
+           "final_alignment": {"Biden": 40, "Sanders": 35, "Warren": 25}, "delegates_reported": {"Biden": 2, "Sanders": 2, "Warren": 1}}  # fmt: skip
+    fix = {**fm5, "supersedes": report.event_id, "reason": "typo", "authority": "IDP", "stage": "review",
+           "delegates_reported": {"Biden": 3, "Buttigieg": 5, "Sanders": 4}, "worksheet_digest": "sha256:" + "ab" * 32}  # fmt: skip
+    with outage():
+        spooled = send(CommandKind.REPORT, json.dumps(e01), unit="E01", key="e01")
+        corrected = send(CommandKind.CORRECT, json.dumps(fix), unit="FM5", key="fm5-fix")
+        retry = send(CommandKind.REPORT, json.dumps(e01), unit="E01", key="e01")
+        second = send(CommandKind.REPORT, json.dumps(e01), unit="E01", key="e01-again")
+        assert isinstance(spooled, Receipt) and spooled.status == "spooled" and spooled.position is None
+        assert isinstance(corrected, Receipt) and corrected.status == "spooled"
+        assert isinstance(retry, Receipt) and (retry.status, retry.event_id) == ("duplicate", spooled.event_id)
+        # validated against the log plus the spool: the spooled report counts
+        assert isinstance(second, Refusal) and second.errors[0].code == "ALREADY_REPORTED" and second.recorded == "spool"
+        pending = [item.event.event_id for item in intake.spool.pending()]
+        assert pending == [spooled.event_id, corrected.event_id, second.rejection_event_id]
+        # the spool file holds one line per record, each with the whole event
+        lines = intake.spool.path.read_text().splitlines()
+        assert [json.loads(line)["event"]["event_id"] for line in lines] == pending
+        still_down = intake.flush()
+        assert still_down.remaining == 3 and still_down.forwarded == 0
+    flushed = intake.flush()
+    assert (flushed.forwarded, flushed.remaining, flushed.error) == (3, 0, None)
+    assert intake.flush().forwarded == 0  # nothing twice
+    events = logged()
+    counts = _counts(events)
+    assert all(counts.get(eid) == 1 for eid in pending), counts
+    order = [le.event.event_id for le in sorted(events, key=lambda le: le.position) if le.event.event_id in pending]
+    fm5_part = [le for le in events if le.event.unit_id == "FM5"]
+    assert [type(le.event.payload) for le in sorted(fm5_part, key=lambda le: le.position.offset)][-1] is ResultCorrected
+    assert set(order) == set(pending)
+    assert not intake.spool.path.exists() and list((intake.spool.path.parent / "archive").iterdir())
+    found = intake.lookup("e01")
+    assert isinstance(found, Receipt) and found.status == "accepted" and found.position is not None
+    if log_kind == "kafka":
+        # the broker came back empty: what was appended before the outage is gone, and the intake says so
+        assert report.event_id not in counts
+        assert intake.log_lost is not None
+        with pytest.raises(LogError, match="lost"):
+            send(CommandKind.OPEN, json.dumps({"attendance": 10}), unit="E10", key="after")
+    else:
+        assert counts[report.event_id] == 1
+        after = send(CommandKind.OPEN, json.dumps({"attendance": 10}), unit="E10", key="after")
+        assert isinstance(after, Receipt) and after.status == "accepted"
+
+
+@pytest.mark.parametrize("log_kind", ["embedded"])
+def test_next_command_forwards_the_spool_first(defined: Outcome, send: Send, intake: Intake, fm5: dict[str, Any],
+                                               tmp_path: Path, logged: Callable[[], list[LoggedEvent]]) -> None:  # fmt: skip
+    intake.retry_after = 0  # try the log on every command (the default waits a little after a failure)
+    with _locked_sqlite(tmp_path / "log.sqlite3"):
+        spooled = send(CommandKind.OPEN, json.dumps({"attendance": 91}), unit="FM5", key="open")
+    assert isinstance(spooled, Receipt) and spooled.status == "spooled"
+    report = send(CommandKind.REPORT, json.dumps(fm5), unit="FM5", key="report")
+    assert isinstance(report, Receipt) and report.status == "accepted"
+    by_id = {le.event.event_id: le.position for le in logged()}
+    assert by_id[spooled.event_id] < by_id[report.event_id]  # same unit, same partition, spool first
+    assert len(intake.spool) == 0
+
+
+@pytest.mark.parametrize("log_kind", ["embedded"])
+def test_a_spooled_event_that_clashes_on_arrival_is_recorded_as_refused(
+    defined: Outcome, send: Send, intake: Intake, make_intake: Callable[..., Intake], official: Credential,
+    fm5: dict[str, Any], tmp_path: Path, logged: Callable[[], list[LoggedEvent]]
+) -> None:  # fmt: skip
+    with _locked_sqlite(tmp_path / "log.sqlite3"):
+        spooled = send(CommandKind.REPORT, json.dumps(fm5), unit="FM5", key="mine")
+    assert isinstance(spooled, Receipt) and spooled.status == "spooled"
+    other = make_intake(tmp_path / "other-intake")  # another intake reports the same unit meanwhile
+    theirs = other.submit(Submission(CommandKind.REPORT, json.dumps(fm5), official, Channel.PHONE, unit_id="FM5", idempotency_key="theirs"))
+    assert isinstance(theirs, Receipt) and theirs.status == "accepted"
+    report = intake.flush()
+    assert (report.forwarded, report.rejected, report.remaining) == (0, 1, 0)
+    events = logged()
+    assert spooled.event_id not in {le.event.event_id for le in events}
+    refusals = [le.event.payload for le in events if isinstance(le.event.payload, SubmissionRejected)]
+    assert [e.code for e in refusals[-1].errors] == ["ALREADY_REPORTED"]
+    assert json.loads(refusals[-1].raw_input)["event_id"] == spooled.event_id  # the whole spooled event, kept
+    found = intake.lookup("mine")
+    assert isinstance(found, Refusal) and found.errors[0].code == "ALREADY_REPORTED"
+    assert sum(isinstance(le.event.payload, ResultReported) for le in events) == 1
+
+
+def test_spool_file_rules(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool.jsonl")
+    events = [new_event(UnitOpened(n), election_id="e", unit_id=f"u{n}", actor="a", channel=Channel.APP) for n in range(3)]
+    for event in events:
+        spool.add(event)
+    # a write torn by a crash (never acknowledged) is ignored, and the next record starts on a new line
+    with open(spool.path, "ab") as out:
+        out.write(b'{"kind": "event", "event": {"trunc')
+    fresh = Spool(spool.path)
+    assert [i.event for i in fresh.pending()] == events and fresh.ignored_partial_line
+    late = new_event(UnitOpened(9), election_id="e", unit_id="u9", actor="a", channel=Channel.APP)
+    fresh.add(late)
+    assert [i.event for i in Spool(spool.path).pending()] == [*events, late]
+    fresh.mark_forwarded(events[1].event_id, None, "appended")
+    assert [i.event.event_id for i in Spool(spool.path).pending()] == [events[0].event_id, events[2].event_id, late.event_id]
+    for event in (events[0], events[2], late):
+        fresh.mark_forwarded(event.event_id, None, "appended")
+    assert not spool.path.exists() and len(list((tmp_path / "archive").iterdir())) == 1
+    # damage in the middle is not ignored
+    spool.path.write_text('{"kind": "event", "spooled_at": "x", "event": {}}\nnot json\n')
+    with pytest.raises(SpoolError, match="line 1"):
+        Spool(spool.path).pending()
+
+
+def test_an_intake_started_while_the_log_is_down_works_from_snapshot_and_spool(
+    tmp_path: Path, official: Credential, election: dict[str, Any]
+) -> None:
+    """The CLI case: a new process, the log out of reach. It validates against the snapshot its last
+    run left, spools, and a later run (or flush) forwards."""
+    from ledger.log.sqlite import SqliteLog
+
+    down = {"now": False}
+
+    def connect() -> SqliteLog:
+        if down["now"]:
+            raise LogUnavailableError("test: the log is down")
+        return SqliteLog(tmp_path / "log.sqlite3", partitions=4)
+
+    def submit(intake: Intake, kind: CommandKind, data: dict[str, Any], unit: str | None, key: str) -> Outcome:
+        return intake.submit(Submission(kind, json.dumps(data), official, unit_id=unit, idempotency_key=key))
+
+    first = Intake(connect, tmp_path / "intake", name="t").start()
+    assert submit(first, CommandKind.DEFINE, election, None, "define-ia-test").accepted
+    first.close()  # leaves a snapshot
+    down["now"] = True
+    offline = Intake(connect, tmp_path / "intake", name="t").start()
+    spooled = submit(offline, CommandKind.OPEN, {"attendance": 5}, "E01", "o")
+    assert isinstance(spooled, Receipt) and spooled.status == "spooled"
+    unknown = submit(offline, CommandKind.OPEN, {"attendance": 5}, "ZZZ", "z")
+    assert isinstance(unknown, Refusal) and unknown.errors[0].code == "UNKNOWN_UNIT"  # validated from the snapshot
+    offline.close()
+    restarted = Intake(connect, tmp_path / "intake", name="t").start()  # still down: picks up the spool
+    assert len(restarted.spool) == 2
+    dup = submit(restarted, CommandKind.OPEN, {"attendance": 5}, "E01", "o")
+    assert isinstance(dup, Receipt) and (dup.status, dup.event_id) == ("duplicate", spooled.event_id)
+    again = submit(restarted, CommandKind.OPEN, {"attendance": 6}, "E01", "o2")
+    assert isinstance(again, Refusal) and again.errors[0].code == "ALREADY_OPENED"  # the spooled open counts
+    down["now"] = False
+    assert restarted.flush().forwarded == 3
+    restarted.close()
+    ids = [le.event.event_id for le in Journal(SqliteLog(tmp_path / "log.sqlite3")).read()]
+    assert spooled.event_id in ids and len(ids) == len(set(ids)) == 4

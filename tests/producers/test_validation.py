@@ -1,0 +1,162 @@
+"""Validation against the intake state, as pure functions: errors refuse, warnings only inform."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from ledger.events import Channel, Event, ResultReported, UnitOpened, new_event
+from producers.commands import CommandKind, parse_command
+from producers.intake_state import IntakeState
+from producers.validation import Verdict, check, conflicts, resolve_election, to_payload
+
+
+def _command(kind: CommandKind, data: dict[str, Any], unit: str | None = None) -> Any:
+    parsed = parse_command(kind, json.dumps({"idempotency_key": "k", **data}), unit_id=unit)
+    assert parsed.command is not None, parsed.errors
+    return parsed.command
+
+
+def _verdict(state: IntakeState, kind: CommandKind, data: dict[str, Any], unit: str | None = None) -> Verdict:
+    command = _command(kind, data, unit)
+    election_id, problems = resolve_election(command, state)
+    assert election_id is not None, problems
+    payload, problems = to_payload(command, "tester")
+    assert payload is not None, problems
+    return check(command, payload, election_id, state)
+
+
+def _codes(problems: tuple[Any, ...]) -> set[tuple[str, str]]:
+    return {(p.field, p.code) for p in problems}
+
+
+def _event(payload: Any, unit: str = "", election: str = "ia-test") -> Event[Any]:
+    return new_event(payload, election_id=election, unit_id=unit, actor="t", channel=Channel.APP)
+
+
+@pytest.fixture
+def state(election: dict[str, Any]) -> IntakeState:
+    command = _command(CommandKind.DEFINE, election)
+    payload, _ = to_payload(command, "t")
+    st = IntakeState()
+    st.apply(_event(payload))
+    return st
+
+
+def test_definition_problems(state: IntakeState, election: dict[str, Any]) -> None:
+    bad = {
+        **election,
+        "election_id": "other",
+        "rule_set": "idp-2024",
+        "candidates": ["A", "B", "A"],
+        "units": [
+            {"unit_id": "u1", "name": "U1", "county_id": "nowhere", "delegates": 3},
+            {"unit_id": "u1", "name": "U1 again", "county_id": "lee"},
+            {"unit_id": "s1", "name": "S1", "county_id": "lee", "satellite_group": "cd9"},
+        ],
+    }
+    verdict = _verdict(state, CommandKind.DEFINE, bad)
+    assert _codes(verdict.errors) == {
+        ("rule_set", "UNKNOWN_RULE_SET"),
+        ("candidates.2", "DUPLICATE"),
+        ("units.1", "DUPLICATE"),
+        ("units.0.county_id", "UNKNOWN_COUNTY"),
+        ("units.1.delegates", "REQUIRED"),
+        ("units.2.satellite_group", "UNKNOWN_SATELLITE_GROUP"),
+    }
+    assert _codes(_verdict(state, CommandKind.DEFINE, election).errors) == {("election_id", "ALREADY_DEFINED")}
+    ratios = _command(CommandKind.DEFINE, {**election, "counties": [{"county_id": "lee", "name": "Lee", "sde_ratio": "0.14"}]})
+    payload, problems = to_payload(ratios, "t")
+    assert payload is None and _codes(problems) == {("counties.0.sde_ratio", "BAD_RATIO")}
+
+
+def test_which_election(state: IntakeState, election: dict[str, Any]) -> None:
+    assert resolve_election(_command(CommandKind.OPEN, {}, "E01"), state) == ("ia-test", ())
+    _, problems = resolve_election(_command(CommandKind.OPEN, {"election_id": "nope"}, "E01"), state)
+    assert _codes(problems) == {("election_id", "UNKNOWN_ELECTION")}
+    _, problems = resolve_election(_command(CommandKind.OPEN, {}, "ZZ9"), state)
+    assert _codes(problems) == {("unit_id", "UNKNOWN_UNIT")}
+    _, problems = resolve_election(_command(CommandKind.OPEN, {}, "E01"), IntakeState())
+    assert _codes(problems) == {("election_id", "UNKNOWN_ELECTION")}
+    second, _ = to_payload(_command(CommandKind.DEFINE, {**election, "election_id": "ia-rerun"}), "t")
+    state.apply(_event(second, election="ia-rerun"))
+    _, problems = resolve_election(_command(CommandKind.OPEN, {}, "E01"), state)
+    assert _codes(problems) == {("election_id", "AMBIGUOUS_ELECTION")}
+    assert resolve_election(_command(CommandKind.OPEN, {"election_id": "ia-rerun"}, "E01"), state) == ("ia-rerun", ())
+
+
+def test_satellite_delegates_follow_attendance(state: IntakeState) -> None:
+    # RULES.md E07: UIHC satellite, 65 attendees -> 7 delegates, Sanders 5 Warren 2
+    e07 = {"first_alignment": {"Sanders": 48, "Warren": 15, "Uncommitted": 2},
+           "final_alignment": {"Sanders": 48, "Warren": 15, "Uncommitted": 2}, "attendance": 65}  # fmt: skip
+    fine = _verdict(state, CommandKind.REPORT, {**e07, "delegates_reported": {"Sanders": 5, "Warren": 2}}, "UIHC")
+    assert fine.errors == ()
+    wrong = _verdict(state, CommandKind.REPORT, {**e07, "delegates_reported": {"Sanders": 5, "Warren": 3}}, "UIHC")
+    assert ("delegates_reported", "DELEGATE_TOTAL") in _codes(wrong.errors)
+
+
+def test_odd_but_possible_reports_carry_warnings(state: IntakeState) -> None:
+    state.apply(_event(UnitOpened(100), unit="E01"))
+    e01 = {"first_alignment": {"Biden": 40, "Sanders": 35, "Warren": 24}, "final_alignment": {"Biden": 40, "Sanders": 35, "Warren": 24}}
+    verdict = _verdict(state, CommandKind.REPORT, {**e01, "attendance": 101}, "E01")
+    assert verdict.errors == ()
+    assert _codes(verdict.warnings) == {("attendance", "ATTENDANCE_CHANGED"), ("first_alignment", "UNDERCOUNT")}
+    # the attendance given at opening is used when the report has none
+    assert _codes(_verdict(state, CommandKind.REPORT, e01, "E01").warnings) == {("first_alignment", "UNDERCOUNT")}
+    # a larger group with fewer delegates: an info finding, marked as such
+    odd = {"first_alignment": {"Biden": 50, "Sanders": 50}, "final_alignment": {"Biden": 51, "Sanders": 49},
+           "attendance": 101, "delegates_reported": {"Biden": 2, "Sanders": 3}}  # fmt: skip
+    verdict = _verdict(state, CommandKind.REPORT, odd, "E01")
+    assert ("delegates_reported", "ALLOCATION") in _codes(verdict.errors)
+    assert any(w.code == "MORE_VOTES_FEWER_DELS" and w.message.startswith("[info]") for w in verdict.warnings)
+
+
+def test_impossible_reports_are_errors(state: IntakeState) -> None:
+    e10 = {"first_alignment": {"Warren": 100, "Sanders": 50, "Biden": 50},
+           "final_alignment": {"Warren": 100, "Sanders": 50, "Biden": 50}, "attendance": 200}  # fmt: skip
+    # E10: Sanders/Biden toss for the sixth seat; either outcome is accepted, anything else is not
+    for ok in ({"Warren": 3, "Sanders": 2, "Biden": 1}, {"Warren": 3, "Sanders": 1, "Biden": 2}):
+        assert _verdict(state, CommandKind.REPORT, {**e10, "delegates_reported": ok}, "E10").errors == ()
+    wrong = _verdict(state, CommandKind.REPORT, {**e10, "delegates_reported": {"Warren": 2, "Sanders": 2, "Biden": 2}}, "E10")
+    assert ("delegates_reported", "ALLOCATION") in _codes(wrong.errors)
+    nonviable = {"first_alignment": {"Warren": 100, "Sanders": 50, "Biden": 20}, "final_alignment": {"Warren": 100, "Sanders": 50, "Biden": 20},
+                 "attendance": 170, "delegates_reported": {"Warren": 3, "Sanders": 2, "Biden": 1}}  # fmt: skip
+    assert ("delegates_reported.Biden", "NONVIABLE_AWARDED") in _codes(_verdict(state, CommandKind.REPORT, nonviable, "E10").errors)
+    unknown = {"first_alignment": {"Bloomberg": 3}, "final_alignment": {"Biden": 3}, "delegates_reported": {"Yang": 1}}
+    assert _codes(_verdict(state, CommandKind.REPORT, unknown, "E10").errors) == {
+        ("first_alignment.Bloomberg", "UNKNOWN_CANDIDATE"),
+        ("delegates_reported.Yang", "UNKNOWN_CANDIDATE"),
+    }
+
+
+def test_ties(state: IntakeState) -> None:
+    base = {"contenders": ["Biden", "Sanders"], "seats": 1, "winners": ["Sanders"], "method": "coin", "caller": "x"}
+    assert _verdict(state, CommandKind.TOSS, base, "E10") == Verdict()
+    lots = {**base, "contenders": ["Biden", "Sanders", "Warren"], "method": "coin", "witnesses": ["x"]}
+    assert _codes(_verdict(state, CommandKind.TOSS, lots, "E10").warnings) == {("method", "COIN_FOR_MANY"), ("witnesses", "CALLER_AS_WITNESS")}
+    bad = {**base, "contenders": ["Biden", "Biden", "Yang"], "seats": 3, "winners": ["Sanders"]}
+    assert _codes(_verdict(state, CommandKind.TOSS, bad, "E10").errors) == {
+        ("contenders.2", "UNKNOWN_CANDIDATE"),
+        ("contenders.1", "DUPLICATE"),
+        ("winners.0", "WINNER_NOT_CONTENDER"),
+        ("seats", "NOTHING_CONTESTED"),
+        ("winners", "WINNER_COUNT"),
+    }
+
+
+def test_corrections_and_conflicts(state: IntakeState) -> None:
+    counts = {"first_alignment": {"Biden": 3}, "final_alignment": {"Biden": 3}}
+    payload, _ = to_payload(_command(CommandKind.REPORT, counts, "E01"), "t")
+    assert isinstance(payload, ResultReported)
+    report = _event(payload, unit="E01")
+    state.apply(report)
+    fix = {**counts, "supersedes": report.event_id, "reason": "r", "authority": "a", "stage": "review"}
+    same = _verdict(state, CommandKind.CORRECT, fix, "E01")
+    assert same.errors == () and _codes(same.warnings) == {("supersedes", "CORRECTION_UNCHANGED")}
+    assert _codes(_verdict(state, CommandKind.REPORT, counts, "E01").errors) == {("unit_id", "ALREADY_REPORTED")}
+    # a spooled report that meets a log where the unit already reported
+    assert _codes(conflicts(_event(report.payload, unit="E01"), state)) == {("unit_id", "ALREADY_REPORTED")}
+    assert conflicts(_event(report.payload, unit="E10"), state) == ()
+    assert _codes(conflicts(_event(UnitOpened(3), unit="E01", election="gone"), state)) == {("election_id", "UNKNOWN_ELECTION")}

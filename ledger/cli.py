@@ -171,10 +171,12 @@ def _register_plugins() -> None:
         "producers.importers.cli",
         "producers.simulator.cli",
         "projections.cli",
+        "projections.replay_cli",
+        "projections.feed_cli",
         "projections.audit.cli",
         "projections.audit.diff_cli",
         "projections.audit.audit_cli",
-        "ledger.demo",
+        "projections.demo",
     ):
         try:
             mod = importlib.import_module(module)

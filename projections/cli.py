@@ -1,0 +1,262 @@
+"""Commands of the projections package: ``project``, ``tally``, ``trail``, ``projections``.
+
+The store follows the global options: ``--database`` / ``CAUCUS_DATABASE`` selects PostgreSQL,
+otherwise the embedded SQLite store in the data directory. The log follows ``--kafka``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ledger.cli import emit, fail, settings_of
+from ledger.config import Settings
+from ledger.log.port import LogError, LogLostError
+from projections.feed import publishing
+from projections.queries import DEFAULT_SET, QueryError, find_county, find_unit, load_view, resolve_set
+from projections.replay import ServingWatch
+from projections.runner import Progress, ProjectionRunner, RunnerError
+from projections.stores import open_store
+from projections.stores.port import ProjectionStore, StoreError
+from projections.wiring import DEFAULT_GROUP, open_existing_log, serving_set, source_for
+
+__all__ = ["register"]
+
+
+@contextmanager
+def _store(settings: Settings) -> Iterator[ProjectionStore]:
+    try:
+        store = open_store(settings)
+    except StoreError as exc:
+        raise fail(str(exc)) from exc
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM ask the runner to stop between batches: a batch is committed whole or
+    not at all, never half."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _progress_line(p: Progress) -> str:
+    lag = "?" if p.lag_events is None else f"{p.lag_events:,}"
+    behind = p.lag_seconds()
+    age = "" if behind is None else f", newest applied event recorded {behind:,.1f} s ago"
+    dup = f", {p.duplicates:,} duplicates dropped" if p.duplicates else ""
+    parts = ",".join(str(x) for x in sorted(p.assigned)) or "none yet"
+    return f"applied {p.applied:,} events ({p.rate:,.0f}/s){dup}; lag {lag} events{age}; partitions {parts}"
+
+
+def project(
+    ctx: typer.Context,
+    until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Exit once everything up to the high watermarks (as first seen) is applied."),
+    group: str = typer.Option(DEFAULT_GROUP, "--group", help="Kafka consumer group: runners in one group split the partitions."),
+    batch_size: int = typer.Option(500, "--batch-size", min=1, help="Events per store transaction."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary at the end."),
+    projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True, help="Projection set name."),
+    set_id: Optional[int] = typer.Option(None, "--set-id", hidden=True, help="Update this projection set (default: the serving one)."),
+    session_timeout_ms: int = typer.Option(10_000, "--session-timeout-ms", hidden=True, help="Kafka group session timeout."),
+    feed: bool = typer.Option(True, "--feed/--no-feed", help="Publish changed tallies to the results feed (`caucus subscribe`)."),
+) -> None:
+    """Consume the log into the projection store (tallies, unit state, paper-trail index).
+
+    Exactly once: each batch's view changes and log positions are committed in one transaction,
+    and a restart resumes from the stored positions. Stop with Ctrl-C or SIGTERM."""
+    settings = settings_of(ctx)
+    with _store(settings) as store, _stop_on_signals() as stop:
+        while True:  # once, unless `caucus replay` switches the serving set: then on with the new one
+            try:
+                info = store.get_set(set_id) if set_id is not None else serving_set(store, settings, projection)
+            except StoreError as exc:
+                raise fail(str(exc)) from exc
+            watch = ServingWatch(store, info.name, info.set_id) if set_id is None else None
+            source = source_for(settings, group=group, batch_size=batch_size, session_timeout_ms=session_timeout_ms)
+            say = (lambda p: None) if quiet else (lambda p: typer.echo(_progress_line(p), err=True))
+            runner = ProjectionRunner(store, info.set_id, source, batch_size=batch_size, rule_set=info.rule_set, on_progress=say)
+            if not quiet:
+                typer.echo(f"projecting {source.description} into {store.describe()} (projection {info.name} v{info.version})", err=True)
+            try:
+                with publishing(runner, settings, store, info, enabled=feed,
+                                on_error=lambda m: typer.echo(f"warning: {m}", err=True)) as publisher:
+                    if publisher is not None:
+                        runner.on_progress = lambda p, say=say, pub=publisher: (say(p), pub.tick())
+                    progress = runner.run(until_caught_up=until_caught_up,
+                                          stop=lambda w=watch: stop.is_set() or (w is not None and w()))
+            except LogLostError as exc:
+                raise fail(
+                    f"{exc}. The projection {info.name} v{info.version} reflects records this log no longer holds; "
+                    "restore the log, or rebuild the projection from the current log into a new store.",
+                    code=3,
+                ) from exc
+            except (RunnerError, StoreError, LogError) as exc:
+                raise fail(str(exc)) from exc
+            if stop.is_set() or watch is None or watch.switched_to is None:
+                break
+            if not quiet:
+                typer.echo(f"projection {info.name} v{watch.switched_to.version} now serves (a replay switched over); "
+                           "continuing with it", err=True)
+    if as_json:
+        emit(progress.to_json(), True)
+    elif not quiet:
+        typer.echo(f"stopped ({progress.stopped}); {_progress_line(progress)}", err=True)
+
+
+def tally(
+    ctx: typer.Context,
+    county: Optional[str] = typer.Option(None, "--county", help="One county (id or name) and its units."),
+    unit: Optional[str] = typer.Option(None, "--unit", help="One unit (id, or name) in detail."),
+    rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Recompute under another rule set (idp-2020, idp-2016)."),
+    election: Optional[str] = typer.Option(None, "--election", help="Election id, when the log holds several."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True),
+    as_of: Optional[str] = typer.Option(
+        None, "--as-of", help="The tally as it stood then, replayed from the log: a time (2020-02-08T06:28:00Z; events "
+        "recorded at that time count) or log positions (3:120,5:88 = records before those offsets)."),
+) -> None:
+    """The current tally: statewide, per county (--county), per unit (--unit); --as-of for an earlier one."""
+    settings = settings_of(ctx)
+    with _store(settings) as store:
+        try:
+            log = None
+            if as_of is not None:
+                from projections.asof import AsOfError, parse_cut
+
+                try:
+                    cut = parse_cut(as_of)
+                except AsOfError as exc:
+                    raise QueryError(f"--as-of: {exc}") from exc
+                log = open_existing_log(settings)
+            try:
+                view = load_view(store, set_name=projection, election_id=election, rule_set=rule_set,
+                                 as_of=cut if log is not None else None, log=log)
+            finally:
+                if log is not None:
+                    log.close()
+            county_id = find_county(view.context, county) if county else None
+            unit_id = find_unit(view, unit) if unit else None
+        except (QueryError, LogError) as exc:
+            raise fail(str(exc)) from exc
+    console = Console(width=200 if county else None)
+    if unit_id is not None:
+        t = view.units.get(unit_id)
+        if t is None:
+            raise fail(f"unit {unit_id!r} has not reported (no events projected for it)", code=1)
+        from projections.tables import print_unit
+
+        emit({**view.meta(), "unit": t.to_json()}, as_json, lambda: print_unit(console, view, t))
+        return
+    from projections.tables import print_area, units_table
+
+    if county_id is not None:
+        area = view.county(county_id)
+        units = view.units_in(county_id)
+
+        def human() -> None:
+            print_area(console, view, area, f"{area.name}")
+            order = sorted(view.context.candidates, key=lambda c: (-area.sde_display_sum.get(c, 0), c))
+            console.print(units_table(units, [c for c in order if area.final.get(c) or area.first.get(c)], f"units of {area.name}"))
+
+        emit({**view.meta(), "county": area.to_json(), "units": [u.to_json() for u in units]}, as_json, human)
+        return
+    area = view.state()
+
+    def human_state() -> None:
+        if view.cut is not None:
+            console.print(f"as of: {view.cut.describe()} (replayed from {settings.describe_log()})", highlight=False)
+        print_area(console, view, area, "statewide")
+        if view.undefined_units:
+            console.print(f"{len(view.undefined_units)} unit(s) reported but not in the definition (left out of the sums): "
+                          + ", ".join(u.unit_id for u in view.undefined_units[:10]))
+
+    emit({**view.meta(), "state": area.to_json(), "undefined_units": [u.unit_id for u in view.undefined_units]}, as_json, human_state)
+
+
+def trail(
+    ctx: typer.Context,
+    unit: str = typer.Argument(..., help="Unit id (or an unambiguous name)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Tallies under another rule set."),
+    projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True),
+) -> None:
+    """Every event that touched a unit, in log order, with what it changed and the tally after it."""
+    from projections.tables import print_trail
+    from projections.trail import unit_trail
+
+    settings = settings_of(ctx)
+    with _store(settings) as store:
+        try:
+            info = resolve_set(store, projection)
+            try:
+                view = load_view(store, set_id=info.set_id)
+                unit_id = find_unit(view, unit)
+            except QueryError:
+                unit_id = unit
+            log = open_existing_log(settings)
+            try:
+                with store.reader(info.set_id) as reader:
+                    result = unit_trail(log, reader, unit_id, rule_set=rule_set)
+            finally:
+                log.close()
+        except (QueryError, LogError) as exc:
+            raise fail(str(exc)) from exc
+    if not result.entries:
+        raise fail(f"no events for unit {unit_id!r} in {settings.describe_log()}", code=1)
+    emit(result.to_json(), as_json, lambda: print_trail(Console(), result))
+
+
+def projections_list(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Projection sets in the store: name, version, state (building / serving / retired), source."""
+    settings = settings_of(ctx)
+    with _store(settings) as store:
+        sets = store.sets()
+        counts = {}
+        for s in sets:
+            with store.reader(s.set_id) as r:
+                counts[s.set_id] = (r.event_count(), {p: row.next_offset for p, row in r.positions().items()})
+    data = [
+        {"set_id": s.set_id, "name": s.name, "version": s.version, "state": s.state, "source": s.source,
+         "rule_set": s.rule_set, "created_at": s.created_at, "promoted_at": s.promoted_at,
+         "events": counts[s.set_id][0], "positions": counts[s.set_id][1]}
+        for s in sets
+    ]
+
+    def human() -> None:
+        if not data:
+            typer.echo("no projection sets yet; run `caucus project`")
+        for d in data:
+            typer.echo(f"{d['set_id']:>4}  {d['name']} v{d['version']:<3} {d['state']:<9} {d['events']:>9,} events  from {d['source']}")
+
+    emit(data, as_json, human)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("project")(project)
+    app.command("tally")(tally)
+    app.command("trail")(trail)
+    app.command("projections")(projections_list)
+

@@ -1,0 +1,217 @@
+"""Read side: the tallies a person or a program asks for, from a projection set.
+
+``load_view`` resolves which set serves (or a named one), which election, and which rule set, and
+returns a ``TallyView``: the election context plus every unit tally. Stored tallies are used as
+they are when the rule set is the election's own; with another rule set (``--rule-set``), the
+tallies are recomputed from the stored unit states, which is cheap (one allocation per unit) and
+needs no replay. County and state sums are always derived from the unit tallies at read time
+(``projections.tally.aggregate``), so they can never disagree with the units.
+
+``--as-of``: a view "as of" a time (or log positions) is the same ``TallyView`` built from unit and
+election states folded from the events inside that cut, replayed from the log by
+``projections.asof`` (``view_as_of``; ``load_view`` passes ``as_of`` and the log to it); everything
+downstream (aggregation, rendering, JSON) is shared.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ledger.log.port import EventLog
+from projections.asof import AsOfError, Cut, tally_as_of
+from projections.reducers import ElectionState, UnitState
+from projections.stores.port import ProjectionStore, SetInfo, StoreReader
+from projections.tally import (
+    AreaTally,
+    ElectionContext,
+    UnitTally,
+    aggregate,
+    aggregate_counties,
+    compute_unit_tally,
+    election_context,
+)
+
+__all__ = [
+    "QueryError",
+    "TallyView",
+    "load_view",
+    "view_as_of",
+    "resolve_set",
+    "choose_election",
+    "tallies_from_states",
+    "find_county",
+    "find_unit",
+    "DEFAULT_SET",
+]
+
+DEFAULT_SET = "tally"
+
+
+class QueryError(LookupError):
+    """What was asked for is not in the store; the message says what is."""
+
+
+@dataclass
+class TallyView:
+    set: SetInfo
+    context: ElectionContext
+    units: dict[str, UnitTally]
+    positions: dict[int, int] = field(default_factory=dict)
+    as_of: datetime | None = None
+    cut: Cut | None = None
+
+    @property
+    def undefined_units(self) -> list[UnitTally]:
+        """Units with events whose id the definition does not list (left out of every sum)."""
+        return sorted((t for t in self.units.values() if t.unit_id not in self.context.units), key=lambda t: t.unit_id)
+
+    def state(self) -> AreaTally:
+        return aggregate(self.context, self.units.values())
+
+    def county(self, county_id: str) -> AreaTally:
+        return aggregate(self.context, self.units.values(), county_id)
+
+    def counties(self) -> dict[str, AreaTally]:
+        return aggregate_counties(self.context, self.units.values())
+
+    def units_in(self, county_id: str) -> list[UnitTally]:
+        ids = [u.unit_id for u in self.context.units.values() if u.county_id == county_id]
+        return [self.units[i] for i in ids if i in self.units]
+
+    def meta(self) -> dict[str, Any]:
+        defn = self.context.state.definition
+        return {
+            "election_id": self.context.election_id,
+            "election": defn.name if defn else None,
+            "rule_set": self.context.rule_set_name,
+            "projection_set": {"id": self.set.set_id, "name": self.set.name, "version": self.set.version, "state": self.set.state},
+            "log_positions": {str(p): o for p, o in sorted(self.positions.items())},
+            "certified": self.context.certified,
+            "as_of": None if self.as_of is None else self.as_of.isoformat(),
+            **({} if self.cut is None else {"as_of_cut": self.cut.to_json()}),
+        }
+
+
+def resolve_set(store: ProjectionStore, name: str = DEFAULT_SET, set_id: int | None = None) -> SetInfo:
+    if set_id is not None:
+        return store.get_set(set_id)
+    info = store.serving(name)
+    if info is None:
+        raise QueryError(f"no projection {name!r} is serving in {store.describe()}; run `caucus project` first")
+    return info
+
+
+def choose_election(elections: dict[str, ElectionState], wanted: str | None) -> str:
+    if wanted is not None:
+        if wanted not in elections:
+            known = ", ".join(sorted(elections)) or "none"
+            raise QueryError(f"election {wanted!r} is not in the projection (elections: {known})")
+        return wanted
+    defined = [e for e, s in elections.items() if s.definition is not None]
+    if len(defined) == 1:
+        return defined[0]
+    if not defined:
+        raise QueryError("no election has been defined in the projected log yet (no ElectionDefined event)")
+    raise QueryError(f"the log holds several elections ({', '.join(sorted(defined))}); choose one with --election")
+
+
+def tallies_from_states(states: Iterable[UnitState], ctx: ElectionContext) -> dict[str, UnitTally]:
+    """Unit tallies under ``ctx`` computed from reducer states (another rule set, or an as-of view)."""
+    return {s.unit_id: compute_unit_tally(s, ctx) for s in states}
+
+
+def _read(reader: StoreReader, info: SetInfo, election_id: str | None, rule_set: str | None) -> TallyView:
+    elections = {e: ElectionState.loads(row.state) for e, row in reader.elections().items()}
+    chosen = choose_election(elections, election_id)
+    positions = {p: row.next_offset for p, row in reader.positions().items()}
+    own = election_context(elections[chosen], chosen, rule_set=info.rule_set)
+    if rule_set is None or rule_set == own.rule_set_name:
+        rows = reader.tallies(election_id=chosen)
+        units = {uid: UnitTally.loads(row.tally) for uid, row in rows.items()}
+        return TallyView(info, own, units, positions)
+    ctx = election_context(elections[chosen], chosen, rule_set=rule_set)
+    if ctx.rules_error:
+        raise QueryError(ctx.rules_error)
+    states = (UnitState.loads(row.state) for row in reader.unit_states(election_id=chosen).values())
+    return TallyView(info, ctx, tallies_from_states(states, ctx), positions)
+
+
+def view_as_of(
+    store: ProjectionStore,
+    info: SetInfo | None,
+    as_of: datetime | Cut,
+    *,
+    election_id: str | None = None,
+    rule_set: str | None = None,
+    log: EventLog | None = None,
+) -> TallyView:
+    """The view as it stood at ``as_of``: a time (events recorded at or before it, inclusive) or a
+    ``Cut`` (log positions, or both), folded from the log by ``projections.asof`` with the same
+    reducers and tally code the runner uses. The store is not read: the answer does not depend on
+    any projection having been run. ``info`` (the set that would otherwise answer, if any) only
+    lends its rule set; the view's set is a stand-in (id 0, state ``as-of``)."""
+    if log is None:
+        raise QueryError("--as-of replays the log, but no log was given")
+    cut = as_of if isinstance(as_of, Cut) else Cut(at=as_of)
+    try:
+        at = tally_as_of(log, cut, election_id=election_id, rule_set=rule_set or (info.rule_set if info else None))
+    except AsOfError as exc:
+        raise QueryError(str(exc)) from exc
+    stand_in = SetInfo(
+        set_id=0, name=f"{info.name if info else DEFAULT_SET} (replayed from the log)", version=0, state="as-of",
+        source="log", rule_set=at.context.rule_set_name, params=json.dumps(cut.to_json(), sort_keys=True),
+        created_at=datetime.now(UTC).isoformat(), promoted_at=None,
+    )
+    return TallyView(stand_in, at.context, at.units, dict(at.positions), as_of=cut.at, cut=cut)
+
+
+def load_view(
+    store: ProjectionStore,
+    *,
+    set_name: str = DEFAULT_SET,
+    set_id: int | None = None,
+    election_id: str | None = None,
+    rule_set: str | None = None,
+    as_of: datetime | Cut | None = None,
+    log: EventLog | None = None,
+) -> TallyView:
+    if as_of is not None:
+        info = store.get_set(set_id) if set_id is not None else store.serving(set_name)
+        return view_as_of(store, info, as_of, election_id=election_id, rule_set=rule_set, log=log)
+    info = resolve_set(store, set_name, set_id)
+    with store.reader(info.set_id) as reader:
+        return _read(reader, info, election_id, rule_set)
+
+
+def find_county(ctx: ElectionContext, text: str) -> str:
+    """A county by id or by name (case and spacing ignored)."""
+    if text in ctx.counties:
+        return text
+    want = " ".join(text.split()).casefold()
+    hits = [cid for cid, c in ctx.counties.items() if " ".join(c.name.split()).casefold() == want or cid.casefold() == want]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise QueryError(f"no county {text!r} in election {ctx.election_id!r}")
+    raise QueryError(f"{text!r} names several counties: {', '.join(hits)}")
+
+
+def find_unit(view: TallyView, text: str) -> str:
+    """A unit by id, short name or name (exact, then case-insensitive)."""
+    if text in view.context.units or text in view.units:
+        return text
+    want = " ".join(text.split()).casefold()
+    hits = [
+        u.unit_id
+        for u in view.context.units.values()
+        if want in {" ".join(u.name.split()).casefold(), (u.short_name or "").casefold()}
+    ]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise QueryError(f"no unit {text!r} in election {view.context.election_id!r} (give the unit id)")
+    raise QueryError(f"{text!r} names several units: {', '.join(hits[:10])}; give the unit id")

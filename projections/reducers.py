@@ -1,0 +1,334 @@
+"""Reducers: what the log says about each reporting unit and each election, as plain values.
+
+Why pure functions over frozen values: a projection must be a deterministic function of the log
+prefix, so that a restart, a second runner or an auditor's replay reach the same state. The runner
+owns IO (log, store, transactions); everything here only folds events into state, so the same code
+serves the live runner, the paper trail (which replays one unit) and tests.
+
+Two kinds of state, because events are keyed two ways (see ``Envelope.key``):
+
+* ``UnitState``: everything keyed by a unit id (reports, corrections, openings, coin tosses,
+  rejected submissions, unit-level certification). A unit's events share one partition, so they
+  arrive in order.
+* ``ElectionState``: events with no unit id (the election definition, election-wide certification,
+  submissions rejected before a unit could be named). They live in their own partition, in no
+  order relative to the units; the tallies (``projections.tally``) combine both kinds, so nothing
+  here depends on which partition was read first.
+
+Dedupe by ``event_id`` happens before an event reaches a reducer: the runner asks the store which
+ids it has processed (memory stays bounded by the number of units); ``Projection`` below does the
+same in memory for tests and one-unit replays.
+
+States serialise to canonical JSON (sorted keys, fractions as ``"n/d"``) for the store.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ledger.events import (
+    ElectionDefined,
+    Event,
+    Result,
+    ResultCorrected,
+    ResultReported,
+    ResultsCertified,
+    SubmissionRejected,
+    TieBroken,
+    UnitOpened,
+)
+
+__all__ = [
+    "UnitStatus",
+    "TieRecord",
+    "UnitState",
+    "ElectionState",
+    "apply_unit",
+    "apply_election",
+    "is_election_event",
+    "Projection",
+    "canonical_json",
+]
+
+
+class UnitStatus(enum.StrEnum):
+    NOT_REPORTED = "not_reported"
+    REPORTED = "reported"
+    CORRECTED = "corrected"
+    CERTIFIED = "certified"
+
+
+def canonical_json(data: Any) -> str:
+    """One spelling per value: the store compares and hashes these strings."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TieRecord:
+    """A coin toss or drawing of lots as recorded by ``TieBroken`` (contenders sorted)."""
+
+    contenders: tuple[str, ...]
+    seats: int
+    winners: tuple[str, ...]
+    method: str
+    event_id: str
+
+    @property
+    def key(self) -> tuple[tuple[str, ...], int]:
+        return self.contenders, self.seats
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "contenders": list(self.contenders),
+            "seats": self.seats,
+            "winners": list(self.winners),
+            "method": self.method,
+            "event_id": self.event_id,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TieRecord:
+        return cls(tuple(d["contenders"]), d["seats"], tuple(d["winners"]), d["method"], d["event_id"])
+
+
+def _result_to_json(r: Result) -> dict[str, Any]:
+    return {
+        "first_alignment": dict(r.first_alignment),
+        "final_alignment": dict(r.final_alignment),
+        "attendance": r.attendance,
+        "delegates_reported": None if r.delegates_reported is None else dict(r.delegates_reported),
+        "worksheet_digest": r.worksheet_digest,
+    }
+
+
+def _result_from_json(d: Mapping[str, Any]) -> Result:
+    return Result(
+        first_alignment=d["first_alignment"],
+        final_alignment=d["final_alignment"],
+        attendance=d.get("attendance"),
+        delegates_reported=d.get("delegates_reported"),
+        worksheet_digest=d.get("worksheet_digest"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UnitState:
+    """One unit as the log describes it so far.
+
+    ``result`` is the current result (the latest report or correction) and ``result_event_id`` the
+    event that set it; ``stage`` is the correction stage when a correction set it. Tie resolutions
+    are kept per (contenders, seats): a later toss for the same tie replaces an earlier one, and
+    the caucus math uses a resolution only when the current result produces that very tie.
+    """
+
+    unit_id: str
+    election_id: str
+    status: UnitStatus = UnitStatus.NOT_REPORTED
+    stage: str | None = None
+    result: Result | None = None
+    result_event_id: str | None = None
+    result_recorded_at: str | None = None
+    supersedes: str | None = None
+    attendance_opened: int | None = None
+    ties: tuple[TieRecord, ...] = ()
+    rejected: int = 0
+    certified_by: str | None = None
+    events: int = 0
+    last_event_id: str | None = None
+    last_recorded_at: str | None = None
+
+    @property
+    def reporting(self) -> bool:
+        return self.result is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unit_id": self.unit_id,
+            "election_id": self.election_id,
+            "status": self.status.value,
+            "stage": self.stage,
+            "result": None if self.result is None else _result_to_json(self.result),
+            "result_event_id": self.result_event_id,
+            "result_recorded_at": self.result_recorded_at,
+            "supersedes": self.supersedes,
+            "attendance_opened": self.attendance_opened,
+            "ties": [t.to_json() for t in self.ties],
+            "rejected": self.rejected,
+            "certified_by": self.certified_by,
+            "events": self.events,
+            "last_event_id": self.last_event_id,
+            "last_recorded_at": self.last_recorded_at,
+        }
+
+    def dumps(self) -> str:
+        return canonical_json(self.to_json())
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> UnitState:
+        return cls(
+            unit_id=d["unit_id"],
+            election_id=d["election_id"],
+            status=UnitStatus(d["status"]),
+            stage=d.get("stage"),
+            result=None if d.get("result") is None else _result_from_json(d["result"]),
+            result_event_id=d.get("result_event_id"),
+            result_recorded_at=d.get("result_recorded_at"),
+            supersedes=d.get("supersedes"),
+            attendance_opened=d.get("attendance_opened"),
+            ties=tuple(TieRecord.from_json(t) for t in d.get("ties", ())),
+            rejected=d.get("rejected", 0),
+            certified_by=d.get("certified_by"),
+            events=d.get("events", 0),
+            last_event_id=d.get("last_event_id"),
+            last_recorded_at=d.get("last_recorded_at"),
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> UnitState:
+        return cls.from_json(json.loads(text))
+
+
+
+
+def apply_unit(state: UnitState | None, event: Event[Any]) -> UnitState:
+    """Fold one unit-keyed event into the unit's state (``None``: nothing seen yet)."""
+    if state is None:
+        state = UnitState(unit_id=event.unit_id, election_id=event.envelope.election_id)
+    p = event.payload
+    at = event.recorded_at.isoformat()
+    changes: dict[str, Any] = {"events": state.events + 1, "last_event_id": event.event_id, "last_recorded_at": at}
+    if isinstance(p, ResultReported):
+        # A new report replaces whatever stood before, correction or certification included.
+        changes.update(result=p.result, result_event_id=event.event_id, result_recorded_at=at, supersedes=None,
+                       status=UnitStatus.REPORTED, stage=None, certified_by=None)
+    elif isinstance(p, ResultCorrected):
+        changes.update(result=p.result, result_event_id=event.event_id, result_recorded_at=at, supersedes=p.supersedes,
+                       status=UnitStatus.CORRECTED, stage=p.stage.value, certified_by=None)
+    elif isinstance(p, UnitOpened):
+        changes["attendance_opened"] = p.attendance
+    elif isinstance(p, TieBroken):
+        rec = TieRecord(tuple(sorted(p.contenders)), p.seats, tuple(sorted(p.winners)), p.method.value, event.event_id)
+        changes["ties"] = tuple(t for t in state.ties if t.key != rec.key) + (rec,)
+    elif isinstance(p, SubmissionRejected):
+        changes["rejected"] = state.rejected + 1
+    elif isinstance(p, ResultsCertified):
+        if state.result is not None:
+            changes.update(status=UnitStatus.CERTIFIED, certified_by=event.event_id)
+    return replace(state, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionState:
+    """An election's definition and its election-wide events.
+
+    ``revision`` is the id of the last event applied: the runner caches parsed definitions by it
+    and knows, by a changed revision, that every unit's tally must be recomputed.
+    """
+
+    election_id: str
+    definition: ElectionDefined | None = None
+    defined_by: str | None = None
+    defined_at: str | None = None
+    certified_by: str | None = None
+    certified_at: str | None = None
+    certified_authority: str | None = None
+    rejected: int = 0
+    events: int = 0
+    revision: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "election_id": self.election_id,
+            "definition": None if self.definition is None else _definition_to_json(self.definition),
+            "defined_by": self.defined_by,
+            "defined_at": self.defined_at,
+            "certified_by": self.certified_by,
+            "certified_at": self.certified_at,
+            "certified_authority": self.certified_authority,
+            "rejected": self.rejected,
+            "events": self.events,
+            "revision": self.revision,
+        }
+
+    def dumps(self) -> str:
+        return canonical_json(self.to_json())
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ElectionState:
+        definition = d.get("definition")
+        return cls(
+            election_id=d["election_id"],
+            definition=None if definition is None else ElectionDefined.from_avro(definition),
+            defined_by=d.get("defined_by"),
+            defined_at=d.get("defined_at"),
+            certified_by=d.get("certified_by"),
+            certified_at=d.get("certified_at"),
+            certified_authority=d.get("certified_authority"),
+            rejected=d.get("rejected", 0),
+            events=d.get("events", 0),
+            revision=d.get("revision"),
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> ElectionState:
+        return cls.from_json(json.loads(text))
+
+
+def _definition_to_json(defn: ElectionDefined) -> dict[str, Any]:
+    # The Avro record form is already JSON-safe (ratios are numerator/denominator records).
+    return defn.to_avro()
+
+
+def is_election_event(event: Event[Any]) -> bool:
+    """Events without a unit id belong to the election as a whole."""
+    return not event.unit_id
+
+
+def apply_election(state: ElectionState | None, event: Event[Any]) -> ElectionState:
+    """Fold one election-keyed event into the election's state. A later ``ElectionDefined`` for
+    the same election replaces the earlier definition (a corrected apportionment, say)."""
+    if state is None:
+        state = ElectionState(election_id=event.envelope.election_id)
+    p = event.payload
+    at = event.recorded_at.isoformat()
+    if isinstance(p, ElectionDefined):
+        state = replace(state, definition=p, defined_by=event.event_id, defined_at=at)
+    elif isinstance(p, ResultsCertified):
+        state = replace(state, certified_by=event.event_id, certified_at=at, certified_authority=p.authority)
+    elif isinstance(p, SubmissionRejected):
+        state = replace(state, rejected=state.rejected + 1)
+    return replace(state, events=state.events + 1, revision=event.event_id)
+
+
+@dataclass
+class Projection:
+    """Every unit and election folded in memory, with dedupe by event id.
+
+    For tests, one-unit replays and small logs; the runner keeps the same states in a store instead,
+    so that its memory is bounded by the number of units rather than events.
+    """
+
+    units: dict[str, UnitState] = field(default_factory=dict)
+    elections: dict[str, ElectionState] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+    duplicates: int = 0
+
+    def apply(self, event: Event[Any]) -> bool:
+        """Apply ``event``; False (and nothing changes) if its id was applied before."""
+        if event.event_id in self.seen:
+            self.duplicates += 1
+            return False
+        self.seen.add(event.event_id)
+        if is_election_event(event):
+            eid = event.envelope.election_id
+            self.elections[eid] = apply_election(self.elections.get(eid), event)
+        else:
+            self.units[event.unit_id] = apply_unit(self.units.get(event.unit_id), event)
+        return True
+
+    def apply_all(self, events: Iterable[Event[Any]]) -> int:
+        return sum(self.apply(e) for e in events)

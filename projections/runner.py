@@ -1,0 +1,428 @@
+"""The projection runner: consume the log, fold events into views, commit exactly once.
+
+Exactly once, in four rules:
+
+1. **One transaction per batch.** A batch's unit states, tallies, election states, event-index rows
+   (which double as the processed-id set) and the new log positions are written in one store
+   transaction. A crash before the commit leaves the store as it was; after it, everything is there.
+2. **Positions come from the store.** On start and on every (re)assignment a partition is read from
+   the position stored with the view, never from a broker's committed offset.
+3. **Check under the lock.** Inside the transaction, which holds the set's lock, the batch re-reads
+   the stored position of each of its partitions. Records below it were applied by someone else
+   (another runner after a rebalance) and are skipped; a gap above it means our read position is
+   stale, so the partition is re-sought and its records wait for the next batch. If the stored
+   position is not the one this runner last wrote, its cached unit states for that partition may be
+   stale and are dropped (reloaded from the store).
+4. **Dedupe by event id.** An event whose id the set already holds (a producer retry that landed at
+   another offset) advances the position but changes nothing.
+
+Election-wide events (the definition, certification) sit in their own partition, in no order with
+the units. A unit's tally is computed from the unit's state and the election state as committed
+when the unit's batch commits (read under the lock); a batch that changes an election recomputes
+every unit of that election from the stored unit states. Since commits are serialised, every
+tally ends up computed against the latest election state, whichever runner saw what first.
+
+Memory holds the unit states of the partitions this runner owns and one parsed definition per
+election: bounded by the number of units, not by the number of events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ledger.codec import Codec, CodecError, default_codec
+from ledger.events import Event
+from ledger.log.port import LogLostError, StoredRecord
+from projections.reducers import (
+    ElectionState,
+    UnitState,
+    apply_election,
+    apply_unit,
+    is_election_event,
+)
+from projections.sources import Source
+from projections.stores.port import (
+    Changes,
+    ElectionRow,
+    EventRow,
+    PositionRow,
+    ProjectionStore,
+    StoreReader,
+    TallyRow,
+    UnitRow,
+)
+from projections.tally import ElectionContext, compute_unit_tally, context_key, election_context
+
+__all__ = ["RunnerError", "Progress", "ProjectionRunner", "tally_row"]
+
+
+class RunnerError(RuntimeError):
+    """The runner cannot go on (an undecodable record, a store that refuses a write)."""
+
+
+@dataclass
+class Progress:
+    """What the runner has done in this session and how far behind the log it is."""
+
+    applied: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    batches: int = 0
+    started: float = field(default_factory=time.monotonic)
+    first_batch_at: float | None = None
+    positions: dict[int, int] = field(default_factory=dict)
+    high_watermarks: dict[int, int] = field(default_factory=dict)
+    assigned: set[int] = field(default_factory=set)
+    newest_recorded_at: datetime | None = None
+    caught_up: bool = False
+    stopped: str = ""
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def rate(self) -> float:
+        """Events applied per second since the first batch (group joins and start-up excluded)."""
+        if self.first_batch_at is None:
+            return 0.0
+        span = time.monotonic() - self.first_batch_at
+        return self.applied / span if span > 0 else 0.0
+
+    @property
+    def lag_events(self) -> int | None:
+        if not self.assigned:
+            return 0
+        if any(p not in self.high_watermarks for p in self.assigned):
+            return None
+        return sum(max(0, self.high_watermarks[p] - self.positions.get(p, 0)) for p in self.assigned)
+
+    def lag_seconds(self, now: datetime | None = None) -> float | None:
+        if self.newest_recorded_at is None:
+            return None
+        return ((now or datetime.now(UTC)) - self.newest_recorded_at).total_seconds()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "applied": self.applied,
+            "duplicates_dropped": self.duplicates,
+            "skipped_already_applied": self.skipped,
+            "batches": self.batches,
+            "elapsed_s": round(self.elapsed, 3),
+            "events_per_s": round(self.rate, 1),
+            "positions": {str(p): o for p, o in sorted(self.positions.items())},
+            "high_watermarks": {str(p): o for p, o in sorted(self.high_watermarks.items())},
+            "assigned": sorted(self.assigned),
+            "lag_events": self.lag_events,
+            "lag_seconds": None if self.lag_seconds() is None else round(self.lag_seconds() or 0.0, 3),
+            "newest_recorded_at": None if self.newest_recorded_at is None else self.newest_recorded_at.isoformat(),
+            "caught_up": self.caught_up,
+            "stopped": self.stopped,
+        }
+
+
+def tally_row(state: UnitState, ctx: ElectionContext) -> TallyRow:
+    t = compute_unit_tally(state, ctx)
+    return TallyRow(state.unit_id, state.election_id, t.county_id, t.status, ctx.key, t.dumps())
+
+
+class ProjectionRunner:
+    """Runs one projection set from one source (see module docstring). Implements the source's
+    ``AssignmentListener``."""
+
+    def __init__(
+        self,
+        store: ProjectionStore,
+        set_id: int,
+        source: Source,
+        *,
+        batch_size: int = 500,
+        rule_set: str | None = None,
+        codec: Codec | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        progress_interval: float = 1.0,
+        poll_timeout: float = 0.2,
+        on_commit: Callable[[Changes, dict[int, int]], None] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.store = store
+        self.set_id = set_id
+        self.source = source
+        self.batch_size = batch_size
+        self.rule_set = rule_set
+        self.codec = codec or default_codec()
+        self.on_progress = on_progress
+        self.progress_interval = progress_interval
+        self.poll_timeout = poll_timeout
+        self.on_commit = on_commit
+        """Called after each batch's transaction committed, with what it changed and the positions
+        this runner now stands at (the results feed publishes from here; see projections.feed)."""
+        self.progress = Progress()
+        self._next: dict[int, int] = {}
+        self._targets: dict[int, int] = {}
+        self._units: dict[str, UnitState] = {}
+        self._tally_hashes: dict[str, int] = {}  # of the stored tally text, to skip unchanged writes
+        self._units_of: dict[int, set[str]] = defaultdict(set)
+        self._contexts: dict[str, ElectionContext] = {}
+        self._elections: dict[str, ElectionState] = {}
+        self._last_report = 0.0
+
+    # -- assignment ---------------------------------------------------------------------------
+
+    def assigned(self, partitions: set[int]) -> dict[int, int]:
+        with self.store.reader(self.set_id) as r:
+            stored = r.positions()
+        start: dict[int, int] = {}
+        for p in partitions:
+            row = stored.get(p)
+            start[p] = row.next_offset if row else 0
+            self._next[p] = start[p]
+            self._targets.pop(p, None)
+            self._forget(p)
+            if row and row.last_recorded_at:
+                self._note_recorded(datetime.fromisoformat(row.last_recorded_at))
+        return start
+
+    def revoked(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self._next.pop(p, None)
+            self._targets.pop(p, None)
+            self._forget(p)
+
+    def _forget(self, partition: int) -> None:
+        for uid in self._units_of.pop(partition, set()):
+            self._units.pop(uid, None)
+            self._tally_hashes.pop(uid, None)
+
+    def _note_recorded(self, at: datetime) -> None:
+        if self.progress.newest_recorded_at is None or at > self.progress.newest_recorded_at:
+            self.progress.newest_recorded_at = at
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.source.start(self)
+
+    def run(self, *, until_caught_up: bool = False, stop: Callable[[], bool] | None = None) -> Progress:
+        """Apply batches until ``stop()`` (or, with ``until_caught_up``, until every owned partition
+        reached the high watermark first seen for it). Always closes the source."""
+        should_stop = stop or (lambda: False)
+        try:
+            self.start()
+            while True:
+                if should_stop():
+                    self.progress.stopped = "signal"
+                    break
+                records = self.source.poll(self.batch_size, self.poll_timeout)
+                self._check_marks()
+                if should_stop():
+                    self.progress.stopped = "signal"  # the polled batch is abandoned, not half-applied
+                    break
+                if records:
+                    if self.progress.first_batch_at is None:
+                        self.progress.first_batch_at = time.monotonic()
+                    self.apply(records)
+                self._report()
+                if until_caught_up and self._caught_up():
+                    self.progress.caught_up = True
+                    self.progress.stopped = "caught up"
+                    break
+            self._report(force=True)
+        finally:
+            self.source.close()
+        return self.progress
+
+    def _check_marks(self) -> None:
+        marks = self.source.high_watermarks()
+        self.progress.high_watermarks = dict(marks)
+        for p, hw in marks.items():
+            nxt = self._next.get(p)
+            if nxt is not None and nxt > hw:
+                raise LogLostError(p, nxt, hw)
+            if p not in self._targets and p in self.source.assigned():
+                self._targets[p] = hw
+
+    def _caught_up(self) -> bool:
+        if not self.source.ready:
+            return False
+        owned = self.source.assigned()
+        read = self.source.positions()  # past records the log skips over (none on the embedded log)
+        done = all(p in self._targets and max(self._next.get(p, 0), read.get(p, 0)) >= self._targets[p] for p in owned)
+        self.progress.caught_up = done
+        return done
+
+    def _report(self, force: bool = False) -> None:
+        self.progress.positions = dict(self._next)
+        self.progress.assigned = self.source.assigned()
+        now = time.monotonic()
+        if self.on_progress is not None and (force or now - self._last_report >= self.progress_interval):
+            self._last_report = now
+            self.on_progress(self.progress)
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    def apply(self, records: list[StoredRecord]) -> None:
+        """Apply one polled batch in one store transaction (see module docstring)."""
+        by_part: dict[int, list[StoredRecord]] = defaultdict(list)
+        for rec in records:
+            by_part[rec.position.partition].append(rec)
+        reseek: dict[int, int] = {}
+        with self.store.transaction(self.set_id) as tx:
+            stored = tx.positions()
+            work: list[StoredRecord] = []
+            skipped = 0
+            for p, recs in by_part.items():
+                start = stored[p].next_offset if p in stored else 0
+                ours = self._next.get(p) == start
+                if not ours:
+                    self._forget(p)  # someone else moved this partition: cached states may be stale
+                keep = [r for r in recs if r.position.offset >= start]
+                skipped += len(recs) - len(keep)
+                if not keep or (not ours and keep[0].position.offset != start):
+                    # All applied elsewhere, or our read position is not where the store says the
+                    # view stands: read again from the stored position. (When we wrote the stored
+                    # position ourselves, a gap is the log's own, e.g. a transaction marker.)
+                    reseek[p] = start
+                    continue
+                work.extend(keep)
+            events = [(rec, self._decode(rec)) for rec in work]
+            changes, stats = self._fold(tx, events)
+            tx.write(changes)
+        # Committed: now (and only now) the in-memory view moves.
+        self._commit_local(changes, stats, skipped)
+        for p, off in reseek.items():
+            self._next[p] = off
+            self.source.seek(p, off)
+        if self.on_commit is not None and changes:
+            self.on_commit(changes, dict(self._next))
+
+    def _decode(self, rec: StoredRecord) -> Event[Any]:
+        try:
+            return self.codec.decode(rec.value)
+        except CodecError as exc:
+            raise RunnerError(f"the record at {rec.position} (key {rec.key!r}) cannot be decoded: {exc}") from exc
+
+    def _election_state(self, tx: StoreReader, election_id: str, revisions: dict[str, str]) -> ElectionState | None:
+        """The committed state of an election, parsed once per revision."""
+        rev = revisions.get(election_id)
+        if rev is None:
+            return None
+        cached = self._elections.get(election_id)
+        if cached is not None and cached.revision == rev:
+            return cached
+        row = tx.elections().get(election_id)
+        state = ElectionState.loads(row.state) if row else None
+        if state is not None:
+            self._elections[election_id] = state
+        return state
+
+    def _context(self, state: ElectionState | None, election_id: str) -> ElectionContext:
+        ctx = self._contexts.get(election_id)
+        if ctx is None or ctx.state.revision != (state.revision if state else None):
+            ctx = election_context(state, election_id, rule_set=self.rule_set)
+            self._contexts[election_id] = ctx
+        return ctx
+
+    def _fold(self, tx: StoreReader, events: list[tuple[StoredRecord, Event[Any]]]) -> tuple[Changes, _Folded]:
+        changes = Changes()
+        folded = _Folded()
+        if not events:
+            return changes, folded
+        done = tx.processed([e.event_id for _, e in events])
+        revisions = tx.election_revisions()
+        missing = [e.unit_id for _, e in events if e.unit_id and e.unit_id not in self._units]
+        loaded = {uid: UnitState.loads(row.state) for uid, row in tx.unit_states(missing).items()} if missing else {}
+        units = folded.units
+        elections = folded.elections
+        positions: dict[int, PositionRow] = {}
+        for rec, ev in events:
+            p = rec.position.partition
+            positions[p] = PositionRow(p, rec.position.offset + 1, ev.recorded_at.isoformat())
+            if ev.event_id in done:
+                folded.duplicates += 1
+                continue
+            done.add(ev.event_id)
+            folded.applied += 1
+            if folded.newest is None or ev.recorded_at > folded.newest:
+                folded.newest = ev.recorded_at
+            changes.events.append(
+                EventRow(ev.event_id, ev.key, ev.envelope.election_id, p, rec.position.offset, ev.type, ev.recorded_at.isoformat())
+            )
+            eid = ev.envelope.election_id
+            if is_election_event(ev):
+                before = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
+                elections[eid] = apply_election(before, ev)
+            else:
+                uid = ev.unit_id
+                prev = units[uid][1] if uid in units else (self._units.get(uid) or loaded.get(uid))
+                units[uid] = (p, apply_unit(prev, ev))
+        changes.positions = list(positions.values())
+        changes.elections = [ElectionRow(e, s.revision or "", s.dumps()) for e, s in elections.items()]
+        changes.units = [UnitRow(uid, st.election_id, p, st.dumps()) for uid, (p, st) in units.items()]
+
+        def context(eid: str) -> ElectionContext:
+            state = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
+            return self._context(state, eid)
+
+        tallies: dict[str, TallyRow] = {}
+        for uid, (_, st) in units.items():
+            row = tally_row(st, context(st.election_id))
+            digest = hash((row.context, row.tally))
+            folded.tally_hashes[uid] = digest
+            if self._tally_hashes.get(uid) != digest:  # e.g. a toss for a tie this result does not have
+                tallies[uid] = row
+        for eid in elections:
+            before_key = context_key(self._election_state(tx, eid, revisions), self.rule_set)
+            ctx = context(eid)
+            if ctx.key != before_key:  # the definition, certification or rule set changed
+                tallies.update(self._recompute_election(tx, ctx, skip=units))
+        changes.tallies = list(tallies.values())
+        return changes, folded
+
+    def _recompute_election(self, tx: StoreReader, ctx: ElectionContext, skip: dict[str, Any]) -> dict[str, TallyRow]:
+        """Every stored unit of the election against its new context; only changed tallies."""
+        existing = tx.tallies(election_id=ctx.election_id)
+        out: dict[str, TallyRow] = {}
+        for uid, row in tx.unit_states(election_id=ctx.election_id).items():
+            if uid in skip:
+                continue
+            new = tally_row(UnitState.loads(row.state), ctx)
+            old = existing.get(uid)
+            if old is None or old.tally != new.tally or old.context != new.context:
+                out[uid] = new
+        return out
+
+    def _commit_local(self, changes: Changes, folded: _Folded, skipped: int) -> None:
+        for row in changes.positions:
+            self._next[row.partition] = row.next_offset
+        owned = self.source.assigned()
+        for uid, (p, st) in folded.units.items():
+            if p in owned:
+                self._units[uid] = st
+                self._units_of[p].add(uid)
+                self._tally_hashes[uid] = folded.tally_hashes[uid]
+        self._elections.update(folded.elections)
+        self.progress.applied += folded.applied
+        self.progress.duplicates += folded.duplicates
+        self.progress.skipped += skipped
+        self.progress.batches += 1
+        if folded.newest is not None:
+            self._note_recorded(folded.newest)
+
+
+@dataclass
+class _Folded:
+    """What one batch did, kept apart until its transaction commits."""
+
+    applied: int = 0
+    duplicates: int = 0
+    newest: datetime | None = None
+    units: dict[str, tuple[int, UnitState]] = field(default_factory=dict)
+    elections: dict[str, ElectionState] = field(default_factory=dict)
+    tally_hashes: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,233 @@
+"""SQL shared by the SQLite and PostgreSQL stores: the schema and every query that reads the same.
+
+The adapters differ in four places only: placeholders, how a list is matched (``IN`` chunks vs
+``= ANY``), how a set's writers are serialised (SQLite's ``BEGIN IMMEDIATE`` vs a row lock), and how
+rows are bulk-loaded (``executemany`` vs ``COPY``). Everything else is here, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from projections.stores.port import (
+    Changes,
+    ElectionRow,
+    EventRow,
+    PositionRow,
+    SetInfo,
+    TallyRow,
+    UnitRow,
+)
+
+SCHEMA_VERSION = "1"
+
+# {id} is the identity column type; {big} the 64-bit integer type.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS proj_meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS proj_sets (
+    set_id      {id},
+    name        TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('building', 'serving', 'retired')),
+    source      TEXT NOT NULL,
+    rule_set    TEXT,
+    params      TEXT NOT NULL,
+    created_at  TEXT NOT NULL,
+    promoted_at TEXT,
+    UNIQUE (name, version)
+);
+CREATE TABLE IF NOT EXISTS proj_serving (
+    name   TEXT PRIMARY KEY,
+    set_id {big} NOT NULL REFERENCES proj_sets (set_id)
+);
+CREATE TABLE IF NOT EXISTS proj_positions (
+    set_id           {big} NOT NULL,
+    part             INTEGER NOT NULL,
+    next_offset      {big} NOT NULL,
+    last_recorded_at TEXT,
+    PRIMARY KEY (set_id, part)
+);
+CREATE TABLE IF NOT EXISTS proj_elections (
+    set_id      {big} NOT NULL,
+    election_id TEXT NOT NULL,
+    revision    TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    PRIMARY KEY (set_id, election_id)
+);
+CREATE TABLE IF NOT EXISTS proj_unit_states (
+    set_id      {big} NOT NULL,
+    unit_id     TEXT NOT NULL,
+    election_id TEXT NOT NULL,
+    part        INTEGER NOT NULL,
+    state       TEXT NOT NULL,
+    PRIMARY KEY (set_id, unit_id)
+);
+CREATE INDEX IF NOT EXISTS proj_unit_states_by_election ON proj_unit_states (set_id, election_id);
+CREATE TABLE IF NOT EXISTS proj_unit_tallies (
+    set_id      {big} NOT NULL,
+    unit_id     TEXT NOT NULL,
+    election_id TEXT NOT NULL,
+    county_id   TEXT,
+    status      TEXT NOT NULL,
+    context     TEXT NOT NULL,
+    tally       TEXT NOT NULL,
+    PRIMARY KEY (set_id, unit_id)
+);
+CREATE INDEX IF NOT EXISTS proj_unit_tallies_by_county ON proj_unit_tallies (set_id, election_id, county_id);
+CREATE TABLE IF NOT EXISTS proj_events (
+    set_id      {big} NOT NULL,
+    event_id    TEXT NOT NULL,
+    unit_key    TEXT NOT NULL,
+    election_id TEXT NOT NULL,
+    part        INTEGER NOT NULL,
+    log_offset  {big} NOT NULL,
+    type        TEXT NOT NULL,
+    recorded_at TEXT NOT NULL,
+    PRIMARY KEY (set_id, event_id)
+);
+CREATE INDEX IF NOT EXISTS proj_events_by_unit ON proj_events (set_id, unit_key, part, log_offset);
+"""
+
+DATA_TABLES = ("proj_positions", "proj_elections", "proj_unit_states", "proj_unit_tallies", "proj_events")
+
+SET_COLUMNS = "set_id, name, version, state, source, rule_set, params, created_at, promoted_at"
+
+
+def now_text() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def set_info(row: Sequence[Any]) -> SetInfo:
+    return SetInfo(int(row[0]), row[1], int(row[2]), row[3], row[4], row[5], row[6], row[7], row[8])
+
+
+Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+QueryIn = Callable[[str, Sequence[Any], Sequence[str], str], list[tuple[Any, ...]]]
+
+
+class SqlReader:
+    """Reads of one set; ``q`` runs a query, ``q_in`` one with a list (``{in}`` marks where)."""
+
+    def __init__(self, set_id: int, q: Query, q_in: QueryIn, ph: str) -> None:
+        self.set_id = set_id
+        self._q = q
+        self._q_in = q_in
+        self._ph = ph
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", self._ph)
+
+    def positions(self) -> dict[int, PositionRow]:
+        rows = self._q(self._sql("SELECT part, next_offset, last_recorded_at FROM proj_positions WHERE set_id = ?"), (self.set_id,))
+        return {int(p): PositionRow(int(p), int(o), r) for p, o, r in rows}
+
+    def elections(self) -> dict[str, ElectionRow]:
+        rows = self._q(self._sql("SELECT election_id, revision, state FROM proj_elections WHERE set_id = ?"), (self.set_id,))
+        return {e: ElectionRow(e, r, s) for e, r, s in rows}
+
+    def election_revisions(self) -> dict[str, str]:
+        rows = self._q(self._sql("SELECT election_id, revision FROM proj_elections WHERE set_id = ?"), (self.set_id,))
+        return {e: r for e, r in rows}
+
+    def unit_states(self, unit_ids: Iterable[str] | None = None, *, election_id: str | None = None) -> dict[str, UnitRow]:
+        base = "SELECT unit_id, election_id, part, state FROM proj_unit_states WHERE set_id = ?"
+        params: list[Any] = [self.set_id]
+        if election_id is not None:
+            base += " AND election_id = ?"
+            params.append(election_id)
+        if unit_ids is None:
+            rows = self._q(self._sql(base), params)
+        else:
+            ids = list(dict.fromkeys(unit_ids))
+            if not ids:
+                return {}
+            rows = self._q_in(self._sql(base + " AND unit_id {in}"), params, ids, "unit_id")
+        return {u: UnitRow(u, e, int(p), s) for u, e, p, s in rows}
+
+    def tallies(
+        self, *, election_id: str | None = None, county_id: str | None = None, unit_ids: Iterable[str] | None = None
+    ) -> dict[str, TallyRow]:
+        base = "SELECT unit_id, election_id, county_id, status, context, tally FROM proj_unit_tallies WHERE set_id = ?"
+        params: list[Any] = [self.set_id]
+        if election_id is not None:
+            base += " AND election_id = ?"
+            params.append(election_id)
+        if county_id is not None:
+            base += " AND county_id = ?"
+            params.append(county_id)
+        if unit_ids is None:
+            rows = self._q(self._sql(base), params)
+        else:
+            ids = list(dict.fromkeys(unit_ids))
+            if not ids:
+                return {}
+            rows = self._q_in(self._sql(base + " AND unit_id {in}"), params, ids, "unit_id")
+        return {r[0]: TallyRow(*r) for r in rows}
+
+    def processed(self, event_ids: Sequence[str]) -> set[str]:
+        ids = list(dict.fromkeys(event_ids))
+        if not ids:
+            return set()
+        rows = self._q_in(self._sql("SELECT event_id FROM proj_events WHERE set_id = ? AND event_id {in}"), [self.set_id], ids, "event_id")
+        return {r[0] for r in rows}
+
+    def events_for(self, unit_key: str) -> list[EventRow]:
+        rows = self._q(
+            self._sql(
+                "SELECT event_id, unit_key, election_id, part, log_offset, type, recorded_at FROM proj_events "
+                "WHERE set_id = ? AND unit_key = ? ORDER BY part, log_offset"
+            ),
+            (self.set_id, unit_key),
+        )
+        return [EventRow(e, k, el, int(p), int(o), t, r) for e, k, el, p, o, t, r in rows]
+
+    def event_count(self) -> int:
+        rows = self._q(self._sql("SELECT COUNT(*) FROM proj_events WHERE set_id = ?"), (self.set_id,))
+        return int(rows[0][0])
+
+
+def upsert_statements(ph: str) -> dict[str, str]:
+    """The upserts a batch needs, with the adapter's placeholder."""
+    p = ph
+    return {
+        "units": (
+            f"INSERT INTO proj_unit_states (set_id, unit_id, election_id, part, state) VALUES ({p}, {p}, {p}, {p}, {p}) "
+            "ON CONFLICT (set_id, unit_id) DO UPDATE SET election_id = excluded.election_id, part = excluded.part, state = excluded.state"
+        ),
+        "tallies": (
+            f"INSERT INTO proj_unit_tallies (set_id, unit_id, election_id, county_id, status, context, tally) "
+            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}) "
+            "ON CONFLICT (set_id, unit_id) DO UPDATE SET election_id = excluded.election_id, county_id = excluded.county_id, "
+            "status = excluded.status, context = excluded.context, tally = excluded.tally"
+        ),
+        "elections": (
+            f"INSERT INTO proj_elections (set_id, election_id, revision, state) VALUES ({p}, {p}, {p}, {p}) "
+            "ON CONFLICT (set_id, election_id) DO UPDATE SET revision = excluded.revision, state = excluded.state"
+        ),
+        "positions": (
+            f"INSERT INTO proj_positions (set_id, part, next_offset, last_recorded_at) VALUES ({p}, {p}, {p}, {p}) "
+            "ON CONFLICT (set_id, part) DO UPDATE SET next_offset = excluded.next_offset, last_recorded_at = excluded.last_recorded_at"
+        ),
+        "events": (
+            f"INSERT INTO proj_events (set_id, event_id, unit_key, election_id, part, log_offset, type, recorded_at) "
+            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+        ),
+    }
+
+
+def change_rows(set_id: int, changes: Changes) -> dict[str, list[tuple[Any, ...]]]:
+    """The parameter tuples of each upsert, in the column order of ``upsert_statements``."""
+    return {
+        "units": [(set_id, u.unit_id, u.election_id, u.partition, u.state) for u in changes.units],
+        "tallies": [(set_id, t.unit_id, t.election_id, t.county_id, t.status, t.context, t.tally) for t in changes.tallies],
+        "elections": [(set_id, e.election_id, e.revision, e.state) for e in changes.elections],
+        "positions": [(set_id, p.partition, p.next_offset, p.last_recorded_at) for p in changes.positions],
+        "events": [
+            (set_id, e.event_id, e.unit_key, e.election_id, e.partition, e.offset, e.type, e.recorded_at) for e in changes.events
+        ],
+    }

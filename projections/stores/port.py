@@ -1,0 +1,210 @@
+"""What a projection store must do, independent of the database behind it.
+
+Why this shape:
+
+* **Exactly once.** A runner commits a batch's view changes, its log positions and the ids of the
+  events it processed in one transaction (``ProjectionStore.transaction``). Inside that transaction
+  it reads the stored positions and processed ids under a lock, so two runners (a Kafka rebalance,
+  an operator starting a second one by mistake) can never both apply the same record.
+* **Versioned sets.** Every row belongs to a *projection set* (``set_id``). A set has a name
+  (``tally``), a version, a state (``building``, ``serving``, ``retired``) and the parameters it was
+  built with (log, rule set). Readers resolve the serving set of a name through one row
+  (``serving``); ``promote`` switches that row in one transaction. So a rebuild (``caucus replay``)
+  builds version N+1 while version N serves, then switches atomically, and the old set can be
+  dropped later.
+* **Only what changed.** ``Changes`` carries the rows a batch changed, nothing else; adapters write
+  them in bulk.
+
+The processed-event ids and the event index are one table: a row per processed event (its id,
+the unit it touched, where it sits in the log, its type and time). The id is its primary key,
+which is the dedupe; the (unit, position) index finds a unit's paper trail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = [
+    "StoreError",
+    "SetNotFound",
+    "SetInfo",
+    "UnitRow",
+    "TallyRow",
+    "ElectionRow",
+    "EventRow",
+    "PositionRow",
+    "Changes",
+    "StoreReader",
+    "StoreTx",
+    "ProjectionStore",
+    "SET_STATES",
+]
+
+SET_STATES = ("building", "serving", "retired")
+
+
+class StoreError(RuntimeError):
+    """The store cannot do what was asked (with the reason spelled out)."""
+
+
+class SetNotFound(StoreError):
+    """No projection set with that id or name."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetInfo:
+    set_id: int
+    name: str
+    version: int
+    state: str
+    source: str
+    rule_set: str | None
+    params: str
+    created_at: str
+    promoted_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnitRow:
+    unit_id: str
+    election_id: str
+    partition: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TallyRow:
+    unit_id: str
+    election_id: str
+    county_id: str | None
+    status: str
+    context: str
+    tally: str
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionRow:
+    election_id: str
+    revision: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    event_id: str
+    unit_key: str
+    election_id: str
+    partition: int
+    offset: int
+    type: str
+    recorded_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class PositionRow:
+    partition: int
+    next_offset: int
+    last_recorded_at: str | None
+
+
+@dataclass
+class Changes:
+    """Everything one batch changed, written in one transaction."""
+
+    units: list[UnitRow] = field(default_factory=list)
+    tallies: list[TallyRow] = field(default_factory=list)
+    elections: list[ElectionRow] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
+    positions: list[PositionRow] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.units or self.tallies or self.elections or self.events or self.positions)
+
+
+class StoreReader(Protocol):
+    """Reads within one projection set, from one consistent snapshot."""
+
+    set_id: int
+
+    def positions(self) -> dict[int, PositionRow]: ...
+
+    def elections(self) -> dict[str, ElectionRow]:
+        """Every election of the set (state JSON included)."""
+        ...
+
+    def election_revisions(self) -> dict[str, str]:
+        """election id -> revision, without the (large) definitions."""
+        ...
+
+    def unit_states(self, unit_ids: Iterable[str] | None = None, *, election_id: str | None = None) -> dict[str, UnitRow]: ...
+
+    def tallies(
+        self, *, election_id: str | None = None, county_id: str | None = None, unit_ids: Iterable[str] | None = None
+    ) -> dict[str, TallyRow]: ...
+
+    def processed(self, event_ids: Sequence[str]) -> set[str]:
+        """Those of ``event_ids`` already applied to this set."""
+        ...
+
+    def events_for(self, unit_key: str) -> list[EventRow]:
+        """Index rows of the events that touched ``unit_key``, in log order."""
+        ...
+
+    def event_count(self) -> int: ...
+
+
+class StoreTx(StoreReader, Protocol):
+    """A write transaction on one set; its reads see everything committed before the lock."""
+
+    def write(self, changes: Changes) -> None: ...
+
+
+class ProjectionStore(Protocol):
+    """The port every store adapter implements (``sqlite.py``, ``postgres.py``)."""
+
+    def describe(self) -> str: ...
+
+    def sets(self, name: str | None = None) -> list[SetInfo]: ...
+
+    def get_set(self, set_id: int) -> SetInfo: ...
+
+    def create_set(self, name: str, *, source: str, rule_set: str | None = None, params: str = "{}") -> SetInfo:
+        """A new, empty set in state ``building``, numbered one above the name's highest version."""
+        ...
+
+    def serving(self, name: str) -> SetInfo | None: ...
+
+    def ensure_serving(self, name: str, *, source: str, rule_set: str | None = None) -> SetInfo:
+        """The serving set of ``name``; if there is none, a new one created and promoted in the same
+        transaction (two runners starting on an empty store get the same set)."""
+        ...
+
+    def promote(self, set_id: int) -> SetInfo:
+        """Make ``set_id`` the serving set of its name, atomically; the previous one is retired."""
+        ...
+
+    def drop_set(self, set_id: int) -> None:
+        """Delete a set's rows. Refuses the serving set."""
+        ...
+
+    def transaction(self, set_id: int) -> AbstractContextManager[StoreTx]:
+        """A write transaction holding the set's lock until commit (or rollback on error)."""
+        ...
+
+    def reader(self, set_id: int) -> AbstractContextManager[StoreReader]:
+        """A read-only snapshot of one set."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def chunks(items: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def as_mapping(rows: Iterable[tuple[int, int, str | None]]) -> Mapping[int, PositionRow]:
+    return {p: PositionRow(p, o, r) for p, o, r in rows}

@@ -1,0 +1,126 @@
+"""Tallies and trails as tables for people (``caucus tally``, ``caucus trail``).
+
+Why separate from the CLI: the same tables serve the command line and tests, and JSON output never
+goes through here (programs get ``to_json`` of the views directly). Candidates are listed by SDE
+(as displayed and summed, the published figure), then by final alignment.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from rich.console import Console
+from rich.table import Table
+
+from projections.queries import TallyView
+from projections.tally import AreaTally, UnitTally
+from projections.trail import Trail, event_details
+
+__all__ = ["area_table", "units_table", "unit_table", "print_area", "print_unit", "print_trail"]
+
+
+def _order(area: AreaTally) -> list[str]:
+    return sorted(area.candidates, key=lambda c: (-area.sde_display_sum.get(c, Decimal(0)), -area.final.get(c, 0), c))
+
+
+def area_table(area: AreaTally, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("candidate", "first", "final", "CDs", "SDE"):
+        table.add_column(col, justify="left" if col == "candidate" else "right")
+    for c in _order(area):
+        table.add_row(c, f"{area.first.get(c, 0):,}", f"{area.final.get(c, 0):,}", f"{area.cds.get(c, 0):,}", f"{area.sde_display_sum.get(c, Decimal(0)):,.4f}")
+    table.add_row(
+        "total", f"{sum(area.first.values()):,}", f"{sum(area.final.values()):,}", f"{sum(area.cds.values()):,}",
+        f"{sum(area.sde_display_sum.values(), Decimal(0)):,.4f}", style="bold",
+    )
+    return table
+
+
+def _reporting_line(area: AreaTally) -> str:
+    pct = float(area.share_reporting) * 100
+    extra = []
+    if area.units_pending:
+        extra.append(f"{area.units_pending} with a coin toss pending")
+    if area.units_with_problems:
+        extra.append(f"{area.units_with_problems} with problems")
+    tail = f" ({'; '.join(extra)})" if extra else ""
+    return f"units reporting: {area.units_reporting:,} of {area.units_defined:,} ({pct:.1f}%){tail}"
+
+
+def units_table(units: list[UnitTally], candidates: list[str], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("unit")
+    table.add_column("name")
+    table.add_column("status")
+    table.add_column("D", justify="right")
+    for c in candidates:
+        table.add_column(f"{c}\nfinal/CDs/SDE", justify="right")
+    for u in sorted(units, key=lambda t: (t.name or "", t.unit_id)):
+        status = u.status + (f" ({u.stage})" if u.stage else "") + (" [tie pending]" if u.pending else "")
+        cells = [f"{u.final.get(c, 0)}/{u.cds.get(c, 0)}/{u.sde_display.get(c, Decimal(0)):.4f}" for c in candidates]
+        table.add_row(u.unit_id, u.name or "?", status, "" if u.delegates is None else str(u.delegates), *cells)
+    return table
+
+
+def unit_table(u: UnitTally, candidates: list[str]) -> Table:
+    table = Table(title=f"{u.name or u.unit_id} ({u.unit_id})", title_justify="left")
+    for col in ("candidate", "first", "final", "CDs reported", "CDs computed", "CDs", "SDE exact", "SDE"):
+        table.add_column(col, justify="left" if col == "candidate" else "right")
+    for c in candidates:
+        exact = u.sde.get(c)
+        table.add_row(
+            c, str(u.first.get(c, 0)), str(u.final.get(c, 0)),
+            "-" if u.cds_reported is None else str(u.cds_reported.get(c, 0)),
+            "-" if u.cds_computed is None else str(u.cds_computed.get(c, 0)),
+            str(u.cds.get(c, 0)),
+            "-" if exact is None else str(exact),
+            f"{u.sde_display.get(c, Decimal(0)):.4f}",
+        )
+    return table
+
+
+def print_area(console: Console, view: TallyView, area: AreaTally, title: str) -> None:
+    meta = view.meta()
+    console.print(f"{meta['election'] or meta['election_id']}  rule set {meta['rule_set']}  "
+                  f"(projection {view.set.name} v{view.set.version}{', certified' if meta['certified'] else ''})")
+    console.print(_reporting_line(area))
+    console.print(area_table(area, title))
+
+
+def print_unit(console: Console, view: TallyView, u: UnitTally) -> None:
+    candidates = list(view.context.candidates) or sorted(u.first)
+    console.print(unit_table(u, candidates))
+    status = u.status + (f" ({u.stage})" if u.stage else "")
+    console.print(
+        f"status {status}; D {u.delegates} ({u.delegates_source}); T {u.attendance} ({u.attendance_source}); "
+        f"threshold {u.threshold}; official CDs: {u.cds_source}; SDE weight {u.sde_weight}"
+    )
+    for p in u.pending:
+        console.print(f"tie pending: {p.seats} seat(s) among {', '.join(p.contenders)}: {p.reason}")
+    if u.rejected:
+        console.print(f"rejected submissions: {u.rejected}")
+    for problem in u.problems:
+        console.print(f"problem: {problem}")
+
+
+def print_trail(console: Console, trail: Trail) -> None:
+    if not trail.entries:
+        console.print(f"no events for unit {trail.unit_id!r} in the log")
+        return
+    for e in trail.entries:
+        env = e.event.envelope
+        flag = "" if e.projected else "  [not projected yet]"
+        console.print(
+            f"[bold]{e.position}[/bold]  {env.recorded_at:%Y-%m-%d %H:%M:%S}  {e.event.type}  by {env.actor} via {env.channel.value}"
+            f"  (occurred {env.occurred_at:%Y-%m-%d %H:%M:%S}){flag}",
+            highlight=False,
+        )
+        details = event_details(e.event)
+        for key in ("stage", "reason", "authority", "supersedes", "contenders", "winners", "method", "caller", "witnesses", "errors"):
+            if details.get(key):
+                console.print(f"    {key}: {details[key]}", highlight=False)
+        for change in e.changes:
+            console.print(f"    * {change}", highlight=False)
+        t = e.tally
+        won = ", ".join(f"{c} {t.cds[c]} CD / {t.sde_display.get(c, Decimal(0)):.4f}" for c in t.cds if t.cds[c])
+        console.print(f"    tally: {t.status}{' (' + t.stage + ')' if t.stage else ''}; {won or 'no delegates'}", highlight=False)

@@ -1,0 +1,553 @@
+"""Tallies: a unit's numbers, computed and as reported, and their sums per county and statewide.
+
+Why a tally is a pure function of (unit state, election state, rule set): the election definition
+lives in one partition and the units in others, and several runners may read them in any order.
+Computing a unit's tally from the two states, never from the order they arrived in, makes the
+result the same whoever saw what first; the runner recomputes every unit of an election when its
+definition changes.
+
+What a unit tally holds (RULES.md §1, §5, §8, §9):
+
+* first and final alignment per candidate (every candidate of the election, 0 if absent);
+* T: the attendance reported with the result, else the attendance recorded when the unit opened,
+  else the first-alignment total (``attendance_source`` says which);
+* D: the apportioned delegates, or for a satellite ``satellite_delegates(T)``;
+* county delegates three ways: as the chair reported them, as the rule set computes them (with any
+  tie still pending), and the official figure: the reported ones where the chair reported them,
+  the computed ones otherwise (``cds_source``);
+* SDEs of the official CDs, exact and as displayed (4 dp). A unit's SDE weight is its
+  ``sde_weight`` when the definition gives one, else D x the county ratio; a candidate's SDE is
+  weight x CDs / D. For satellites the weight is shared over the CDs the satellite actually
+  awarded: three 2020 satellites awarded one delegate above the attendance table, and the
+  published SDEs split their weight over that larger number (RULES.md §17.4).
+
+County and state totals are sums over the units the election defines; SDE totals come two ways:
+the exact sum, and the sum of the displayed per-unit values, which is how the party published them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, Protocol
+
+from ledger.events import County, UnitDefinition
+from projections.caucus_math import CaucusMathError, TieResolution, display_sde, get_rule_set, satellite_delegates
+from projections.reducers import ElectionState, UnitState, UnitStatus, canonical_json
+
+__all__ = [
+    "RuleSetLike",
+    "ElectionContext",
+    "election_context",
+    "context_key",
+    "PendingTieView",
+    "UnitTally",
+    "compute_unit_tally",
+    "AreaTally",
+    "aggregate",
+    "aggregate_counties",
+    "fraction_text",
+    "parse_fraction",
+]
+
+
+class RuleSetLike(Protocol):
+    """What the tallies need from ``projections.caucus_math``'s rule sets."""
+
+    name: str
+
+    def allocate(self, *, delegates: int, attendance: int | None, first: Mapping[str, int],
+                 final: Mapping[str, int], ties: tuple[TieResolution, ...] = ()) -> Any: ...
+
+
+_ZERO = Fraction(0)
+_ZERO_SHOWN = Decimal("0.0000")
+
+
+def _shown(value: Fraction) -> Decimal:
+    """``display_sde`` for the non-negative values a tally holds, without its input checks (this is
+    the hot path of every tally; a test holds the two equal)."""
+    num, den = value.numerator, value.denominator
+    return Decimal((2 * num * 10_000 + den) // (2 * den)).scaleb(-4)
+
+
+def fraction_text(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def parse_fraction(text: str) -> Fraction:
+    num, _, den = text.partition("/")
+    return Fraction(int(num), int(den or 1))
+
+
+@functools.lru_cache(maxsize=16)
+def _rule_set(name: str) -> RuleSetLike:
+    return get_rule_set(name)
+
+
+@dataclass(frozen=True)
+class ElectionContext:
+    """An election's definition indexed for tallies, with its rule set resolved once.
+
+    ``key`` changes whenever anything a unit tally depends on changes (a new definition, a
+    certification, another rule set): tallies computed under another key are stale.
+    """
+
+    state: ElectionState
+    rule_set_name: str | None
+    rules: RuleSetLike | None
+    rules_error: str | None
+    candidates: tuple[str, ...]
+    units: Mapping[str, UnitDefinition]
+    counties: Mapping[str, County]
+    key: str
+
+    @property
+    def election_id(self) -> str:
+        return self.state.election_id
+
+    @property
+    def defined(self) -> bool:
+        return self.state.definition is not None
+
+    @property
+    def certified(self) -> bool:
+        return self.state.certified_by is not None
+
+    def county_of(self, unit_id: str) -> str | None:
+        unit = self.units.get(unit_id)
+        return None if unit is None else unit.county_id
+
+
+def context_key(state: ElectionState | None, rule_set: str | None = None) -> str:
+    """What a unit tally depends on besides the unit: the definition, certification, rule set."""
+    if state is None:
+        return f"-|-|{rule_set or '-'}"
+    name = rule_set or (state.definition.rule_set if state.definition is not None else None)
+    return f"{state.defined_by or '-'}|{state.certified_by or '-'}|{name or '-'}"
+
+
+def election_context(
+    state: ElectionState | None, election_id: str = "", *, rule_set: str | None = None,
+    rules: RuleSetLike | None = None,
+) -> ElectionContext:
+    """Index ``state`` (None: the election is not defined yet) for tallies.
+
+    ``rule_set`` overrides the election's own rule set (an auditor comparing 2016 and 2020
+    rules); ``rules`` injects a rule-set object directly.
+    """
+    st = state if state is not None else ElectionState(election_id=election_id)
+    defn = st.definition
+    name = rule_set or (defn.rule_set if defn is not None else None)
+    err: str | None = None
+    if rules is None and name is not None:
+        try:
+            rules = _rule_set(name)
+        except (KeyError, ValueError, LookupError) as exc:
+            err = f"rule set {name!r} is not available: {exc}"
+    units = {u.unit_id: u for u in defn.units} if defn else {}
+    counties = {c.county_id: c for c in defn.counties} if defn else {}
+    key = context_key(st, rule_set)
+    return ElectionContext(st, name, rules, err, tuple(defn.candidates) if defn else (), units, counties, key)
+
+
+@dataclass(frozen=True)
+class PendingTieView:
+    contenders: tuple[str, ...]
+    seats: int
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"contenders": list(self.contenders), "seats": self.seats, "reason": self.reason}
+
+
+def _counts(candidates: Iterable[str], values: Mapping[str, int] | None) -> dict[str, int]:
+    out = dict.fromkeys(candidates, 0)
+    if values:
+        for k, v in values.items():
+            out[k] = int(v)
+    return out
+
+
+@dataclass(frozen=True)
+class UnitTally:
+    """One unit's tally (see module docstring). Maps are keyed by every candidate of the election."""
+
+    unit_id: str
+    election_id: str
+    name: str | None
+    county_id: str | None
+    satellite_group: str | None
+    defined: bool
+    status: str
+    stage: str | None
+    reporting: bool
+    rule_set: str | None
+    delegates: int | None
+    delegates_source: str | None
+    attendance: int | None
+    attendance_source: str | None
+    threshold: int | None
+    first: Mapping[str, int]
+    final: Mapping[str, int]
+    cds_reported: Mapping[str, int] | None
+    cds_computed: Mapping[str, int] | None
+    cds: Mapping[str, int]
+    cds_source: str | None
+    viable_first: tuple[str, ...]
+    viable_final: tuple[str, ...]
+    must_realign: tuple[str, ...]
+    pending: tuple[PendingTieView, ...]
+    ties_applied: tuple[str, ...]
+    sde_weight: Fraction | None
+    sde_divisor: int | None
+    sde: Mapping[str, Fraction]
+    sde_display: Mapping[str, Decimal]
+    rejected: int
+    result_event_id: str | None
+    result_recorded_at: str | None
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def settled(self) -> bool:
+        return not self.pending
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unit_id": self.unit_id,
+            "election_id": self.election_id,
+            "name": self.name,
+            "county_id": self.county_id,
+            "satellite_group": self.satellite_group,
+            "defined": self.defined,
+            "status": self.status,
+            "stage": self.stage,
+            "reporting": self.reporting,
+            "rule_set": self.rule_set,
+            "delegates": self.delegates,
+            "delegates_source": self.delegates_source,
+            "attendance": self.attendance,
+            "attendance_source": self.attendance_source,
+            "threshold": self.threshold,
+            "first": dict(self.first),
+            "final": dict(self.final),
+            "cds_reported": None if self.cds_reported is None else dict(self.cds_reported),
+            "cds_computed": None if self.cds_computed is None else dict(self.cds_computed),
+            "cds": dict(self.cds),
+            "cds_source": self.cds_source,
+            "viable_first": list(self.viable_first),
+            "viable_final": list(self.viable_final),
+            "must_realign": list(self.must_realign),
+            "pending": [p.to_json() for p in self.pending],
+            "settled": self.settled,
+            "ties_applied": list(self.ties_applied),
+            "sde_weight": None if self.sde_weight is None else fraction_text(self.sde_weight),
+            "sde_divisor": self.sde_divisor,
+            "sde": {k: fraction_text(v) for k, v in self.sde.items()},
+            "sde_display": {k: str(v) for k, v in self.sde_display.items()},
+            "rejected": self.rejected,
+            "result_event_id": self.result_event_id,
+            "result_recorded_at": self.result_recorded_at,
+            "problems": list(self.problems),
+        }
+
+    def dumps(self) -> str:
+        return canonical_json(self.to_json())
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> UnitTally:
+        return cls(
+            unit_id=d["unit_id"],
+            election_id=d["election_id"],
+            name=d.get("name"),
+            county_id=d.get("county_id"),
+            satellite_group=d.get("satellite_group"),
+            defined=d["defined"],
+            status=d["status"],
+            stage=d.get("stage"),
+            reporting=d["reporting"],
+            rule_set=d.get("rule_set"),
+            delegates=d.get("delegates"),
+            delegates_source=d.get("delegates_source"),
+            attendance=d.get("attendance"),
+            attendance_source=d.get("attendance_source"),
+            threshold=d.get("threshold"),
+            first=d["first"],
+            final=d["final"],
+            cds_reported=d.get("cds_reported"),
+            cds_computed=d.get("cds_computed"),
+            cds=d["cds"],
+            cds_source=d.get("cds_source"),
+            viable_first=tuple(d.get("viable_first", ())),
+            viable_final=tuple(d.get("viable_final", ())),
+            must_realign=tuple(d.get("must_realign", ())),
+            pending=tuple(PendingTieView(tuple(p["contenders"]), p["seats"], p["reason"]) for p in d.get("pending", ())),
+            ties_applied=tuple(d.get("ties_applied", ())),
+            sde_weight=None if d.get("sde_weight") is None else parse_fraction(d["sde_weight"]),
+            sde_divisor=d.get("sde_divisor"),
+            sde={k: parse_fraction(v) for k, v in d.get("sde", {}).items()},
+            sde_display={k: Decimal(v) for k, v in d.get("sde_display", {}).items()},
+            rejected=d.get("rejected", 0),
+            result_event_id=d.get("result_event_id"),
+            result_recorded_at=d.get("result_recorded_at"),
+            problems=tuple(d.get("problems", ())),
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> UnitTally:
+        return cls.from_json(json.loads(text))
+
+
+def _status(state: UnitState, ctx: ElectionContext) -> str:
+    if state.result is not None and ctx.certified and state.status is not UnitStatus.CERTIFIED:
+        return UnitStatus.CERTIFIED.value
+    return state.status.value
+
+
+def _resolutions(state: UnitState, problems: list[str]) -> tuple[TieResolution, ...]:
+    out = []
+    for t in state.ties:
+        try:
+            out.append(TieResolution(t.contenders, t.seats, t.winners, t.method))  # type: ignore[arg-type]
+        except CaucusMathError as exc:
+            problems.append(f"coin toss {t.event_id} cannot be used: {exc}")
+    return tuple(out)
+
+
+def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
+    """The tally of one unit under ``ctx`` (pure; never raises for bad data, records problems)."""
+    problems: list[str] = []
+    unit = ctx.units.get(state.unit_id)
+    county = ctx.counties.get(unit.county_id) if unit is not None else None
+    if not ctx.defined:
+        problems.append(f"election {ctx.election_id!r} is not defined (yet): no ElectionDefined seen")
+    elif unit is None:
+        problems.append(f"unit {state.unit_id!r} is not in the definition of election {ctx.election_id!r}")
+    elif county is None:
+        problems.append(f"county {unit.county_id!r} of unit {state.unit_id!r} is not in the definition")
+    candidates = ctx.candidates
+    result = state.result
+    first = _counts(candidates, result.first_alignment if result else None)
+    final = _counts(candidates, result.final_alignment if result else None)
+    reported = None if result is None or result.delegates_reported is None else _counts(candidates, result.delegates_reported)
+
+    # T and D
+    attendance: int | None = None
+    att_source: str | None = None
+    if result is not None:
+        if result.attendance is not None:
+            attendance, att_source = result.attendance, "reported"
+        elif state.attendance_opened is not None:
+            attendance, att_source = state.attendance_opened, "opened"
+        else:
+            attendance, att_source = sum(first.values()), "first_alignment"
+    elif state.attendance_opened is not None:
+        attendance, att_source = state.attendance_opened, "opened"
+    delegates: int | None = None
+    d_source: str | None = None
+    if unit is not None:
+        if unit.delegates is not None:
+            delegates, d_source = unit.delegates, "apportioned"
+        elif attendance is not None:
+            try:
+                delegates, d_source = satellite_delegates(attendance), "attendance"
+            except CaucusMathError as exc:
+                problems.append(str(exc))
+
+    # County delegates, computed by the rule set
+    computed: dict[str, int] | None = None
+    threshold = None
+    pending: tuple[PendingTieView, ...] = ()
+    viable_first: tuple[str, ...] = ()
+    viable_final: tuple[str, ...] = ()
+    must_realign: tuple[str, ...] = ()
+    applied: tuple[str, ...] = ()
+    if ctx.rules_error:
+        problems.append(ctx.rules_error)
+    if result is not None and delegates is not None and ctx.rules is not None:
+        ties = _resolutions(state, problems)
+        known_t = attendance if att_source in ("reported", "opened") else None
+        try:
+            alloc = ctx.rules.allocate(delegates=delegates, attendance=known_t, first=first, final=final, ties=ties)
+        except CaucusMathError as exc:
+            problems.append(f"delegates cannot be computed: {exc}")
+        else:
+            computed = _counts(candidates, alloc.delegates)
+            threshold = alloc.threshold
+            pending = tuple(PendingTieView(tuple(p.contenders), p.seats, p.reason) for p in alloc.pending)
+            viable_first = tuple(sorted(alloc.viable_first))
+            viable_final = tuple(sorted(alloc.viable_final))
+            must_realign = tuple(sorted(alloc.must_realign))
+            by_key = {(t.contenders, t.seats): t.event_id for t in state.ties}
+            applied = tuple(by_key.get((tuple(r.contenders), r.seats), "") for r in alloc.applied_ties)
+
+    if reported is not None:
+        official, cds_source = reported, "reported"
+    elif computed is not None:
+        official, cds_source = computed, "computed"
+    else:
+        official, cds_source = _counts(candidates, None), None
+    if reported is not None and delegates is not None and sum(reported.values()) != delegates:
+        problems.append(f"reported county delegates add up to {sum(reported.values())}, the unit elects {delegates}")
+
+    # SDEs of the official county delegates
+    weight: Fraction | None = None
+    divisor: int | None = None
+    sde: dict[str, Fraction] = {}
+    if unit is not None and delegates is not None:
+        if unit.sde_weight is not None:
+            weight = unit.sde_weight
+        elif county is not None:
+            weight = delegates * county.sde_ratio
+        awarded = sum(official.values())
+        divisor = awarded if (unit.delegates is None and awarded > 0) else delegates
+    if weight is not None and result is not None:
+        per_cd = weight / divisor if divisor else Fraction(0)
+        sde = {c: (per_cd * n if n else _ZERO) for c, n in official.items()}
+    display = {c: (_shown(v) if v else _ZERO_SHOWN) for c, v in sde.items()}
+
+    return UnitTally(
+        unit_id=state.unit_id,
+        election_id=state.election_id,
+        name=unit.name if unit else None,
+        county_id=unit.county_id if unit else None,
+        satellite_group=unit.satellite_group if unit else None,
+        defined=unit is not None,
+        status=_status(state, ctx),
+        stage=state.stage,
+        reporting=result is not None,
+        rule_set=ctx.rule_set_name,
+        delegates=delegates,
+        delegates_source=d_source,
+        attendance=attendance,
+        attendance_source=att_source,
+        threshold=threshold,
+        first=first,
+        final=final,
+        cds_reported=reported,
+        cds_computed=computed,
+        cds=official,
+        cds_source=cds_source,
+        viable_first=viable_first,
+        viable_final=viable_final,
+        must_realign=must_realign,
+        pending=pending if cds_source == "computed" else (),
+        ties_applied=applied,
+        sde_weight=weight,
+        sde_divisor=divisor,
+        sde=sde,
+        sde_display=display,
+        rejected=state.rejected,
+        result_event_id=state.result_event_id,
+        result_recorded_at=state.result_recorded_at,
+        problems=tuple(problems),
+    )
+
+
+@dataclass
+class AreaTally:
+    """Sums over the units of one area (a county, or the state when ``area`` is ``"state"``)."""
+
+    area: str
+    name: str
+    candidates: tuple[str, ...]
+    units_defined: int = 0
+    units_reporting: int = 0
+    units_pending: int = 0
+    units_with_problems: int = 0
+    first: dict[str, int] = field(default_factory=dict)
+    final: dict[str, int] = field(default_factory=dict)
+    cds: dict[str, int] = field(default_factory=dict)
+    cds_computed: dict[str, int] = field(default_factory=dict)
+    cds_reported: dict[str, int] = field(default_factory=dict)
+    sde: dict[str, Fraction] = field(default_factory=dict)
+    sde_display_sum: dict[str, Decimal] = field(default_factory=dict)
+
+    @property
+    def share_reporting(self) -> Fraction:
+        return Fraction(self.units_reporting, self.units_defined) if self.units_defined else Fraction(0)
+
+    def add(self, t: UnitTally) -> None:
+        if not t.reporting:
+            return
+        self.units_reporting += 1
+        self.units_pending += bool(t.pending)
+        self.units_with_problems += bool(t.problems)
+        for target, source in ((self.first, t.first), (self.final, t.final), (self.cds, t.cds)):
+            for c, n in source.items():
+                target[c] = target.get(c, 0) + n
+        if t.cds_computed is not None:
+            for c, n in t.cds_computed.items():
+                self.cds_computed[c] = self.cds_computed.get(c, 0) + n
+        if t.cds_reported is not None:
+            for c, n in t.cds_reported.items():
+                self.cds_reported[c] = self.cds_reported.get(c, 0) + n
+        for c, v in t.sde.items():
+            self.sde[c] = self.sde.get(c, Fraction(0)) + v
+        for c, v in t.sde_display.items():
+            self.sde_display_sum[c] = self.sde_display_sum.get(c, Decimal("0.0000")) + v
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "area": self.area,
+            "name": self.name,
+            "candidates": list(self.candidates),
+            "units_defined": self.units_defined,
+            "units_reporting": self.units_reporting,
+            "share_reporting": float(self.share_reporting),
+            "units_pending_ties": self.units_pending,
+            "units_with_problems": self.units_with_problems,
+            "first": dict(self.first),
+            "final": dict(self.final),
+            "cds": dict(self.cds),
+            "cds_computed": dict(self.cds_computed),
+            "cds_reported": dict(self.cds_reported),
+            "sde_exact": {c: fraction_text(v) for c, v in self.sde.items()},
+            "sde_exact_decimal": {c: str(display_sde(v)) for c, v in self.sde.items()},
+            "sde_display_sum": {c: str(v) for c, v in self.sde_display_sum.items()},
+        }
+
+
+def _empty(area: str, name: str, candidates: tuple[str, ...]) -> AreaTally:
+    zero = dict.fromkeys(candidates, 0)
+    return AreaTally(
+        area, name, candidates, first=dict(zero), final=dict(zero), cds=dict(zero),
+        cds_computed=dict(zero), cds_reported=dict(zero),
+        sde=dict.fromkeys(candidates, Fraction(0)), sde_display_sum=dict.fromkeys(candidates, Decimal("0.0000")),
+    )
+
+
+def aggregate(ctx: ElectionContext, tallies: Iterable[UnitTally], county_id: str | None = None) -> AreaTally:
+    """Statewide (or one county's) sums over the units the election defines.
+
+    Units the definition does not list are left out (they cannot be placed in a county and would
+    be counted twice if their id was mistyped); ``caucus tally`` lists them separately.
+    """
+    if county_id is None:
+        area = _empty("state", ctx.state.definition.name if ctx.state.definition else ctx.election_id, ctx.candidates)
+        area.units_defined = len(ctx.units)
+    else:
+        county = ctx.counties.get(county_id)
+        area = _empty(county_id, county.name if county else county_id, ctx.candidates)
+        area.units_defined = sum(1 for u in ctx.units.values() if u.county_id == county_id)
+    for t in tallies:
+        if t.unit_id in ctx.units and (county_id is None or ctx.units[t.unit_id].county_id == county_id):
+            area.add(t)
+    return area
+
+
+def aggregate_counties(ctx: ElectionContext, tallies: Iterable[UnitTally]) -> dict[str, AreaTally]:
+    """Every county's sums in one pass, keyed by county id, in definition order."""
+    out = {cid: _empty(cid, c.name, ctx.candidates) for cid, c in ctx.counties.items()}
+    for u in ctx.units.values():
+        if u.county_id in out:
+            out[u.county_id].units_defined += 1
+    for t in tallies:
+        unit = ctx.units.get(t.unit_id)
+        if unit is not None and unit.county_id in out:
+            out[unit.county_id].add(t)
+    return out

@@ -1,0 +1,220 @@
+"""The paper trail of one unit: every event that touched it, in log order, and its tally after each.
+
+How it is computed (and why): the projection's event index (``proj_events``) knows where each of
+the unit's events sits in the log. The trail reads exactly those records back from the log, the
+source of truth, not from the store, and replays them through the same reducer and tally code as
+the runner, so each step shows what the projection computed at that point. Events of the unit that
+the projection has not reached yet (beyond its stored position) are read from the log too and
+marked ``projected: false``. Tallies use the election definition as the projection holds it now.
+
+Reading single positions through the ``EventLog`` port costs one short read per contiguous run
+of offsets; a unit has a handful of events, so this stays cheap on either log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from ledger.codec import Codec, default_codec
+from ledger.events import (
+    Event,
+    ResultCorrected,
+    ResultReported,
+    ResultsCertified,
+    SubmissionRejected,
+    TieBroken,
+    UnitOpened,
+)
+from ledger.log.partitioning import partition_for
+from ledger.log.port import EventLog, Position, StoredRecord
+from projections.reducers import ElectionState, UnitState, apply_unit
+from projections.stores.port import StoreReader
+from projections.tally import ElectionContext, UnitTally, compute_unit_tally, election_context
+
+__all__ = ["TrailEntry", "Trail", "unit_trail", "describe_changes"]
+
+
+@dataclass(frozen=True)
+class TrailEntry:
+    position: Position
+    event: Event[Any]
+    projected: bool
+    changes: tuple[str, ...]
+    state: UnitState
+    tally: UnitTally
+
+    def to_json(self) -> dict[str, Any]:
+        env = self.event.envelope
+        return {
+            "position": str(self.position),
+            "projected": self.projected,
+            "event_id": env.event_id,
+            "type": self.event.type,
+            "actor": env.actor,
+            "channel": env.channel.value,
+            "occurred_at": env.occurred_at.isoformat(),
+            "recorded_at": env.recorded_at.isoformat(),
+            "idempotency_key": env.idempotency_key,
+            "details": event_details(self.event),
+            "changes": list(self.changes),
+            "tally": self.tally.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class Trail:
+    unit_id: str
+    election_id: str | None
+    entries: tuple[TrailEntry, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"unit_id": self.unit_id, "election_id": self.election_id, "events": [e.to_json() for e in self.entries]}
+
+
+def event_details(event: Event[Any]) -> dict[str, Any]:
+    """The parts of a payload a reader of the trail needs (reason, authority, errors, toss)."""
+    p = event.payload
+    if isinstance(p, ResultReported):
+        return {"reporter": p.reporter, "warnings": [f"{w.field}: {w.message}" for w in p.warnings]}
+    if isinstance(p, ResultCorrected):
+        return {
+            "stage": p.stage.value, "reason": p.reason, "authority": p.authority, "supersedes": p.supersedes,
+            "warnings": [f"{w.field}: {w.message}" for w in p.warnings],
+        }
+    if isinstance(p, TieBroken):
+        return {
+            "contenders": list(p.contenders), "seats": p.seats, "winners": list(p.winners), "method": p.method.value,
+            "caller": p.caller, "witnesses": list(p.witnesses), "reason": p.reason,
+        }
+    if isinstance(p, SubmissionRejected):
+        return {
+            "command": p.command, "sender": p.sender, "raw_input": p.raw_input,
+            "errors": [{"field": e.field, "code": e.code, "message": e.message} for e in p.errors],
+        }
+    if isinstance(p, UnitOpened):
+        return {"attendance": p.attendance}
+    if isinstance(p, ResultsCertified):
+        return {"authority": p.authority, "statement": p.statement}
+    return {}
+
+
+def _diff_counts(label: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
+    b, a = dict(before or {}), dict(after or {})
+    out = []
+    for k in sorted(set(b) | set(a)):
+        if b.get(k, 0) != a.get(k, 0):
+            out.append(f"{label} {k}: {b.get(k, 0)} -> {a.get(k, 0)}")
+    return out
+
+
+def describe_changes(before: UnitState | None, after: UnitState, t_before: UnitTally | None, t_after: UnitTally) -> tuple[str, ...]:
+    """What an event changed, in words: status, numbers, delegates, SDEs, ties, rejections."""
+    out: list[str] = []
+    status_b = (t_before.status, t_before.stage) if t_before else ("not_reported", None)
+    if status_b != (t_after.status, t_after.stage):
+        fmt = lambda s: s[0] + (f" ({s[1]})" if s[1] else "")  # noqa: E731
+        out.append(f"status: {fmt(status_b)} -> {fmt((t_after.status, t_after.stage))}")
+    if (before.attendance_opened if before else None) != after.attendance_opened:
+        out.append(f"attendance at opening: {before.attendance_opened if before else None} -> {after.attendance_opened}")
+    if t_before is None or t_before.attendance != t_after.attendance:
+        if t_after.attendance is not None:
+            out.append(f"T (attendance used): {t_before.attendance if t_before else None} -> {t_after.attendance} ({t_after.attendance_source})")
+    if t_before is None or t_before.delegates != t_after.delegates:
+        if t_after.delegates is not None:
+            out.append(f"D: {t_before.delegates if t_before else None} -> {t_after.delegates} ({t_after.delegates_source})")
+    out += _diff_counts("first", t_before.first if t_before else None, t_after.first)
+    out += _diff_counts("final", t_before.final if t_before else None, t_after.final)
+    out += _diff_counts("CDs reported", t_before.cds_reported if t_before else None, t_after.cds_reported)
+    out += _diff_counts("CDs computed", t_before.cds_computed if t_before else None, t_after.cds_computed)
+    out += _diff_counts("CDs", t_before.cds if t_before else None, t_after.cds)
+    zero = Decimal("0.0000")
+    sde_b = dict(t_before.sde_display) if t_before else {}
+    for k in sorted(set(sde_b) | set(t_after.sde_display)):
+        if sde_b.get(k, zero) != t_after.sde_display.get(k, zero):
+            out.append(f"SDE {k}: {sde_b.get(k, zero)} -> {t_after.sde_display.get(k, zero)}")
+    pend_b = {(p.contenders, p.seats) for p in (t_before.pending if t_before else ())}
+    pend_a = {(p.contenders, p.seats) for p in t_after.pending}
+    for c, s in sorted(pend_a - pend_b):
+        out.append(f"tie pending: {s} seat(s) among {', '.join(c)}")
+    for c, s in sorted(pend_b - pend_a):
+        out.append(f"tie settled: {s} seat(s) among {', '.join(c)}")
+    if (before.rejected if before else 0) != after.rejected:
+        out.append(f"rejected submissions: {before.rejected if before else 0} -> {after.rejected}")
+    if before is not None and before.ties != after.ties and not (pend_b - pend_a):
+        out.append("coin toss recorded (matches no tie of the current result)")
+    return tuple(out)
+
+
+def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:
+    """Contiguous runs (first, count) of sorted offsets."""
+    start = prev = offsets[0]
+    for off in offsets[1:]:
+        if off != prev + 1:
+            yield start, prev - start + 1
+            start = off
+        prev = off
+    yield start, prev - start + 1
+
+
+def _read_positions(log: EventLog, partition: int, offsets: list[int], marks: dict[int, int]) -> list[StoredRecord]:
+    out: list[StoredRecord] = []
+    for first, count in _runs(sorted(set(offsets))):
+        start = {p: m for p, m in marks.items()}
+        start[partition] = first
+        out.extend(log.read(start, max_records=count))
+    return out
+
+
+def _read_tail(log: EventLog, partition: int, start_offset: int, marks: dict[int, int], key: str) -> list[StoredRecord]:
+    if marks.get(partition, 0) <= start_offset:
+        return []
+    start = dict(marks)
+    start[partition] = start_offset
+    return [r for r in log.read(start) if r.key == key]
+
+
+def unit_trail(
+    log: EventLog,
+    reader: StoreReader,
+    unit_id: str,
+    *,
+    codec: Codec | None = None,
+    rule_set: str | None = None,
+    context: ElectionContext | None = None,
+) -> Trail:
+    codec = codec or default_codec()
+    rows = reader.events_for(unit_id)
+    marks = log.high_watermarks()
+    partition = rows[0].partition if rows else partition_for(unit_id, log.partitions)
+    records = _read_positions(log, partition, [r.offset for r in rows], marks) if rows else []
+    stored = reader.positions()
+    tail_from = stored[partition].next_offset if partition in stored else 0
+    tail = _read_tail(log, partition, tail_from, marks, unit_id)
+    indexed = {r.offset for r in rows}
+    events = [(rec, codec.decode(rec.value), True) for rec in records]
+    events += [(rec, codec.decode(rec.value), False) for rec in tail if rec.position.offset not in indexed]
+    events.sort(key=lambda item: item[0].position)
+
+    election_id = events[0][1].envelope.election_id if events else None
+    if context is None:
+        state: ElectionState | None = None
+        if election_id is not None:
+            row = reader.elections().get(election_id)
+            state = ElectionState.loads(row.state) if row else None
+        context = election_context(state, election_id or "", rule_set=rule_set)
+    entries = []
+    prev_state: UnitState | None = None
+    prev_tally: UnitTally | None = None
+    seen: set[str] = set()
+    for rec, event, projected in events:
+        if event.event_id in seen:
+            continue  # a retry stored twice: the projection dropped it too
+        seen.add(event.event_id)
+        new_state = apply_unit(prev_state, event)
+        tally = compute_unit_tally(new_state, context)
+        entries.append(TrailEntry(rec.position, event, projected, describe_changes(prev_state, new_state, prev_tally, tally), new_state, tally))
+        prev_state, prev_tally = new_state, tally
+    return Trail(unit_id, election_id, tuple(entries))

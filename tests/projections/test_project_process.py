@@ -1,0 +1,119 @@
+"""``caucus project`` as a process: SIGKILL mid-run then restart, SIGTERM stops cleanly, a lost log
+exits non-zero. Waits on what the store shows, never on sleeps."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from ledger.journal import Journal
+from ledger.log.sqlite import SqliteLog
+from projections.runner import ProjectionRunner
+from projections.sources import EmbeddedSource
+from projections.stores.port import ProjectionStore
+
+CAUCUS = str(Path(sys.executable).parent / "caucus")
+Open = Callable[[], ProjectionStore]
+
+
+def _cli(data_dir: Path, database: str | None, *args: str) -> list[str]:
+    cmd = [CAUCUS, "--data-dir", str(data_dir)]
+    if database:
+        cmd += ["--database", database]
+    return [*cmd, *args]
+
+
+def _cli_store(data_dir: Path, database: str | None) -> ProjectionStore:
+    if database:
+        from projections.stores.postgres import PostgresStore
+
+        return PostgresStore(database)
+    from projections.stores.sqlite import SqliteStore
+
+    return SqliteStore(data_dir / "store.sqlite3")
+
+
+def _applied(store: ProjectionStore) -> int:
+    info = store.serving("tally")
+    if info is None:
+        return 0
+    with store.reader(info.set_id) as r:
+        return r.event_count()
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+    return env
+
+
+def test_sigkill_mid_run_then_restart_equals_a_clean_replay(
+    support: ModuleType, tmp_path: Path, open_store: Open, database_url: str | None
+) -> None:
+    data = tmp_path / "data"
+    events = support.election_log(1500, corrections=2, rejections=1)
+    log = SqliteLog(data / "log.sqlite3", partitions=8)
+    Journal(log).append_batch(events)
+    store = _cli_store(data, database_url)
+    proc = subprocess.Popen(_cli(data, database_url, "project", "--batch-size", "20", "-q"), env=_env())
+    try:
+        support.wait_for(lambda: _applied(store) >= 300, 60, "the runner to apply 300 events")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = _applied(store)
+    assert 0 < killed_at < len(events), "killed mid-run"
+    done = subprocess.run(_cli(data, database_url, "project", "--until-caught-up", "--json", "-q"), env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert _applied(store) == len(events)
+
+    clean_store = open_store()
+    clean = clean_store.create_set("clean", source="t").set_id
+    ProjectionRunner(clean_store, clean, EmbeddedSource(SqliteLog(log.path)), batch_size=1000).run(until_caught_up=True)
+    sid = store.serving("tally").set_id  # type: ignore[union-attr]
+    assert support.snapshot(store, sid) == support.snapshot(clean_store, clean)
+    store.close()
+
+
+def test_sigterm_stops_cleanly_between_batches(support: ModuleType, tmp_path: Path, database_url: str | None) -> None:
+    data = tmp_path / "data"
+    events = support.election_log(1500, corrections=2)
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(events)
+    store = _cli_store(data, database_url)
+    proc = subprocess.Popen(_cli(data, database_url, "project", "--batch-size", "10", "--json", "-q"),
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    support.wait_for(lambda: _applied(store) >= 100, 60, "the runner to apply 100 events")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    import json
+
+    summary = json.loads(out)
+    assert summary["stopped"] == "signal"
+    sid = store.serving("tally").set_id  # type: ignore[union-attr]
+    with store.reader(sid) as r:
+        # Positions and the event index were committed together: they agree exactly.
+        assert sum(row.next_offset for row in r.positions().values()) == r.event_count() == summary["applied"]
+    assert summary["applied"] < len(events)
+    store.close()
+
+
+def test_a_rewound_log_exits_non_zero_with_a_clear_message(support: ModuleType, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(support.election_log(20))
+    first = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
+        (data / name).unlink(missing_ok=True)
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(support.election_log(1))
+    lost = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
+    assert lost.returncode == 3
+    assert "log lost or rewound" in lost.stderr and "projection tally v1" in lost.stderr

@@ -1,0 +1,96 @@
+"""Reducers: each event type's effect on a unit or an election, dedupe, and JSON round trips."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from fractions import Fraction
+from types import ModuleType
+
+from ledger.events import (
+    CorrectionStage,
+    Problem,
+    Result,
+    ResultCorrected,
+    ResultReported,
+    ResultsCertified,
+    SubmissionRejected,
+    TieBroken,
+    TieMethod,
+    UnitOpened,
+)
+from projections.reducers import ElectionState, Projection, UnitState, UnitStatus, apply_election, apply_unit
+
+
+def _report(support: ModuleType, unit: str, first: dict[str, int], final: dict[str, int], **kw: object):  # type: ignore[no-untyped-def]
+    return support.ev(ResultReported(Result(first, final), reporter="chair"), unit_id=unit, **kw)
+
+
+def test_report_then_corrections_set_result_status_and_stage(support: ModuleType) -> None:
+    r = _report(support, "u1", {"A": 10, "B": 5}, {"A": 12, "B": 3})
+    s = apply_unit(None, r)
+    assert s.status is UnitStatus.REPORTED and s.result_event_id == r.event_id
+    assert dict(s.result.first_alignment) == {"A": 10, "B": 5}
+    c = support.ev(
+        ResultCorrected(Result({"A": 11, "B": 5}, {"A": 13, "B": 3}), supersedes=r.event_id, reason="typo",
+                        authority="party", stage=CorrectionStage.RECANVASS),
+        unit_id="u1", at=support.T0 + timedelta(days=2),
+    )
+    s2 = apply_unit(s, c)
+    assert (s2.status, s2.stage, s2.supersedes, s2.result_event_id) == (UnitStatus.CORRECTED, "recanvass", r.event_id, c.event_id)
+    assert s2.result.first_alignment["A"] == 11 and s2.events == 2
+    assert s.result.first_alignment["A"] == 10, "states are values: the old one is unchanged"
+
+
+def test_opening_ties_rejections_and_certification(support: ModuleType) -> None:
+    s = apply_unit(None, support.ev(UnitOpened(40), unit_id="u1"))
+    assert s.attendance_opened == 40 and s.status is UnitStatus.NOT_REPORTED and not s.reporting
+    toss = support.ev(TieBroken(("B", "A"), 1, ("B",), TieMethod.COIN, caller="A"), unit_id="u1")
+    s = apply_unit(s, toss)
+    assert [(t.contenders, t.winners) for t in s.ties] == [(("A", "B"), ("B",))]
+    again = support.ev(TieBroken(("A", "B"), 1, ("A",), TieMethod.COIN, caller="A"), unit_id="u1")
+    s = apply_unit(s, again)
+    assert [(t.winners, t.event_id) for t in s.ties] == [(("A",), again.event_id)], "a later toss of the same tie replaces it"
+    s = apply_unit(s, support.ev(SubmissionRejected("report", "{}", (Problem("final", "x", "y"),), "phone"), unit_id="u1"))
+    assert s.rejected == 1
+    cert = support.ev(ResultsCertified("party"), unit_id="u1")
+    assert apply_unit(s, cert).status is UnitStatus.NOT_REPORTED, "nothing to certify without a result"
+    s = apply_unit(s, _report(support, "u1", {"A": 20, "B": 20}, {"A": 20, "B": 20}))
+    s = apply_unit(s, cert)
+    assert s.status is UnitStatus.CERTIFIED and s.certified_by == cert.event_id
+    s = apply_unit(s, _report(support, "u1", {"A": 21, "B": 19}, {"A": 21, "B": 19}))
+    assert s.status is UnitStatus.REPORTED and s.certified_by is None, "a new report reopens a certified unit"
+
+
+def test_election_state_definition_certification_and_redefinition(support: ModuleType) -> None:
+    d1 = support.define(support.definition(3))
+    e = apply_election(None, d1)
+    assert e.definition is not None and e.defined_by == d1.event_id and e.revision == d1.event_id
+    cert = support.ev(ResultsCertified("party", "final"))
+    e = apply_election(e, cert)
+    assert e.certified_by == cert.event_id and e.revision == cert.event_id
+    d2 = support.ev(support.definition(4, seed=9), event_id="redefine")
+    e = apply_election(e, d2)
+    assert len(e.definition.units) == 5 and e.defined_by == "redefine"
+
+
+def test_json_round_trips_are_exact(support: ModuleType) -> None:
+    events = support.election_log(4, corrections=2, rejections=1)
+    p = Projection()
+    p.apply_all(events)
+    for state in p.units.values():
+        assert UnitState.loads(state.dumps()) == state
+    (election,) = p.elections.values()
+    back = ElectionState.loads(election.dumps())
+    assert back == election
+    assert any(isinstance(c.sde_ratio, Fraction) for c in back.definition.counties)
+    assert back.dumps() == election.dumps()
+
+
+def test_projection_drops_duplicate_event_ids(support: ModuleType) -> None:
+    events = support.election_log(3)
+    p = Projection()
+    assert p.apply_all(events) == len(events)
+    before = {u: s.dumps() for u, s in p.units.items()}
+    assert p.apply_all(events[::-1]) == 0
+    assert p.duplicates == len(events)
+    assert {u: s.dumps() for u, s in p.units.items()} == before

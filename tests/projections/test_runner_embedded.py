@@ -1,0 +1,171 @@
+"""The runner on the embedded log, against both stores: exactly once, dedupe, restarts, order."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from ledger.codec import default_codec
+from ledger.journal import Journal
+from ledger.log.port import LogLostError, PendingRecord
+from ledger.log.sqlite import SqliteLog
+from projections.reducers import Projection
+from projections.runner import ProjectionRunner
+from projections.sources import EmbeddedSource
+from projections.stores.port import ProjectionStore
+from projections.tally import compute_unit_tally, election_context
+
+Open = Callable[[], ProjectionStore]
+
+
+def _run(store: ProjectionStore, set_id: int, log: SqliteLog, *, batch_size: int = 50,
+         stop: Callable[[], bool] | None = None, until_caught_up: bool = True,
+         keep: list[ProjectionRunner] | None = None) -> ProjectionRunner:
+    runner = ProjectionRunner(store, set_id, EmbeddedSource(SqliteLog(log.path)), batch_size=batch_size, poll_timeout=0.01)
+    if keep is not None:
+        keep.append(runner)
+    runner.run(until_caught_up=until_caught_up, stop=stop)
+    return runner
+
+
+def _new_set(store: ProjectionStore) -> int:
+    return store.ensure_serving("tally", source="test").set_id
+
+
+def test_tallies_equal_an_in_memory_fold(support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]) -> None:
+    events = support.election_log(60, corrections=2, rejections=1)
+    log = embedded_log(events)
+    store = open_store()
+    sid = _new_set(store)
+    runner = _run(store, sid, log)
+    assert runner.progress.applied == len(events) and runner.progress.caught_up
+    p = Projection()
+    p.apply_all(events)
+    ctx = election_context(p.elections["e1"], "e1")
+    expected = {u: compute_unit_tally(s, ctx).dumps() for u, s in p.units.items()}
+    got = support.snapshot(store, sid)
+    assert {u: t[2] for u, t in got["tallies"].items()} == expected
+    assert got["units"] == {u: s.dumps() for u, s in p.units.items()}
+    assert got["events"] == len(events)
+    with store.reader(sid) as r:
+        assert {p: row.next_offset for p, row in r.positions().items()} == {p: m for p, m in log.high_watermarks().items() if m}
+
+
+def test_stop_midway_and_resume_equals_a_clean_run(support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]) -> None:
+    events = support.election_log(80, corrections=2, rejections=1)
+    log = embedded_log(events)
+    clean_store = open_store()
+    clean = clean_store.create_set("clean", source="test").set_id
+    _run(clean_store, clean, log, batch_size=1000)
+
+    store = open_store()
+    sid = _new_set(store)
+    holder: list[ProjectionRunner] = []
+    first = _run(store, sid, log, batch_size=37, stop=lambda: holder[0].progress.batches >= 4, keep=holder)
+    assert 0 < first.progress.applied < len(events) and first.progress.stopped == "signal"
+    again = open_store()  # a new process, as far as the store can tell
+    second = _run(again, sid, log, batch_size=37)
+    assert first.progress.applied + second.progress.applied == len(events), "nothing applied twice, nothing skipped"
+    assert support.snapshot(again, sid) == support.snapshot(clean_store, clean)
+
+
+def test_duplicate_event_ids_at_other_positions_are_dropped(
+    support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog], tmp_path: Any
+) -> None:
+    events = support.election_log(20)
+    log = embedded_log(events)
+    codec = default_codec()
+    # A producer retry that landed twice: same event, another record (the log's own dedupe keys on
+    # the record's event id, so give the copies fresh record ids).
+    retries = [events[5], events[17], events[0]]
+    log.append_batch([PendingRecord(e.key, f"retry-{i}", codec.encode(e)) for i, e in enumerate(retries)])
+    store = open_store()
+    sid = _new_set(store)
+    runner = _run(store, sid, log, batch_size=7)
+    assert runner.progress.duplicates == 3 and runner.progress.applied == len(events)
+    clean_store = open_store()
+    clean = clean_store.create_set("clean", source="test").set_id
+    clean_log = SqliteLog(tmp_path / "clean.sqlite3", partitions=8)
+    Journal(clean_log).append_batch(events)
+    _run(clean_store, clean, clean_log, batch_size=500)
+    assert support.snapshot(store, sid)["tallies"] == support.snapshot(clean_store, clean)["tallies"]
+    with store.reader(sid) as r:
+        assert r.event_count() == len(events)
+        assert sum(row.next_offset for row in r.positions().values()) == len(events) + 3
+
+
+def test_definition_after_the_units_gives_the_same_tallies(support: ModuleType, open_store: Open, tmp_path: Any) -> None:
+    first = SqliteLog(tmp_path / "a.sqlite3", partitions=4)
+    last = SqliteLog(tmp_path / "b.sqlite3", partitions=4)
+    Journal(first).append_batch(support.election_log(40))
+    Journal(last).append_batch(support.election_log(40, definition_last=True))
+    store = open_store()
+    a = store.create_set("a", source="a").set_id
+    b = store.create_set("b", source="b").set_id
+    _run(store, a, first, batch_size=9)
+    _run(store, b, last, batch_size=9)
+    ta, tb = support.snapshot(store, a), support.snapshot(store, b)
+    assert ta["tallies"] == tb["tallies"] and ta["units"] == tb["units"]
+    assert all('"cds_source":"computed"' in t[2] for t in tb["tallies"].values())
+
+
+def test_two_runners_on_one_set_equal_one(support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]) -> None:
+    """The embedded log has no groups: two runners both read everything. The store lock and the
+    position check make the second one skip what the first applied (and vice versa)."""
+    events = support.election_log(60, corrections=2)
+    log = embedded_log(events)
+    one_store = open_store()
+    one = one_store.create_set("one", source="t").set_id
+    _run(one_store, one, log, batch_size=1000)
+    s1, s2 = open_store(), open_store()
+    sid = _new_set(s1)
+    runners = [ProjectionRunner(s, sid, EmbeddedSource(SqliteLog(log.path)), batch_size=13, poll_timeout=0.01) for s in (s1, s2)]
+    threads = [threading.Thread(target=r.run, kwargs={"until_caught_up": True}) for r in runners]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sum(r.progress.applied for r in runners) == len(events)
+    assert support.snapshot(s1, sid) == support.snapshot(one_store, one)
+
+
+def test_a_rewound_log_is_reported_not_waited_on(support: ModuleType, open_store: Open, tmp_path: Any) -> None:
+    path = tmp_path / "log.sqlite3"
+    Journal(SqliteLog(path, partitions=4)).append_batch(support.election_log(10))
+    store = open_store()
+    sid = _new_set(store)
+    _run(store, sid, SqliteLog(path))
+    path.unlink()
+    for extra in ("-wal", "-shm"):
+        (tmp_path / f"log.sqlite3{extra}").unlink(missing_ok=True)
+    Journal(SqliteLog(path, partitions=4)).append_batch(support.election_log(2))
+    with pytest.raises(LogLostError, match="log lost or rewound"):
+        _run(store, sid, SqliteLog(path))
+
+
+def test_a_redefinition_recomputes_every_unit(support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]) -> None:
+    from dataclasses import replace
+    from datetime import timedelta
+    from fractions import Fraction
+
+    events = support.election_log(30)
+    defn = events[0].payload
+    doubled = replace(defn, counties=tuple(replace(c, sde_ratio=c.sde_ratio * 2) for c in defn.counties))
+    redefine = support.ev(doubled, event_id="redefine", at=support.T0 + timedelta(days=9))
+    log = embedded_log([*events, redefine])
+    store = open_store()
+    sid = _new_set(store)
+    _run(store, sid, log, batch_size=1000)
+    p = Projection()
+    p.apply_all([*events, redefine])
+    ctx = election_context(p.elections["e1"], "e1")
+    got = support.tallies_json(store, sid)
+    assert got == {u: json.loads(compute_unit_tally(s, ctx).dumps()) for u, s in p.units.items()}
+    precinct = next(t for t in got.values() if t["satellite_group"] is None and t["delegates"])
+    ratio = next(c.sde_ratio for c in doubled.counties if c.county_id == precinct["county_id"])
+    assert Fraction(precinct["sde_weight"]) == precinct["delegates"] * ratio

@@ -1,0 +1,193 @@
+"""Unit tallies and their sums: T and D, reported vs computed delegates, ties, SDEs exact and shown."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+from types import ModuleType
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.events import (
+    County,
+    ElectionDefined,
+    Result,
+    ResultReported,
+    ResultsCertified,
+    TieBroken,
+    TieMethod,
+    UnitDefinition,
+    UnitOpened,
+)
+from projections.reducers import Projection, UnitState, apply_election, apply_unit
+from projections.tally import UnitTally, aggregate, aggregate_counties, compute_unit_tally, election_context
+
+CANDS = ("Biden", "Buttigieg", "Sanders", "Warren", "Uncommitted")
+
+
+def _election(units: tuple[UnitDefinition, ...], counties: tuple[County, ...], rule_set: str = "idp-2020") -> ElectionDefined:
+    return ElectionDefined("t", rule_set, CANDS, counties, units)
+
+
+LEE = County("lee", "Lee", Fraction(21, 150))
+SATS = County("sat", "CD3 Satellite", Fraction(1))
+
+
+def _ctx(support: ModuleType, defn: ElectionDefined, **kw: object):  # type: ignore[no-untyped-def]
+    return election_context(apply_election(None, support.define(defn)), "e1", **kw)
+
+
+def _unit(support: ModuleType, unit_id: str, first: dict[str, int], final: dict[str, int], *, reported: dict[str, int] | None = None,
+          opened: int | None = None, ties: tuple[TieBroken, ...] = ()) -> UnitState:
+    s = None
+    if opened is not None:
+        s = apply_unit(s, support.ev(UnitOpened(opened), unit_id=unit_id))
+    s = apply_unit(s, support.ev(ResultReported(Result(first, final, delegates_reported=reported), "chair"), unit_id=unit_id))
+    for t in ties:
+        s = apply_unit(s, support.ev(t, unit_id=unit_id))
+    return s
+
+
+def test_precinct_worked_example_e06_lee_fm5(support: ModuleType) -> None:
+    """RULES §13 E06: Lee FM5, D=12, T=91 -> Biden 3, Buttigieg 5, Sanders 4; SDE 0.42 / 0.70 / 0.56."""
+    ctx = _ctx(support, _election((UnitDefinition("947310", "FM5", "lee", 12),), (LEE,)))
+    st = _unit(support, "947310", {"Biden": 24, "Buttigieg": 30, "Sanders": 21, "Warren": 4, "Uncommitted": 12},
+               {"Biden": 25, "Buttigieg": 35, "Sanders": 31})
+    t = compute_unit_tally(st, ctx)
+    assert (t.attendance, t.attendance_source, t.delegates, t.delegates_source, t.threshold) == (91, "first_alignment", 12, "apportioned", 14)
+    assert t.cds_source == "computed" and t.cds_reported is None
+    assert {c: n for c, n in t.cds.items() if n} == {"Biden": 3, "Buttigieg": 5, "Sanders": 4}
+    assert t.sde_weight == Fraction(12 * 21, 150)
+    assert t.sde["Buttigieg"] == Fraction(7, 10) and t.sde_display["Sanders"] == Decimal("0.5600")
+    assert t.first["Warren"] == 4 and t.final["Warren"] == 0 and set(t.first) == set(CANDS)
+    assert t.problems == () and t.settled
+
+
+def test_reported_delegates_are_official_and_computed_kept(support: ModuleType) -> None:
+    """E08 Black Hawk WL 2-4: certified 3/4/3/4/3 = 17 for D = 14; the rule set gives 3/3/2/4/2."""
+    bh = County("bh", "Black Hawk", Fraction(101, 500))
+    ctx = _ctx(support, _election((UnitDefinition("946620", "WL 2-4", "bh", 14),), (bh,)))
+    final = {"Biden": 25, "Buttigieg": 29, "Klobuchar": 20, "Sanders": 30, "Warren": 19}
+    st = _unit(support, "946620", final, final, opened=124,
+               reported={"Biden": 3, "Buttigieg": 4, "Klobuchar": 3, "Sanders": 4, "Warren": 3})
+    t = compute_unit_tally(st, ctx)
+    assert t.cds_source == "reported" and t.cds["Buttigieg"] == 4 and sum(t.cds.values()) == 17
+    assert t.cds_computed == {**dict.fromkeys(CANDS, 0), "Biden": 3, "Buttigieg": 3, "Klobuchar": 2, "Sanders": 4, "Warren": 2}
+    assert t.sde["Buttigieg"] == 4 * Fraction(101, 500), "SDE follows the official (reported) delegates"
+    assert any("add up to 17" in p for p in t.problems)
+    assert t.attendance_source == "opened" and t.threshold == 19
+
+
+def test_satellite_d_from_attendance_and_explicit_weight(support: ModuleType) -> None:
+    """E07 UIHC satellite: 65 attendees -> D 7; Sanders 5, Warren 2; weight 0.7582 -> 0.5416 / 0.2166."""
+    unit = UnitDefinition("1172", "UIHC", "sat", None, satellite_group="CD2", sde_weight=Fraction(7582, 10000))
+    ctx = _ctx(support, _election((unit,), (SATS,)))
+    st = _unit(support, "1172", {"Sanders": 48, "Warren": 17}, {"Sanders": 48, "Warren": 15, "Uncommitted": 2})
+    t = compute_unit_tally(st, ctx)
+    assert (t.delegates, t.delegates_source) == (7, "attendance")
+    assert {c: n for c, n in t.cds.items() if n} == {"Sanders": 5, "Warren": 2}
+    assert (t.sde_display["Sanders"], t.sde_display["Warren"]) == (Decimal("0.5416"), Decimal("0.2166"))
+
+
+def test_satellite_weight_is_shared_over_the_delegates_it_awarded(support: ModuleType) -> None:
+    """Three 2020 satellites awarded one CD above the attendance table; their published SDEs split the
+    weight over the larger number (VAN 1143: Sanders 2 of 7 CDs at weight 0.7696 -> 0.2199)."""
+    unit = UnitDefinition("1143", "CIL", "sat", None, satellite_group="CD3", sde_weight=Fraction(7696, 10000))
+    ctx = _ctx(support, _election((unit,), (SATS,)))
+    st = _unit(support, "1143", {"Sanders": 15, "Warren": 35}, {"Sanders": 15, "Warren": 35}, reported={"Sanders": 2, "Warren": 5})
+    t = compute_unit_tally(st, ctx)
+    assert t.delegates == 6 and t.sde_divisor == 7
+    assert (t.sde_display["Sanders"], t.sde_display["Warren"]) == (Decimal("0.2199"), Decimal("0.5497"))
+
+
+def test_ties_pending_until_a_matching_toss(support: ModuleType) -> None:
+    """E10: W100 S50 B50, T=200, D=6: Sanders/Biden tie for the last seat; the toss settles it."""
+    county = County("c", "C", Fraction(1, 10))
+    ctx = _ctx(support, _election((UnitDefinition("u", "U", "c", 6),), (county,)))
+    align = {"Warren": 100, "Sanders": 50, "Biden": 50}
+    pending = compute_unit_tally(_unit(support, "u", align, align), ctx)
+    assert [(p.contenders, p.seats) for p in pending.pending] == [(("Biden", "Sanders"), 1)]
+    assert not pending.settled and pending.cds["Warren"] == 3 and pending.cds["Sanders"] + pending.cds["Biden"] == 2
+    wrong = TieBroken(("Warren", "Sanders"), 1, ("Warren",), TieMethod.COIN, caller="x")
+    assert not compute_unit_tally(_unit(support, "u", align, align, ties=(wrong,)), ctx).settled, "a toss of another tie settles nothing"
+    toss = TieBroken(("Sanders", "Biden"), 1, ("Sanders",), TieMethod.COIN, caller="Biden")
+    st = _unit(support, "u", align, align, ties=(toss,))
+    done = compute_unit_tally(st, ctx)
+    assert done.settled and (done.cds["Warren"], done.cds["Sanders"], done.cds["Biden"]) == (3, 2, 1)
+    assert done.ties_applied == (st.ties[0].event_id,)
+
+
+def test_missing_definition_unknown_unit_and_bad_input_are_problems_not_crashes(support: ModuleType) -> None:
+    st = _unit(support, "u9", {"A": 5}, {"A": 5}, reported={"A": 1})
+    t = compute_unit_tally(st, election_context(None, "e1"))
+    assert not t.defined and t.cds_source == "reported" and t.cds_computed is None and t.sde == {}
+    assert "not defined" in t.problems[0]
+    county = County("c", "C", Fraction(1, 10))
+    ctx = _ctx(support, _election((UnitDefinition("u", "U", "c", 4),), (county,)))
+    assert "not in the definition" in compute_unit_tally(st, ctx).problems[0]
+    over = _unit(support, "u", {"Biden": 30}, {"Biden": 50})
+    bad = compute_unit_tally(over, ctx)
+    assert bad.cds_computed is None and any("cannot be computed" in p for p in bad.problems)
+    unknown = _ctx(support, _election((UnitDefinition("u", "U", "c", 4),), (county,), rule_set="idp-1972"))
+    assert any("idp-1972" in p for p in compute_unit_tally(over, unknown).problems)
+
+
+def test_election_certification_marks_reporting_units_certified(support: ModuleType) -> None:
+    county = County("c", "C", Fraction(1, 10))
+    defn = _election((UnitDefinition("u", "U", "c", 4), UnitDefinition("v", "V", "c", 4)), (county,))
+    state = apply_election(apply_election(None, support.define(defn)), support.ev(ResultsCertified("party")))
+    ctx = election_context(state, "e1")
+    t = compute_unit_tally(_unit(support, "u", {"Biden": 5}, {"Biden": 5}), ctx)
+    assert t.status == "certified"
+    assert compute_unit_tally(apply_unit(None, support.ev(UnitOpened(3), unit_id="v")), ctx).status == "not_reported"
+
+
+def test_aggregates_sum_units_and_count_all_defined_units(support: ModuleType) -> None:
+    events = support.election_log(30, corrections=1, rejections=0)
+    p = Projection()
+    p.apply_all(events)
+    ctx = election_context(p.elections["e1"], "e1")
+    silent = sorted(p.units)[:3]
+    tallies = [compute_unit_tally(s, ctx) for u, s in p.units.items() if u not in silent]
+    state = aggregate(ctx, tallies)
+    assert state.units_defined == 31 and state.units_reporting == 28
+    assert state.share_reporting == Fraction(28, 31)
+    for c in ctx.candidates:
+        assert state.first[c] == sum(t.first[c] for t in tallies)
+        assert state.sde[c] == sum((t.sde[c] for t in tallies), Fraction(0))
+        assert state.sde_display_sum[c] == sum((t.sde_display[c] for t in tallies), Decimal(0))
+    counties = aggregate_counties(ctx, tallies)
+    assert sum(a.units_defined for a in counties.values()) == 31
+    for c in ctx.candidates:
+        assert sum(a.cds[c] for a in counties.values()) == state.cds[c]
+    assert aggregate(ctx, tallies, "c1").to_json() == counties["c1"].to_json()
+
+
+def test_unit_tally_json_round_trip(support: ModuleType) -> None:
+    p = Projection()
+    p.apply_all(support.election_log(10))
+    ctx = election_context(p.elections["e1"], "e1")
+    for s in p.units.values():
+        t = compute_unit_tally(s, ctx)
+        assert UnitTally.loads(t.dumps()) == t
+        assert UnitTally.loads(t.dumps()).dumps() == t.dumps()
+
+
+def test_another_rule_set_is_a_different_context(support: ModuleType) -> None:
+    p = Projection()
+    p.apply_all(support.election_log(5))
+    own = election_context(p.elections["e1"], "e1")
+    other = election_context(p.elections["e1"], "e1", rule_set="idp-2016")
+    assert own.key != other.key and other.rule_set_name == "idp-2016"
+    assert all(compute_unit_tally(s, other).rule_set == "idp-2016" for s in p.units.values())
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.integers(min_value=0, max_value=10**9), st.integers(min_value=1, max_value=10**7))
+def test_tally_display_rounding_is_the_published_one(num: int, den: int) -> None:
+    from projections.caucus_math import display_sde
+    from projections.tally import _shown
+
+    value = Fraction(num, den)
+    assert _shown(value) == display_sde(value) and str(_shown(value)) == str(display_sde(value))

@@ -327,6 +327,7 @@ def load_snapshot(spec: SideSpec, sources: Sources, *, election_id: str | None =
 
 # -- comparing --------------------------------------------------------------------------------------
 
+
 def _delta(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else b - a
 

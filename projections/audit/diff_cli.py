@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ledger.cli import emit, fail, settings_of
@@ -38,7 +39,9 @@ __all__ = ["register", "diff_command", "sources_for", "render_table", "write_csv
 EQUAL, DIFFERENT, OPERATIONAL = 0, 1, 2
 
 _SIDE_HELP = (
-    "live | log | as-of:TIME | position:P:N,... | set:NAME[@VERSION] | set:#ID, optionally followed by "
+    "live | log | as-of:TIME (events recorded at or before TIME) | position:P:N,... (the first N records of "
+    "each partition named; P:..=O up to and including offset O; *:end for the others) | set:NAME | set:NAME@VERSION | set:#ID, "
+    "optionally followed by "
     "/rules:NAME and /reported, /computed or /official; a side of only rules:NAME, reported or computed "
     "uses the other side's source"
 )
@@ -122,13 +125,13 @@ def _dec_cell(a: Decimal, b: Decimal) -> str:
 
 
 def _row(c: CandidateDelta) -> list[str]:
-    return [c.candidate, _cell(*c.first), _cell(*c.final), _cell(*c.cds), _sde_cell(*c.sde)]
+    return [escape(c.candidate), _cell(*c.first), _cell(*c.final), _cell(*c.cds), _sde_cell(*c.sde)]
 
 
 def render_table(result: DiffResult, console: Console, *, units_only: bool = False) -> None:
     for label, snap in (("A", result.a), ("B", result.b)):
-        console.print(f"[bold]{label}[/bold]: {snap.spec.text}  —  {snap.description}; rule set {snap.context.rule_set_name}, "
-                      f"{snap.spec.basis} delegates", highlight=False)  # fmt: skip
+        console.print(f"[bold]{label}[/bold]: {escape(snap.spec.text)}  —  {escape(snap.description)}; rule set "
+                      f"{snap.context.rule_set_name}, {snap.spec.basis} delegates", highlight=False)  # fmt: skip
     s = result.summary()
     if result.equal:
         console.print(f"EQUAL: {s['units_compared']:,} reporting units compared; no unit, county or state figure differs.")
@@ -139,7 +142,7 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
     for col in ("county", "unit", "name", "candidate", "first", "final", "CDs", "SDE"):
         units.add_column(col, justify="right" if col in ("first", "final", "CDs", "SDE") else "left")
     for u in result.units:
-        head = [u.county_name or "", u.unit_id, u.name or "?"]
+        head = [escape(u.county_name or ""), escape(u.unit_id), escape(u.name or "?")]
         rows = [_row(c) for c in u.candidates]
         for i, row in enumerate(rows):
             units.add_row(*(head if i == 0 else ["", "", ""]), *row)
@@ -148,7 +151,7 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
             notes.insert(0, f"{u.status[0]} → {u.status[1]}")
         for j, note in enumerate(notes):
             lead = head if not rows and j == 0 else ["", "", ""]
-            units.add_row(*lead, f"[italic]{note}[/italic]", "", "", "", "")
+            units.add_row(*lead, f"[italic]{escape(note)}[/italic]", "", "", "", "")
     console.print(units)
     if units_only:
         return
@@ -160,10 +163,10 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
             rep = _cell(*area.units_reporting)
             for i, c in enumerate(area.candidates or ()):
                 assert c.sde_display_sum is not None
-                lead = [area.name, str(area.units_changed), rep] if i == 0 else ["", "", ""]
-                counties.add_row(*lead, c.candidate, _cell(*c.first), _cell(*c.final), _cell(*c.cds), _dec_cell(*c.sde_display_sum))
+                lead = [escape(area.name), str(area.units_changed), rep] if i == 0 else ["", "", ""]
+                counties.add_row(*lead, escape(c.candidate), _cell(*c.first), _cell(*c.final), _cell(*c.cds), _dec_cell(*c.sde_display_sum))
             if not area.candidates:
-                counties.add_row(area.name, str(area.units_changed), rep, "", "", "", "", "")
+                counties.add_row(escape(area.name), str(area.units_changed), rep, "", "", "", "", "")
         console.print(counties)
     st = result.state
     state = Table(title=f"effect on state totals (units reporting {_cell(*st.units_reporting)})", title_justify="left")
@@ -171,7 +174,7 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
         state.add_column(col, justify="left" if col == "candidate" else "right")
     for c in st.candidates:
         assert c.sde_display_sum is not None
-        state.add_row(c.candidate, _cell(*c.first), _cell(*c.final), _cell(*c.cds), _sde_cell(*c.sde), _dec_cell(*c.sde_display_sum))
+        state.add_row(escape(c.candidate), _cell(*c.first), _cell(*c.final), _cell(*c.cds), _sde_cell(*c.sde), _dec_cell(*c.sde_display_sum))
     console.print(state)
 
 

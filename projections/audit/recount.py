@@ -379,9 +379,12 @@ def build_package(
         files[f"events/{pe.stem}.json"] = _dumps(event_to_json_at(pe)).encode()
         if pe.proof is not None:
             files[f"proofs/{pe.stem}.json"] = _dumps(pe.proof.to_json()).encode()
-        info = by_fp.get(pe.raw[2:10])
+        # Named by the bytes the record carries: records written before the codec's fingerprint byte
+        # order was fixed carry it reversed, and verify.py accepts either order.
+        header = bytes(pe.raw[2:10])
+        info = by_fp.get(header) or by_fp.get(header[::-1])
         if info is not None:
-            schemas[info.fingerprint.hex()] = info.canonical
+            schemas[header.hex()] = info.canonical
     for fp, canonical in schemas.items():
         files[f"schemas/{fp}.avsc"] = (canonical + "\n").encode()
 

@@ -130,6 +130,13 @@ def parse_checkpoint(data: bytes) -> dict[str, Any]:
             "tree_size": tree_size, "root": root}
 
 
+def _unhex(text: str) -> bytes:
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return b""
+
+
 def load_public_key(path: Path) -> bytes:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -308,7 +315,11 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
         print(line, file=out)
 
     failures: list[str] = []
-    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+    try:
+        manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        say(f"FAIL  manifest.json cannot be read: {exc}")
+        return 1
 
     for name, digest in sorted(manifest.get("files", {}).items()):
         path = package / name
@@ -321,8 +332,8 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
     for path in sorted((package / "schemas").glob("*.avsc")):
         canonical = path.read_text(encoding="utf-8").strip()
         fp = avro_fingerprint(canonical)
-        # The Avro specification writes the fingerprint little-endian; this ledger's codec has written it
-        # big-endian. Either order identifies the schema; the file name is the order the records use.
+        # The Avro specification writes the fingerprint little-endian; records written by early versions of
+        # the ledger carry it reversed. Either order identifies the schema; the file name is the records' order.
         if path.stem not in (fp.hex(), fp[::-1].hex()):
             failures.append(f"schemas/{path.name}: its CRC-64-AVRO fingerprint is {fp.hex()}, not the one in its name")
             continue
@@ -331,12 +342,13 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
     checkpoint = None
     public_key = None
     cp_info = manifest.get("checkpoint")
+    cp_file: dict[str, Any] = {}
     if cp_info is not None:
-        cp_file = json.loads((package / "checkpoint.json").read_text(encoding="utf-8"))
-        signed_bytes = bytes.fromhex(cp_file["signed_bytes"])
         try:
+            cp_file = json.loads((package / "checkpoint.json").read_text(encoding="utf-8"))
+            signed_bytes = bytes.fromhex(cp_file["signed_bytes"])
             checkpoint = parse_checkpoint(signed_bytes)
-        except Problem as exc:
+        except (OSError, ValueError, KeyError, Problem) as exc:
             failures.append(f"checkpoint.json: {exc}")
         key_file = public_key_path or package / "public-key.pem"
         try:
@@ -348,7 +360,7 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
             say(f"public key {public_key.hex()} (key id {kid}) from {key_file}")
             if kid != checkpoint["key_id"]:
                 failures.append(f"the checkpoint names key {checkpoint['key_id']}, not the given key {kid}")
-            elif not signature_ok(public_key, bytes.fromhex(cp_file["signature"]), signed_bytes):
+            elif not signature_ok(public_key, _unhex(cp_file.get("signature", "")), signed_bytes):
                 failures.append("the checkpoint's Ed25519 signature does not verify with the public key")
             else:
                 when = EPOCH + timedelta(microseconds=checkpoint["time_micros"])
@@ -362,15 +374,16 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
         try:
             raw = (package / item["avro"]).read_bytes()
             shown = json.loads((package / item["json"]).read_text(encoding="utf-8"))
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             failures.append(f"{label}: {exc}")
             continue
         try:
             record = decode_single_object(raw, schemas)
-        except Problem as exc:
-            failures.append(f"{label}: {exc}")
+            problems = compare_with_json(record, shown)
+        except (Problem, ValueError, IndexError, KeyError, TypeError, struct.error) as exc:
+            failures.append(f"{label}: the bytes cannot be read as the event its JSON shows: {exc}")
         else:
-            for problem in compare_with_json(record, shown):
+            for problem in problems:
                 failures.append(f"{label}: {problem}")
             env = record.get("envelope", {})
             if env.get("event_id") != item["event_id"] or env.get("unit_id") != item["unit_id"]:
@@ -378,7 +391,13 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
         if item.get("proof") is None:
             unproven.append(label)
             continue
-        proof = json.loads((package / item["proof"]).read_text(encoding="utf-8"))
+        try:
+            proof = json.loads((package / item["proof"]).read_text(encoding="utf-8"))
+            path_hashes = [bytes.fromhex(h) for h in proof["audit_path"]]
+            head_hashes = [bytes.fromhex(h) for h in proof["head"]["audit_path"]]
+        except (OSError, ValueError, KeyError) as exc:
+            failures.append(f"{label}: its proof cannot be read: {exc}")
+            continue
         leaf = leaf_hash(raw)
         if leaf.hex() != proof["leaf_hash"]:
             failures.append(f"{label}: its bytes hash to leaf {leaf.hex()[:16]}..., the proof is for {proof['leaf_hash'][:16]}...")
@@ -386,7 +405,7 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
         if checkpoint is None:
             failures.append(f"{label}: no readable checkpoint to prove against")
             continue
-        if proof["checkpoint"]["signed_bytes"] != cp_file["signed_bytes"]:
+        if proof.get("checkpoint", {}).get("signed_bytes") != cp_file.get("signed_bytes"):
             failures.append(f"{label}: the proof is against another checkpoint than checkpoint.json")
             continue
         p = proof["partition"]
@@ -394,12 +413,12 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
         if p >= len(checkpoint["sizes"]) or checkpoint["sizes"][p] != size:
             failures.append(f"{label}: partition {p} size {size} is not the signed one")
             continue
-        root = root_from_inclusion(leaf, proof["leaf_index"], size, [bytes.fromhex(h) for h in proof["audit_path"]])
+        root = root_from_inclusion(leaf, proof["leaf_index"], size, path_hashes)
         if root is None or root != checkpoint["roots"][p]:
             failures.append(f"{label}: the audit path does not lead to partition {p}'s signed root")
             continue
         head = leaf_hash(head_entry(p, size, root))
-        top = root_from_inclusion(head, p, len(checkpoint["sizes"]), [bytes.fromhex(h) for h in proof["head"]["audit_path"]])
+        top = root_from_inclusion(head, p, len(checkpoint["sizes"]), head_hashes)
         if top != checkpoint["root"]:
             failures.append(f"{label}: partition {p}'s head does not lead to the signed root of roots")
             continue

@@ -144,7 +144,11 @@ def describe_changes(before: UnitState | None, after: UnitState, t_before: UnitT
     if (before.rejected if before else 0) != after.rejected:
         out.append(f"rejected submissions: {before.rejected if before else 0} -> {after.rejected}")
     if before is not None and before.ties != after.ties and not (pend_b - pend_a):
-        out.append("coin toss recorded (matches no tie of the current result)")
+        # Pending ties are shown only where the computed figure is the official one; a toss that moved
+        # the computed delegates did settle a tie of the current result even when the chair reported CDs.
+        moved = t_before is not None and t_before.cds_computed != t_after.cds_computed
+        out.append("coin toss recorded: settles the computed allocation" if moved
+                   else "coin toss recorded (matches no tie of the current result)")
     return tuple(out)
 
 

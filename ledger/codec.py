@@ -61,12 +61,15 @@ def _expand(node: Any, named: Mapping[str, Any], seen: set[str]) -> Any:
     return node
 
 
-def load_catalogue() -> dict[tuple[str, int], dict[str, Any]]:
+def load_catalogue(types: Mapping[str, Any] | None = None) -> dict[tuple[str, int], dict[str, Any]]:
     """Read every versioned .avsc shipped in ``ledger/schemas/v<N>/`` and expand shared types.
 
     Files whose name is not an event type (Envelope, Ratio, ...) are shared named types: a schema
     of version N may use the shared types of version N or, failing that, of an earlier version.
+    ``types`` names the event types to return (default: the ledger's ``PAYLOAD_TYPES``; the results
+    feed passes its own, see ``projections.feed_events``).
     """
+    event_types = PAYLOAD_TYPES if types is None else types
     root = resources.files("ledger") / "schemas"
     versions = sorted(int(p.name[1:]) for p in root.iterdir() if p.name.startswith("v") and p.name[1:].isdigit())
     named: dict[str, Any] = {}
@@ -77,10 +80,10 @@ def load_catalogue() -> dict[tuple[str, int], dict[str, Any]]:
             if path.name.endswith(".avsc"):
                 raw[path.name[: -len(".avsc")]] = json.loads(path.read_text(encoding="utf-8"))
         for name, schema in raw.items():
-            if name not in PAYLOAD_TYPES:
+            if name not in event_types:
                 named[f"{NAMESPACE}.{name}"] = schema
         for name, schema in raw.items():
-            if name in PAYLOAD_TYPES:
+            if name in event_types:
                 schemas[(name, version)] = _expand(schema, named, set())
     return schemas
 
@@ -88,7 +91,10 @@ def load_catalogue() -> dict[tuple[str, int], dict[str, Any]]:
 class Codec:
     """Encodes events with the current schema of their type; decodes any registered writer version."""
 
-    def __init__(self, schemas: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
+    def __init__(
+        self, schemas: Mapping[tuple[str, int], Mapping[str, Any]], *, payload_types: Mapping[str, type[Payload]] | None = None
+    ) -> None:
+        self._payload_types = PAYLOAD_TYPES if payload_types is None else payload_types
         self._by_fingerprint: dict[bytes, SchemaInfo] = {}
         self._reversed_fingerprint: dict[bytes, SchemaInfo] = {}
         self._writers: dict[str, SchemaInfo] = {}
@@ -210,7 +216,7 @@ class Codec:
                 channel=Channel(env["channel"]),
                 idempotency_key=env["idempotency_key"],
             )
-            payload: Payload = PAYLOAD_TYPES[writer.type].from_avro(record)
+            payload: Payload = self._payload_types[writer.type].from_avro(record)
         except (KeyError, ValueError, TypeError) as exc:
             raise CodecError(f"{writer.type} v{writer.version} record does not make an event: {exc}") from exc
         return Event(envelope, payload)

@@ -79,6 +79,7 @@ def project(
     set_id: Optional[int] = typer.Option(None, "--set-id", hidden=True, help="Update this projection set (default: the serving one)."),
     session_timeout_ms: int = typer.Option(10_000, "--session-timeout-ms", hidden=True, help="Kafka group session timeout."),
     feed: bool = typer.Option(True, "--feed/--no-feed", help="Publish changed tallies to the results feed (`caucus subscribe`)."),
+    catch_up_batch: int = typer.Option(0, "--catch-up-batch", min=0, help="While far behind the log, gather up to this many events per transaction (e.g. 50000 for a first run over a long log; 0: --batch-size)."),
 ) -> None:
     """Consume the log into the projection store (tallies, unit state, paper-trail index).
 
@@ -94,7 +95,8 @@ def project(
             watch = ServingWatch(store, info.name, info.set_id) if set_id is None else None
             source = source_for(settings, group=group, batch_size=batch_size, session_timeout_ms=session_timeout_ms)
             say = (lambda p: None) if quiet else (lambda p: typer.echo(_progress_line(p), err=True))
-            runner = ProjectionRunner(store, info.set_id, source, batch_size=batch_size, rule_set=info.rule_set, on_progress=say)
+            runner = ProjectionRunner(store, info.set_id, source, batch_size=batch_size, rule_set=info.rule_set, on_progress=say,
+                                      catch_up_batch=catch_up_batch)
             if not quiet:
                 typer.echo(f"projecting {source.description} into {store.describe()} (projection {info.name} v{info.version})", err=True)
             try:

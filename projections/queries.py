@@ -66,8 +66,14 @@ class TallyView:
 
     @property
     def undefined_units(self) -> list[UnitTally]:
-        """Units with events whose id the definition does not list (left out of every sum)."""
-        return sorted((t for t in self.units.values() if t.unit_id not in self.context.units), key=lambda t: t.unit_id)
+        """Units with results whose id the definition does not list (left out of every sum).
+
+        A unit known only from refused submissions (an unknown precinct id, say) has no result and is
+        not listed: its refusals are in its trail and in the log."""
+        return sorted(
+            (t for t in self.units.values() if t.unit_id not in self.context.units and t.status != "not_reported"),
+            key=lambda t: t.unit_id,
+        )
 
     def state(self) -> AreaTally:
         return aggregate(self.context, self.units.values())

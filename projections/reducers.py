@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ledger.events import (
@@ -194,6 +194,18 @@ class UnitState:
 
 
 
+_UNIT_FIELDS = tuple(f.name for f in fields(UnitState))
+
+
+def _evolve(state: UnitState, changes: dict[str, Any], _new: Any = object.__new__, _set: Any = object.__setattr__) -> UnitState:
+    """``dataclasses.replace`` for the one hot path (every event of a rebuild): the same copy with
+    changes, without ``replace``'s per-field checks and keyword call (twice as fast)."""
+    new = _new(UnitState)
+    for name in _UNIT_FIELDS:
+        _set(new, name, changes[name] if name in changes else getattr(state, name))
+    return new  # type: ignore[no-any-return]
+
+
 def apply_unit(state: UnitState | None, event: Event[Any]) -> UnitState:
     """Fold one unit-keyed event into the unit's state (``None``: nothing seen yet)."""
     if state is None:
@@ -218,7 +230,7 @@ def apply_unit(state: UnitState | None, event: Event[Any]) -> UnitState:
     elif isinstance(p, ResultsCertified):
         if state.result is not None:
             changes.update(status=UnitStatus.CERTIFIED, certified_by=event.event_id)
-    return replace(state, **changes)
+    return _evolve(state, changes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,9 @@ class SourceMismatch(StoreError):
 
 def source_for(settings: Settings, *, group: str = DEFAULT_GROUP, batch_size: int = 500, session_timeout_ms: int = 10_000) -> Source:
     if settings.kafka:
-        return KafkaGroupSource(open_log(settings), group, session_timeout_ms=session_timeout_ms, max_poll_records=batch_size)
+        # Polls return up to ``batch_size`` records; the consumer may hand out more at once when the
+        # runner gathers a catch-up batch (``ProjectionRunner.catch_up_batch``).
+        return KafkaGroupSource(open_log(settings), group, session_timeout_ms=session_timeout_ms, max_poll_records=max(batch_size, 2000))
     return EmbeddedSource(open_existing_log(settings), description=settings.describe_log())
 
 

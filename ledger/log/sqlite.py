@@ -151,9 +151,14 @@ class SqliteLog:
         return found
 
     def high_watermarks(self) -> dict[int, int]:
+        # One index seek per partition: a GROUP BY over the table scans every record, and a runner
+        # on the embedded log asks for this on every poll.
+        out: dict[int, int] = {}
         with self._lock:
-            rows = dict(self._conn.execute('SELECT partition, MAX("offset") + 1 FROM log_records GROUP BY partition').fetchall())
-        return {p: rows.get(p, 0) for p in range(self._partitions)}
+            for part in range(self._partitions):
+                row = self._conn.execute('SELECT MAX("offset") FROM log_records WHERE partition = ?', (part,)).fetchone()
+                out[part] = 0 if row[0] is None else row[0] + 1
+        return out
 
     def _check_start(self, start: Offsets, marks: dict[int, int]) -> None:
         for part, offset in start.items():
@@ -175,10 +180,13 @@ class SqliteLog:
         """The lowest global sequence at or after every partition's start: where a scan must begin."""
         lowest: int | None = None
         for part in range(self._partitions):
+            # Within a partition seq grows with offset (both count appends), so the first record at
+            # or after the start has the lowest seq: one index seek, not a scan of the partition.
             row = self._conn.execute(
-                'SELECT MIN(seq) FROM log_records WHERE partition = ? AND "offset" >= ?', (part, begin.get(part, 0))
+                'SELECT seq FROM log_records WHERE partition = ? AND "offset" >= ? ORDER BY "offset" LIMIT 1',
+                (part, begin.get(part, 0)),
             ).fetchone()
-            if row[0] is not None and (lowest is None or row[0] < lowest):
+            if row is not None and (lowest is None or row[0] < lowest):
                 lowest = row[0]
         return lowest if lowest is not None else 1 << 62
 

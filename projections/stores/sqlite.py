@@ -68,6 +68,7 @@ class SqliteStore:
         self._lock = threading.RLock()
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA cache_size=-32768")
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:

@@ -89,7 +89,7 @@ def test_the_serving_set_answers_during_a_rebuild_then_the_switch_is_atomic(
         seen.append(sum(positions.values()))
 
     outcome = rebuild(store, settings, batch_size=25, source=lambda: EmbeddedSource(SqliteLog(log.path)),
-                      on_commit=between_batches, poll_timeout=0.01)
+                      on_commit=between_batches, poll_timeout=0.01, catch_up_batch=0)
     assert len(seen) >= 5 and seen == sorted(seen), "the serving set was queried between the rebuild's batches"
     assert outcome.promoted and outcome.progress.applied == len(events)
     assert outcome.built.state == "serving" and outcome.built.version == old.version + 1
@@ -123,7 +123,7 @@ def test_records_appended_during_a_rebuild_reach_the_new_set_after_the_switch(
             appended.append(True)
 
     outcome = rebuild(store, settings, batch_size=20, source=lambda: EmbeddedSource(SqliteLog(log.path)),
-                      on_commit=live_traffic, poll_timeout=0.01)
+                      on_commit=live_traffic, poll_timeout=0.01, catch_up_batch=0)
     assert outcome.promoted
     # What `caucus project` does after the switch: carry on with the serving set from its positions.
     _project(store, serving_set(store, settings).set_id, log.path)
@@ -141,7 +141,8 @@ def test_a_stopped_rebuild_is_not_promoted(support: ModuleType, open_store: Open
     _project(store, old.set_id, log.path)
     batches: list[int] = []
     outcome = rebuild(store, settings, batch_size=10, source=lambda: EmbeddedSource(SqliteLog(log.path)),
-                      on_commit=lambda c, p: batches.append(1), stop=lambda: len(batches) >= 2, poll_timeout=0.01)
+                      on_commit=lambda c, p: batches.append(1), stop=lambda: len(batches) >= 2, poll_timeout=0.01,
+                      catch_up_batch=0)
     assert not outcome.promoted and outcome.built.state == "building"
     assert store.serving("tally").set_id == old.set_id  # type: ignore[union-attr]
     assert any("not promoted" in n for n in outcome.notes)

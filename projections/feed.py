@@ -1,0 +1,298 @@
+"""The results feed: after a projection commits, publish the unit, county and state tallies it changed.
+
+Where to: on Kafka, the results topic (``settings.results_topic``, provisioned like the event topic,
+keyed by unit so a unit's tallies stay in order; county and state sums go under the election's key);
+on the embedded backend, a second SQLite log next to the event log (``results.sqlite3``). Records are
+the Avro events of ``projections.feed_events``.
+
+Why publishing cannot break the view, and why a subscriber still sees every final tally once:
+
+* **After the commit, never inside it.** The runner calls ``FeedPublisher.committed`` only once the
+  batch's store transaction has committed (``ProjectionRunner.on_commit``); what is published is read
+  back from the store, in one snapshot, with the positions that snapshot reflects. A feed that is down
+  cannot roll back, slow down or corrupt the view.
+* **At least once.** The keys a batch changed stay pending until an ``append_batch`` of their tallies
+  has been acknowledged (acks=all on Kafka, a committed transaction on SQLite). If publishing fails the
+  keys stay pending and are published, with whatever tally is current then, after the next batch (or
+  the next progress tick); a process that dies between commit and publish loses its pending keys, so a
+  publisher always starts by publishing the whole serving view (``publish_all``).
+* **Versions, so duplicates cost nothing.** Every tally carries ``version``
+  (``feed_events.tally_version``): the events applied to its election, weighted 10^9, plus the events
+  applied to the units it covers. Both counts only grow, so a version grows whenever the tally can have
+  changed and stays the same when nothing did: a republished copy carries the version of the original.
+  A subscriber keeps, per unit / county / state, only versions above the last it saw
+  (``feed_events.FeedDeduper``): copies are dropped and no tally ever goes backwards, in whatever order
+  partitions are read. Each tally also carries the event-log positions of the snapshot it was read from.
+* **The serving view only.** A projection set that is not serving (a rebuild in progress, an as-of set,
+  the set a replay just retired) publishes nothing, so subscribers follow one view. After a replay
+  switches sets, the new serving set is published whole; where it reflects fewer events than the old
+  one had reached, its (older) tallies carry lower versions and are dropped by subscribers until it
+  catches up. (A rebuild under another rule set at the same events publishes the same versions, so
+  subscribers keep the tallies they have until the units change; restart subscribers after such a
+  switch.)
+
+Cost: unit tallies are cached (one per unit) and refreshed from the store only for the units a batch
+changed; the whole set is re-read only when another runner committed to it meanwhile. While the
+runner is behind the log, changes are coalesced and published every ``catch_up_interval`` seconds;
+once it has caught up, after every batch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ledger.config import Settings
+from ledger.events import Event
+from ledger.log.port import EventLog, LogError, PendingRecord
+from projections.feed_events import FeedStamp, area_event, feed_codec, tally_version, unit_event
+from projections.reducers import ElectionState
+from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError
+from projections.tally import ElectionContext, UnitTally, aggregate, aggregate_counties, election_context
+
+__all__ = ["RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPublisher", "FeedStats", "publishing"]
+
+RESULTS_LOG_FILE = "results.sqlite3"
+
+
+def open_results_log(settings: Settings) -> EventLog:
+    """The results feed's log: the results topic on Kafka, else ``results.sqlite3`` in the data dir."""
+    if settings.kafka:
+        from ledger.log.kafka import KafkaLog
+
+        return KafkaLog(settings.kafka, settings.results_topic, partitions=settings.partitions)
+    from ledger.log.sqlite import SqliteLog
+
+    path = settings.data_dir / RESULTS_LOG_FILE
+    return SqliteLog(path, partitions=None if path.exists() else settings.partitions)
+
+
+def results_log_name(settings: Settings) -> str:
+    if settings.kafka:
+        return f"kafka://{settings.kafka}/{settings.results_topic}"
+    return f"sqlite:{settings.data_dir / RESULTS_LOG_FILE}"
+
+
+@dataclass
+class FeedStats:
+    published: int = 0
+    flushes: int = 0
+    failures: int = 0
+    last_error: str | None = None
+    last_version: int | None = None
+    serving: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "published": self.published,
+            "flushes": self.flushes,
+            "failures": self.failures,
+            "last_error": self.last_error,
+            "last_version": self.last_version,
+            "serving": self.serving,
+        }
+
+
+@dataclass
+class _Pending:
+    units: set[str] = field(default_factory=set)
+    everything: bool = False
+
+    def __bool__(self) -> bool:
+        return self.everything or bool(self.units)
+
+
+class FeedPublisher:
+    """Publishes a projection set's changed tallies to a results log (see module docstring).
+
+    ``attach(runner)`` installs it as the runner's ``on_commit``. ``only_serving`` (default) publishes
+    only while the set is the serving one of its name. ``on_error`` hears about failed publishes (they
+    are retried; the runner is never stopped by the feed).
+    """
+
+    def __init__(
+        self,
+        store: ProjectionStore,
+        info: SetInfo,
+        log: EventLog,
+        *,
+        only_serving: bool = True,
+        catch_up_interval: float = 5.0,
+        on_error: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.info = info
+        self.log = log
+        self.only_serving = only_serving
+        self.catch_up_interval = catch_up_interval
+        self.on_error = on_error
+        self.stats = FeedStats()
+        self._codec = feed_codec()
+        self._clock = clock
+        self._runner: Any = None
+        self._pending = _Pending(everything=True)
+        self._last_flush = float("-inf")
+        self._tallies: dict[str, UnitTally] = {}
+        self._contexts: dict[str, ElectionContext] = {}
+        self._revisions: dict[str, str] = {}
+        self._election_events: dict[str, int] = {}
+        self._unit_events: dict[str, int] = {}
+        self._expected: dict[int, int] | None = None  # positions of the last snapshot, plus our own commits since
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def attach(self, runner: Any) -> FeedPublisher:
+        self._runner = runner
+        runner.on_commit = self.committed
+        return self
+
+    def committed(self, changes: Changes, positions: dict[int, int]) -> None:
+        """The runner's after-commit hook: note what changed; publish now if the runner is caught up."""
+        # Units whose tally changed, and units whose state changed without changing the tally (their
+        # version moves all the same: publishing them keeps a republished copy at the same version).
+        self._pending.units.update(row.unit_id for row in changes.tallies)
+        self._pending.units.update(row.unit_id for row in changes.units)
+        if changes.elections:
+            self._pending.everything = True  # definition or certification: every area's sums may move
+        if self._expected is not None:
+            self._expected.update({p: o for p, o in positions.items() if o})
+        if self._caught_up(positions) or self._clock() - self._last_flush >= self.catch_up_interval:
+            self.flush()
+
+    def tick(self) -> None:
+        """Between batches (a progress report): retry a failed or coalesced publish when it is due."""
+        if self._pending and self._clock() - self._last_flush >= min(1.0, self.catch_up_interval):
+            self.flush()
+
+    def publish_all(self) -> int:
+        """Publish every tally of the set (on start, and after a replay switched sets)."""
+        self._pending.everything = True
+        return self.flush()
+
+    def _caught_up(self, positions: dict[int, int]) -> bool:
+        runner = self._runner
+        if runner is None:
+            return True
+        marks = runner.progress.high_watermarks
+        return all(positions.get(p, 0) >= hw for p, hw in marks.items() if p in positions)
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Publish the pending keys' current tallies; returns how many records were appended.
+        Failures leave the keys pending (and are reported to ``on_error``), never raised."""
+        if not self._pending:
+            return 0
+        self._last_flush = self._clock()
+        try:
+            if self.only_serving:
+                serving = self.store.serving(self.info.name)
+                self.stats.serving = serving is not None and serving.set_id == self.info.set_id
+                if not self.stats.serving:
+                    self._pending = _Pending()
+                    return 0
+            events = self._events()
+            if events:
+                self.log.append_batch([PendingRecord(e.key, e.event_id, self._codec.encode(e)) for e in events])
+        except (LogError, StoreError, OSError) as exc:
+            self.stats.failures += 1
+            self.stats.last_error = f"{type(exc).__name__}: {exc}"
+            self._expected = None  # re-read everything next time
+            if self.on_error is not None:
+                self.on_error(f"publishing to the results feed failed (will retry after the next batch): {exc}")
+            return 0
+        self._pending = _Pending()
+        self.stats.flushes += 1
+        self.stats.published += len(events)
+        return len(events)
+
+    def _events(self) -> list[Event[Any]]:
+        pending = self._pending
+        with self.store.reader(self.info.set_id) as r:
+            positions = {p: row.next_offset for p, row in r.positions().items() if row.next_offset}
+            revisions = r.election_revisions()
+            reload = pending.everything or self._expected != positions or revisions != self._revisions
+            if revisions != self._revisions:
+                elections = {e: ElectionState.loads(row.state) for e, row in r.elections().items()}
+                self._contexts = {e: election_context(s, e, rule_set=self.info.rule_set) for e, s in elections.items()}
+                self._election_events = {e: s.events for e, s in elections.items()}
+                self._revisions = revisions
+            wanted = None if reload else pending.units
+            rows = r.tallies() if wanted is None else r.tallies(unit_ids=wanted)
+            states = r.unit_states() if wanted is None else r.unit_states(wanted)
+        if reload:
+            self._tallies, self._unit_events = {}, {}
+        for uid, row in rows.items():
+            self._tallies[uid] = UnitTally.loads(row.tally)
+        for uid, srow in states.items():
+            self._unit_events[uid] = int(json.loads(srow.state).get("events", 0))
+        changed = set(rows)
+        self._expected = dict(positions)
+        stamp = FeedStamp.of(self.info.name, self.info.version, self.info.rule_set, positions)
+        at = datetime.now(UTC)
+        out: list[Event[Any]] = []
+        for uid in sorted(changed):
+            t = self._tallies[uid]
+            version = tally_version(self._election_events.get(t.election_id, 0), self._unit_events.get(uid, 0))
+            out.append(unit_event(t, stamp.at(version), at))
+        by_election: dict[str, list[UnitTally]] = {}
+        for t in self._tallies.values():
+            by_election.setdefault(t.election_id, []).append(t)
+        touched = {self._tallies[u].election_id for u in changed}
+        for eid, tallies in sorted(by_election.items()):
+            ctx = self._contexts.get(eid)
+            if ctx is None or not ctx.defined or (eid not in touched and not reload):
+                continue
+            e_events = self._election_events.get(eid, 0)
+            if reload:
+                counties = aggregate_counties(ctx, tallies)
+            else:
+                moved = {ctx.county_of(u) for u in changed if self._tallies[u].election_id == eid}
+                counties = {c: aggregate(ctx, tallies, c) for c in sorted(x for x in moved if x is not None and x in ctx.counties)}
+            unit_events: dict[str, int] = {}
+            for t in tallies:
+                county = ctx.county_of(t.unit_id)
+                if county is not None:
+                    unit_events[county] = unit_events.get(county, 0) + self._unit_events.get(t.unit_id, 0)
+            for cid, county in counties.items():
+                version = tally_version(e_events, unit_events.get(cid, 0))
+                out.append(area_event(county, stamp.at(version), at, election_id=eid, kind="county", certified=ctx.certified))
+            version = tally_version(e_events, sum(unit_events.values()))
+            out.append(area_event(aggregate(ctx, tallies), stamp.at(version), at, election_id=eid, kind="state", certified=ctx.certified))
+        self.stats.last_version = max((e.payload.stamp.version for e in out), default=self.stats.last_version)
+        return out
+
+    def close(self) -> None:
+        self.log.close()
+
+
+@contextmanager
+def publishing(
+    runner: Any, settings: Settings, store: ProjectionStore, info: SetInfo, *, enabled: bool = True,
+    on_error: Callable[[str], None] | None = None,
+) -> Iterator[FeedPublisher | None]:
+    """Attach a feed publisher to ``runner`` for the block: publish the whole view first, flush what is
+    pending at the end. A results log that cannot be opened is reported and the runner goes on."""
+    if not enabled:
+        yield None
+        return
+    try:
+        log = open_results_log(settings)
+    except (LogError, OSError) as exc:
+        if on_error is not None:
+            on_error(f"the results feed at {results_log_name(settings)} is unavailable, nothing will be published: {exc}")
+        yield None
+        return
+    publisher = FeedPublisher(store, info, log, on_error=on_error).attach(runner)
+    try:
+        publisher.publish_all()
+        yield publisher
+        publisher.flush()
+    finally:
+        publisher.close()

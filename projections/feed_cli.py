@@ -1,0 +1,98 @@
+"""``caucus subscribe``: follow the results feed and print each new tally as a JSON line.
+
+The feed is at-least-once (``projections.feed``): the same tally can arrive twice, and partitions are
+read in no common order. Each line printed is newer than anything printed before for its unit, county
+or state (its ``version`` is higher), so a program reading the lines can simply keep the last one per
+``kind`` and ``key``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Optional
+
+import typer
+
+from ledger.cli import fail, settings_of
+from ledger.codec import CodecError
+from ledger.events import Event
+from ledger.log.port import LogError
+from projections.feed import open_results_log, results_log_name
+from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key
+
+__all__ = ["register", "subscribe"]
+
+
+def _wanted(event: Event[Any], unit: str | None, county: str | None, election: str | None) -> bool:
+    election_id, kind, key = feed_key(event)
+    if election is not None and election_id != election:
+        return False
+    if unit is None and county is None:
+        return True
+    if unit is not None and kind == "unit" and key == unit:
+        return True
+    if county is not None:
+        if kind == "county" and key == county:
+            return True
+        p = event.payload
+        if kind == "unit" and isinstance(p, UnitTallyPublished) and p.tally.get("county_id") == county:
+            return True
+    return False
+
+
+def subscribe(
+    ctx: typer.Context,
+    from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the feed's first record (default: only what is published from now on)."),
+    unit: Optional[str] = typer.Option(None, "--unit", help="Only this unit's tallies (unit id)."),
+    county: Optional[str] = typer.Option(None, "--county", help="Only this county's sums and its units' tallies (county id)."),
+    election: Optional[str] = typer.Option(None, "--election", help="Only this election."),
+    max_lines: Optional[int] = typer.Option(None, "--max", min=1, help="Stop after printing this many lines."),
+    until_idle: Optional[float] = typer.Option(None, "--until-idle", min=0.0, help="Stop once nothing has arrived for this many seconds."),
+) -> None:
+    """Follow the results feed: one JSON line per new unit, county or state tally.
+
+    Tallies already printed, republished copies and out-of-date versions are dropped. Runs until
+    Ctrl-C (or --max / --until-idle)."""
+    settings = settings_of(ctx)
+    codec = feed_codec()
+    dedupe = FeedDeduper()
+    printed = 0
+    last_seen = time.monotonic()
+
+    def stop() -> bool:
+        if max_lines is not None and printed >= max_lines:
+            return True
+        return until_idle is not None and time.monotonic() - last_seen >= until_idle
+
+    try:
+        log = open_results_log(settings)
+    except LogError as exc:
+        raise fail(f"cannot open the results feed at {results_log_name(settings)}: {exc}") from exc
+    try:
+        start = None if from_beginning else log.high_watermarks()
+        for rec in log.follow(start, stop=stop, poll_interval=0.2):
+            last_seen = time.monotonic()
+            try:
+                event = codec.decode(rec.value)
+            except CodecError as exc:
+                typer.echo(f"warning: skipping record {rec.position} of the results feed: {exc}", err=True)
+                continue
+            if not _wanted(event, unit, county, election) or not dedupe.fresh(event):
+                continue
+            sys.stdout.write(json.dumps(feed_json(event), sort_keys=True) + "\n")
+            sys.stdout.flush()
+            printed += 1
+            if stop():
+                break
+    except KeyboardInterrupt:
+        pass
+    except LogError as exc:
+        raise fail(f"the results feed at {results_log_name(settings)}: {exc}") from exc
+    finally:
+        log.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("subscribe")(subscribe)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -48,6 +48,7 @@ __all__ = [
     "UnitState",
     "ElectionState",
     "apply_unit",
+    "apply_unit_events",
     "apply_election",
     "is_election_event",
     "Projection",
@@ -208,28 +209,50 @@ def _evolve(state: UnitState, changes: dict[str, Any], _new: Any = object.__new_
 
 def apply_unit(state: UnitState | None, event: Event[Any]) -> UnitState:
     """Fold one unit-keyed event into the unit's state (``None``: nothing seen yet)."""
+    return apply_unit_events(state, (event,))
+
+
+def apply_unit_events(state: UnitState | None, events: Sequence[Event[Any]]) -> UnitState:
+    """Fold a run of one unit's events, in log order, into the unit's state.
+
+    The same state as ``apply_unit`` event by event, built once: a rebuild folds dozens of a unit's
+    events per batch, and copying a sixteen-field state for each was most of the fold's cost."""
+    if not events:
+        raise ValueError("apply_unit_events needs at least one event")
     if state is None:
-        state = UnitState(unit_id=event.unit_id, election_id=event.envelope.election_id)
-    p = event.payload
-    at = event.recorded_at.isoformat()
-    changes: dict[str, Any] = {"events": state.events + 1, "last_event_id": event.event_id, "last_recorded_at": at}
-    if isinstance(p, ResultReported):
-        # A new report replaces whatever stood before, correction or certification included.
-        changes.update(result=p.result, result_event_id=event.event_id, result_recorded_at=at, supersedes=None,
-                       status=UnitStatus.REPORTED, stage=None, certified_by=None)
-    elif isinstance(p, ResultCorrected):
-        changes.update(result=p.result, result_event_id=event.event_id, result_recorded_at=at, supersedes=p.supersedes,
-                       status=UnitStatus.CORRECTED, stage=p.stage.value, certified_by=None)
-    elif isinstance(p, UnitOpened):
-        changes["attendance_opened"] = p.attendance
-    elif isinstance(p, TieBroken):
-        rec = TieRecord(tuple(sorted(p.contenders)), p.seats, tuple(sorted(p.winners)), p.method.value, event.event_id)
-        changes["ties"] = tuple(t for t in state.ties if t.key != rec.key) + (rec,)
-    elif isinstance(p, SubmissionRejected):
-        changes["rejected"] = state.rejected + 1
-    elif isinstance(p, ResultsCertified):
-        if state.result is not None:
-            changes.update(status=UnitStatus.CERTIFIED, certified_by=event.event_id)
+        state = UnitState(unit_id=events[0].unit_id, election_id=events[0].envelope.election_id)
+    changes: dict[str, Any] = {}
+    result_event: Event[Any] | None = None  # the report or correction that set the result last
+    has_result = state.result is not None
+    ties = state.ties
+    rejected = state.rejected
+    for event in events:
+        p = event.payload
+        if isinstance(p, ResultCorrected):
+            changes.update(result=p.result, result_event_id=event.event_id, supersedes=p.supersedes,
+                           status=UnitStatus.CORRECTED, stage=p.stage.value, certified_by=None)
+            result_event, has_result = event, True
+        elif isinstance(p, ResultReported):
+            # A new report replaces whatever stood before, correction or certification included.
+            changes.update(result=p.result, result_event_id=event.event_id, supersedes=None,
+                           status=UnitStatus.REPORTED, stage=None, certified_by=None)
+            result_event, has_result = event, True
+        elif isinstance(p, UnitOpened):
+            changes["attendance_opened"] = p.attendance
+        elif isinstance(p, TieBroken):
+            rec = TieRecord(tuple(sorted(p.contenders)), p.seats, tuple(sorted(p.winners)), p.method.value, event.event_id)
+            ties = tuple(t for t in ties if t.key != rec.key) + (rec,)
+        elif isinstance(p, SubmissionRejected):
+            rejected += 1
+        elif isinstance(p, ResultsCertified):
+            if has_result:
+                changes.update(status=UnitStatus.CERTIFIED, certified_by=event.event_id)
+    last = events[-1]
+    last_at = last.recorded_at.isoformat()
+    if result_event is not None:
+        changes["result_recorded_at"] = last_at if result_event is last else result_event.recorded_at.isoformat()
+    changes.update(events=state.events + len(events), last_event_id=last.event_id, last_recorded_at=last_at,
+                   ties=ties, rejected=rejected)
     return _evolve(state, changes)
 
 

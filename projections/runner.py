@@ -43,7 +43,7 @@ from projections.reducers import (
     ElectionState,
     UnitState,
     apply_election,
-    apply_unit,
+    apply_unit_events,
     is_election_event,
 )
 from projections.sources import Source
@@ -377,10 +377,10 @@ class ProjectionRunner:
         return ctx
 
     def _fold(self, tx: StoreTx, records: list[StoredRecord]) -> tuple[Changes, _Folded]:
-        """Fold a batch's records into changed rows. Records are decoded, checked against the
-        processed ids and folded ``_CHUNK`` at a time, and each chunk's event-index rows are written
-        at once (inside the batch's transaction): a large catch-up batch never holds its decoded
-        events, only the states of the units it touched."""
+        """Fold a batch's records into changed rows. Records are decoded, entered in the event index
+        (which answers which were applied before) and folded ``_CHUNK`` at a time, all inside the
+        batch's transaction: a large catch-up batch never holds its decoded events, only the states
+        of the units it touched. A unit's events within a chunk are folded in one step."""
         changes = Changes()
         folded = _Folded()
         if not records:
@@ -394,35 +394,44 @@ class ProjectionRunner:
         applied = duplicates = 0
         newest = folded.newest
         for at in range(0, len(records), _CHUNK):
-            events = [(rec, self._decode(rec)) for rec in records[at : at + _CHUNK]]
-            done |= tx.processed([e.envelope.event_id for _, e in events])
-            missing = {e.envelope.unit_id for _, e in events} - cached.keys() - units.keys() - {""}
-            loaded = {uid: UnitState.loads(row.state) for uid, row in tx.unit_states(missing).items()} if missing else {}
             rows: list[EventRow] = []
-            for rec, ev in events:
+            fresh: list[tuple[int, Event[Any]]] = []  # not seen earlier in this batch
+            for rec in records[at : at + _CHUNK]:
+                ev = self._decode(rec)
                 p, offset = rec.position.partition, rec.position.offset
                 env = ev.envelope
-                recorded = env.recorded_at
-                last[p] = (offset, recorded)
-                event_id = env.event_id
-                if event_id in done:
+                last[p] = (offset, env.recorded_at)
+                if env.event_id in done:
                     duplicates += 1
                     continue
-                done.add(event_id)
+                done.add(env.event_id)
+                eid = env.election_id
+                rows.append(EventRow(env.event_id, env.unit_id or f"election:{eid}", eid, p, offset, ev.payload.TYPE, env.recorded_at.isoformat()))
+                fresh.append((p, ev))
+            held = tx.index_new(rows)  # applied by an earlier batch: a producer retry at another offset
+            folded.indexed += len(rows) - len(held)
+            runs: dict[str, tuple[int, list[Event[Any]]]] = {}  # each unit's partition and new events, in log order
+            for p, ev in fresh:
+                env = ev.envelope
+                if held and env.event_id in held:
+                    duplicates += 1
+                    continue
                 applied += 1
-                if newest is None or recorded > newest:
-                    newest = recorded
+                if newest is None or env.recorded_at > newest:
+                    newest = env.recorded_at
                 eid, uid = env.election_id, env.unit_id
-                rows.append(EventRow(event_id, uid or f"election:{eid}", eid, p, offset, ev.payload.TYPE, recorded.isoformat()))
                 if not uid:  # an election-wide event (``is_election_event``)
                     before = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
                     elections[eid] = apply_election(before, ev)
+                elif uid in runs:
+                    runs[uid][1].append(ev)
                 else:
-                    prev = units[uid][1] if uid in units else (cached.get(uid) or loaded.get(uid))
-                    units[uid] = (p, apply_unit(prev, ev))
-            if rows:
-                tx.write(Changes(events=rows))
-                folded.indexed += len(rows)
+                    runs[uid] = (p, [ev])
+            missing = runs.keys() - cached.keys() - units.keys()
+            loaded = {uid: UnitState.loads(row.state) for uid, row in tx.unit_states(missing).items()} if missing else {}
+            for uid, (p, run) in runs.items():
+                prev = units[uid][1] if uid in units else (cached.get(uid) or loaded.get(uid))
+                units[uid] = (p, apply_unit_events(prev, run))
         folded.applied, folded.duplicates, folded.newest = applied, duplicates, newest
         positions = {p: PositionRow(p, off + 1, at.isoformat()) for p, (off, at) in last.items()}
         changes.positions = list(positions.values())

@@ -93,6 +93,15 @@ CREATE TABLE IF NOT EXISTS proj_events (
 CREATE INDEX IF NOT EXISTS proj_events_by_unit ON proj_events (set_id, unit_key, part, log_offset);
 """
 
+EVENT_COLUMNS = "set_id, event_id, unit_key, election_id, part, log_offset, type, recorded_at"
+
+# Per connection: a batch's new index rows are bulk-loaded here (no index, so cheap), then moved into
+# proj_events with ON CONFLICT DO NOTHING; RETURNING names those that went in, the rest were held.
+STAGING = """CREATE TEMP TABLE IF NOT EXISTS proj_events_in (
+    set_id {big} NOT NULL, event_id TEXT NOT NULL, unit_key TEXT NOT NULL, election_id TEXT NOT NULL,
+    part INTEGER NOT NULL, log_offset {big} NOT NULL, type TEXT NOT NULL, recorded_at TEXT NOT NULL
+)"""
+
 DATA_TABLES = ("proj_positions", "proj_elections", "proj_unit_states", "proj_unit_tallies", "proj_events")
 
 SET_COLUMNS = "set_id, name, version, state, source, rule_set, params, created_at, promoted_at"
@@ -227,7 +236,5 @@ def change_rows(set_id: int, changes: Changes) -> dict[str, list[tuple[Any, ...]
         "tallies": [(set_id, t.unit_id, t.election_id, t.county_id, t.status, t.context, t.tally) for t in changes.tallies],
         "elections": [(set_id, e.election_id, e.revision, e.state) for e in changes.elections],
         "positions": [(set_id, p.partition, p.next_offset, p.last_recorded_at) for p in changes.positions],
-        "events": [
-            (set_id, e.event_id, e.unit_key, e.election_id, e.partition, e.offset, e.type, e.recorded_at) for e in changes.events
-        ],
+        "events": [(set_id, *e) for e in changes.events],  # EventRow's fields are the columns' order
     }

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 __all__ = [
     "StoreError",
@@ -92,8 +92,9 @@ class ElectionRow:
     state: str
 
 
-@dataclass(frozen=True, slots=True)
-class EventRow:
+class EventRow(NamedTuple):
+    """A processed event in the index (a tuple: a rebuild makes one per event and writes them as is)."""
+
     event_id: str
     unit_key: str
     election_id: str
@@ -160,6 +161,14 @@ class StoreTx(StoreReader, Protocol):
     """A write transaction on one set; its reads see everything committed before the lock."""
 
     def write(self, changes: Changes) -> None: ...
+
+    def index_new(self, rows: Sequence[EventRow]) -> set[str]:
+        """Add events to the index (the processed ids) and return the ids of those it already held.
+
+        The dedupe and the index write in one step: the ids already held were applied by an earlier
+        batch and must not be folded again; the rest are now recorded. ``rows`` must not repeat an id
+        (the caller drops repeats within its batch)."""
+        ...
 
 
 class ProjectionStore(Protocol):

@@ -4,7 +4,8 @@ A batch transaction first locks its set's row in ``proj_sets`` (``SELECT ... FOR
 of one set, on any machine, commit one after another, and because PostgreSQL's READ COMMITTED gives
 every later statement a fresh snapshot, the positions, processed ids and election definitions a
 batch reads under that lock are the latest committed ones. New event-index rows go in with
-``COPY``; upserts with ``executemany`` (pipelined by psycopg); only changed rows are sent.
+``COPY`` through a temporary table (``index_new``); upserts with ``executemany`` (pipelined by
+psycopg); only changed rows are sent.
 """
 
 from __future__ import annotations
@@ -20,26 +21,34 @@ from projections.stores._sql import (
     DATA_TABLES,
     SCHEMA,
     SCHEMA_VERSION,
+    EVENT_COLUMNS,
     SET_COLUMNS,
+    STAGING,
     SqlReader,
     change_rows,
     now_text,
     set_info,
     upsert_statements,
 )
-from projections.stores.port import Changes, SetInfo, SetNotFound, StoreError
+from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, StoreError
 
 __all__ = ["PostgresStore"]
 
 _UPSERTS = upsert_statements("%s")
 _SCHEMA_LOCK = 0x0CA0C05  # advisory lock key: two processes creating the schema at once
-_COPY_EVENTS = "COPY proj_events (set_id, event_id, unit_key, election_id, part, log_offset, type, recorded_at) FROM STDIN"
-_COPY_MIN_ROWS = 50
+_STAGING = STAGING.format(big="BIGINT")
+_COPY_STAGED = f"COPY proj_events_in ({EVENT_COLUMNS}) FROM STDIN"
+_MOVE_STAGED = (
+    f"WITH moved AS (DELETE FROM proj_events_in RETURNING {EVENT_COLUMNS}) "
+    f"INSERT INTO proj_events ({EVENT_COLUMNS}) SELECT {EVENT_COLUMNS} FROM moved "
+    "ON CONFLICT (set_id, event_id) DO NOTHING RETURNING event_id"
+)
 
 
 class _Tx(SqlReader):
     def __init__(self, set_id: int, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
+        self._staged = False
         super().__init__(set_id, self._query, self._query_in, "%s")
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -51,16 +60,25 @@ class _Tx(SqlReader):
     def write(self, changes: Changes) -> None:
         rows = change_rows(self.set_id, changes)
         with self._conn.cursor() as cur:
-            for kind in ("elections", "units", "tallies", "positions"):
+            for kind in ("elections", "units", "tallies", "events", "positions"):
                 if rows[kind]:
                     cur.executemany(_UPSERTS[kind], rows[kind])
-            events = rows["events"]
-            if len(events) >= _COPY_MIN_ROWS:
-                with cur.copy(_COPY_EVENTS) as copy:
-                    for row in events:
-                        copy.write_row(row)
-            elif events:
-                cur.executemany(_UPSERTS["events"], events)
+
+    def index_new(self, rows: Sequence[EventRow]) -> set[str]:
+        """``COPY`` into a temporary table, then one statement moves the rows into the index and
+        returns those that went in: no id list is sent, looked up and sent back separately."""
+        if not rows:
+            return set()
+        sid = self.set_id
+        with self._conn.cursor() as cur:
+            if not self._staged:
+                cur.execute(_STAGING)  # a temporary table lives as long as the connection
+                self._staged = True
+            with cur.copy(_COPY_STAGED) as copy:
+                for row in rows:
+                    copy.write_row((sid, *row))
+            inserted = {r[0] for r in cur.execute(_MOVE_STAGED).fetchall()}
+        return {r.event_id for r in rows} - inserted
 
 
 class PostgresStore:

@@ -26,7 +26,7 @@ from projections.stores._sql import (
     set_info,
     upsert_statements,
 )
-from projections.stores.port import Changes, SetInfo, SetNotFound, StoreError, chunks
+from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, StoreError, chunks
 
 __all__ = ["SqliteStore"]
 
@@ -53,6 +53,16 @@ class _Tx(SqlReader):
         for kind in ("elections", "units", "tallies", "events", "positions"):
             if rows[kind]:
                 self._conn.executemany(_UPSERTS[kind], rows[kind])
+
+    def index_new(self, rows: Sequence[EventRow]) -> set[str]:
+        """A lookup, then a plain insert of the rest: in-process, cheaper than staging the rows
+        through a temporary table to have one statement report what it inserted."""
+        held = self.processed([r.event_id for r in rows]) if rows else set()
+        sid = self.set_id
+        new = [(sid, *r) for r in rows if r.event_id not in held] if held else [(sid, *r) for r in rows]
+        if new:
+            self._conn.executemany(_UPSERTS["events"], new)
+        return held
 
 
 class SqliteStore:

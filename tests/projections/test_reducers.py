@@ -18,7 +18,18 @@ from ledger.events import (
     TieMethod,
     UnitOpened,
 )
-from projections.reducers import ElectionState, Projection, UnitState, UnitStatus, apply_election, apply_unit
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from projections.reducers import (
+    ElectionState,
+    Projection,
+    UnitState,
+    UnitStatus,
+    apply_election,
+    apply_unit,
+    apply_unit_events,
+)
 
 
 def _report(support: ModuleType, unit: str, first: dict[str, int], final: dict[str, int], **kw: object):  # type: ignore[no-untyped-def]
@@ -94,3 +105,47 @@ def test_projection_drops_duplicate_event_ids(support: ModuleType) -> None:
     assert p.apply_all(events[::-1]) == 0
     assert p.duplicates == len(events)
     assert {u: s.dumps() for u, s in p.units.items()} == before
+
+
+_KINDS = ("report", "correct", "open", "toss", "reject", "certify")
+
+
+def _unit_event(support: ModuleType, kind: str, n: int, previous: str | None):  # type: ignore[no-untyped-def]
+    at = support.T0 + timedelta(minutes=n)
+    first, final = {"A": 10 + n, "B": 5}, {"A": 12 + n, "B": 3}
+    payload: object
+    if kind == "report" or (kind == "correct" and previous is None):
+        payload = ResultReported(Result(first, final), reporter="chair")
+    elif kind == "correct":
+        payload = ResultCorrected(Result(first, final), supersedes=previous or "", reason="recheck", authority="party",
+                                  stage=CorrectionStage.REVIEW)
+    elif kind == "open":
+        payload = UnitOpened(30 + n)
+    elif kind == "toss":
+        payload = TieBroken(("A", "B"), 1, ("A",) if n % 2 else ("B",), TieMethod.COIN, caller="A")
+    elif kind == "reject":
+        payload = SubmissionRejected("report", "{}", (Problem("final", "x", "y"),), "phone")
+    else:
+        payload = ResultsCertified("party")
+    return support.ev(payload, unit_id="u1", at=at)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(st.sampled_from(_KINDS), min_size=1, max_size=12), cuts=st.lists(st.integers(0, 12), max_size=4))
+def test_folding_a_run_at_once_equals_folding_event_by_event(support: ModuleType, kinds: list[str], cuts: list[int]) -> None:
+    events = []
+    previous: str | None = None
+    for n, kind in enumerate(kinds):
+        e = _unit_event(support, kind, n, previous)
+        if isinstance(e.payload, (ResultReported, ResultCorrected)):
+            previous = e.event_id
+        events.append(e)
+    one_by_one: UnitState | None = None
+    for e in events:
+        one_by_one = apply_unit(one_by_one, e)
+    bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
+    in_runs: UnitState | None = None
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        in_runs = apply_unit_events(in_runs, events[a:b])
+    assert in_runs == one_by_one
+    assert in_runs is not None and in_runs.dumps() == one_by_one.dumps()

@@ -200,3 +200,31 @@ def test_writers_of_one_set_are_serialised(open_store: Open) -> None:
         assert seen == []
     t.join(10)
     assert seen == [7]
+
+
+def test_index_new_records_events_and_names_those_already_held(open_store: Open) -> None:
+    store = open_store()
+    sid = store.create_set("tally", source="s").set_id
+    other = store.create_set("tally", source="s").set_id
+
+    def rows(ids: range, offset: int = 0) -> list[EventRow]:
+        return [EventRow(f"ev-{i}", f"u{i % 7}", "e1", i % 3, i + offset, "ResultReported", "2020-02-03T19:00:00+00:00") for i in ids]
+
+    with store.transaction(sid) as tx:
+        assert tx.index_new(rows(range(0, 3000))) == set()
+        assert tx.index_new([]) == set()
+    with store.transaction(sid) as tx:
+        # A producer retry: the same ids again at other offsets, beside new ones.
+        assert tx.index_new(rows(range(2990, 3010), offset=10_000)) == {f"ev-{i}" for i in range(2990, 3000)}
+    with store.transaction(other) as tx:
+        assert tx.index_new(rows(range(0, 5))) == set(), "sets do not share processed ids"
+    with store.reader(sid) as r:
+        assert r.event_count() == 3010
+        held = {e.event_id: e.offset for e in r.events_for("u0")}
+        assert held["ev-2996"] == 2996, "a duplicate leaves the first index row as it was"
+        assert held["ev-3003"] == 13_003
+    with pytest.raises(RuntimeError), store.transaction(sid) as tx:
+        tx.index_new(rows(range(5000, 5010)))
+        raise RuntimeError("the batch fails before commit")
+    with store.reader(sid) as r:
+        assert r.processed([f"ev-{i}" for i in range(5000, 5010)]) == set(), "a rolled-back batch indexes nothing"

@@ -13,7 +13,10 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
+import socket
 import subprocess
+import tempfile
 import sys
 import time
 import uuid
@@ -35,6 +38,7 @@ __all__ = [
     "drop_database",
     "temporary_database",
     "find_cluster_version",
+    "PrivateCluster",
 ]
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -176,6 +180,68 @@ def temporary_database(prefix: str = "test", server_dsn: str | None = None) -> I
         yield dsn
     finally:
         drop_database(name, server_dsn)
+
+
+class PrivateCluster:
+    """A throwaway PostgreSQL cluster of its own: ``initdb`` in a temporary directory, a free port.
+
+    Why: a test that restarts or stops the server must not take the shared one away from every
+    other test. Uses the server binaries of the installed cluster; as root, runs them as the
+    ``postgres`` user (``initdb`` refuses root). Trust authentication, listening on 127.0.0.1 only.
+    """
+
+    def __init__(self, version: str | None = None) -> None:
+        self.bindir = Path("/usr/lib/postgresql") / (version or find_cluster_version()) / "bin"
+        if not (self.bindir / "pg_ctl").exists():
+            raise PostgresError(f"no PostgreSQL server binaries in {self.bindir}")
+        self.port = _free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="caucus-pg-"))
+        self.data = self.dir / "data"
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        out = subprocess.run([*prefix, *args], capture_output=True, text=True, check=False, timeout=START_TIMEOUT_S * 2)
+        if out.returncode != 0:
+            raise PostgresError(f"{Path(args[0]).name} failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
+
+    def _pg_ctl(self, action: str) -> None:
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "server.log"), "-o", opts,
+                  "-m", "fast", "-w", "-t", str(int(START_TIMEOUT_S)), action)
+
+    def start(self) -> PrivateCluster:
+        if not self.data.exists():
+            if os.geteuid() == 0:
+                shutil.chown(self.dir, "postgres", "postgres")
+            self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                      "--no-sync")
+        self._pg_ctl("start")
+        return self
+
+    def stop(self) -> None:
+        self._pg_ctl("stop")
+
+    def restart(self) -> None:
+        """Stop (fast: open connections are cut) and start again on the same port and data."""
+        self._pg_ctl("restart")
+
+    def close(self) -> None:
+        with contextlib.suppress(PostgresError, subprocess.TimeoutExpired):
+            self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> PrivateCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def main(argv: list[str] | None = None) -> int:

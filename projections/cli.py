@@ -65,6 +65,8 @@ def _progress_line(p: Progress) -> str:
     age = "" if behind is None else f", newest applied event recorded {behind:,.1f} s ago"
     dup = f", {p.duplicates:,} duplicates dropped" if p.duplicates else ""
     parts = ",".join(str(x) for x in sorted(p.assigned)) or "none yet"
+    if p.waiting_for_store:
+        return f"waiting for the projection store ({p.waiting_for_store}); applied {p.applied:,} events so far"
     return f"applied {p.applied:,} events ({p.rate:,.0f}/s){dup}; lag {lag} events{age}; partitions {parts}"
 
 

@@ -34,7 +34,7 @@ from projections.asof import AsOfError, Cut
 from projections.queries import DEFAULT_SET
 from projections.runner import Progress, ProjectionRunner
 from projections.sources import AssignmentListener, Source
-from projections.stores.port import Changes, ProjectionStore, SetInfo
+from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreUnavailable
 from projections.wiring import DEFAULT_GROUP, SourceMismatch, log_identity, source_for
 
 __all__ = [
@@ -182,7 +182,11 @@ class ServingWatch:
         if now - self._asked < self.every:
             return False
         self._asked = now
-        serving = self.store.serving(self.name)
+        try:
+            serving = self.store.serving(self.name)
+        except StoreUnavailable:
+            return False  # the runner's next batch waits for the store and says so
+
         if serving is not None and serving.set_id != self.set_id:
             self.switched_to = serving
             return True

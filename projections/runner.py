@@ -55,6 +55,7 @@ from projections.stores.port import (
     ProjectionStore,
     StoreReader,
     StoreTx,
+    StoreUnavailable,
     TallyRow,
     UnitRow,
 )
@@ -86,6 +87,8 @@ class Progress:
     newest_recorded_at: datetime | None = None
     caught_up: bool = False
     stopped: str = ""
+    store_outages: int = 0
+    waiting_for_store: str = ""
 
     @property
     def elapsed(self) -> float:
@@ -128,6 +131,8 @@ class Progress:
             "newest_recorded_at": None if self.newest_recorded_at is None else self.newest_recorded_at.isoformat(),
             "caught_up": self.caught_up,
             "stopped": self.stopped,
+            "store_outages": self.store_outages,
+            "waiting_for_store": self.waiting_for_store,
         }
 
 
@@ -155,6 +160,8 @@ class ProjectionRunner:
         on_commit: Callable[[Changes, dict[int, int]], None] | None = None,
         catch_up_batch: int = 0,
         catch_up_seconds: float = 5.0,
+        store_retry_seconds: float = 300.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -174,6 +181,10 @@ class ProjectionRunner:
         Memory grows with this bound (the records, not their decoded events: those are folded
         ``_CHUNK`` at a time), never with the log. ``caucus replay`` uses 50,000."""
         self.catch_up_seconds = catch_up_seconds
+        self.store_retry_seconds = store_retry_seconds
+        """How long a batch is retried while the store is unreachable (a database restart) before the
+        runner gives up with the store's error."""
+        self._sleep = sleep
         self.on_commit = on_commit
         """Called after each batch's transaction committed, with what it changed and the positions
         this runner now stands at (the results feed publishes from here; see projections.feed)."""
@@ -243,7 +254,9 @@ class ProjectionRunner:
                 if records:
                     if self.progress.first_batch_at is None:
                         self.progress.first_batch_at = time.monotonic()
-                    self.apply(records)
+                    if not self._apply_retrying(records, should_stop):
+                        self.progress.stopped = "signal"
+                        break
                 self._report()
                 if until_caught_up and self._caught_up():
                     self.progress.caught_up = True
@@ -253,6 +266,34 @@ class ProjectionRunner:
         finally:
             self.source.close()
         return self.progress
+
+    def _apply_retrying(self, records: list[StoredRecord], should_stop: Callable[[], bool]) -> bool:
+        """Apply a batch, retrying it while the store is unreachable; False if stopped meanwhile.
+
+        A retry is safe: nothing of a failed transaction was committed and nothing in memory moved
+        (``apply`` moves the view only after its commit). Should the commit itself have landed before
+        the connection broke, the retry finds the stored positions ahead and skips those records."""
+        delay = 0.2
+        deadline: float | None = None
+        while True:
+            try:
+                self.apply(records)
+            except StoreUnavailable as exc:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.store_retry_seconds
+                    self.progress.store_outages += 1
+                if now >= deadline:
+                    raise
+                self.progress.waiting_for_store = str(exc)
+                self._report(force=True)
+                if should_stop():
+                    return False
+                self._sleep(min(delay, max(0.0, deadline - now)))
+                delay = min(delay * 2, 5.0)
+                continue
+            self.progress.waiting_for_store = ""
+            return True
 
     def _gather(self, records: list[StoredRecord], should_stop: Callable[[], bool]) -> list[StoredRecord]:
         """Behind the log: keep polling (briefly) until ``catch_up_batch`` records are in hand."""

@@ -29,6 +29,7 @@ from typing import NamedTuple, Protocol
 
 __all__ = [
     "StoreError",
+    "StoreUnavailable",
     "SetNotFound",
     "SetInfo",
     "UnitRow",
@@ -48,6 +49,11 @@ SET_STATES = ("building", "serving", "retired")
 
 class StoreError(RuntimeError):
     """The store cannot do what was asked (with the reason spelled out)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached (a restart, a network cut). Nothing of the interrupted
+    transaction was committed, so the caller may retry it; the store reconnects on the next call."""
 
 
 class SetNotFound(StoreError):

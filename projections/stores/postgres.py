@@ -30,7 +30,7 @@ from projections.stores._sql import (
     set_info,
     upsert_statements,
 )
-from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, StoreError
+from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, StoreError, StoreUnavailable
 
 __all__ = ["PostgresStore"]
 
@@ -84,10 +84,11 @@ class _Tx(SqlReader):
 class PostgresStore:
     """A ProjectionStore in a PostgreSQL database (see module docstring)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, connect_timeout: int = 5) -> None:
         self.dsn = dsn
+        self._connect_timeout = connect_timeout
         try:
-            self._conn = psycopg.connect(dsn, autocommit=True)
+            self._live = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to the projection store database: {exc}") from exc
         self._lock = threading.RLock()
@@ -105,8 +106,25 @@ class PostgresStore:
                     "rebuild it with `caucus replay` into a new database"
                 )
 
+    @property
+    def _conn(self) -> psycopg.Connection[Any]:
+        """The connection, opened again if the server dropped it (a restart): every call after an
+        outage starts on a fresh connection, and ``transaction`` turns the outage itself into
+        ``StoreUnavailable`` so that the runner can retry its batch."""
+        if self._live.closed or self._live.broken:
+            try:
+                self._live = psycopg.connect(self.dsn, autocommit=True, connect_timeout=self._connect_timeout)
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailable(f"cannot reconnect to the projection store database: {_first_line(exc)}") from exc
+        return self._live
+
+    def _unavailable(self, conn: psycopg.Connection[Any], exc: psycopg.OperationalError) -> BaseException:
+        if conn.closed or conn.broken:
+            return StoreUnavailable(f"the projection store database went away mid-transaction: {_first_line(exc)}")
+        return exc
+
     def describe(self) -> str:
-        info = self._conn.info
+        info = self._live.info
         return f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
 
     # -- sets ---------------------------------------------------------------------------------
@@ -158,9 +176,13 @@ class PostgresStore:
     def serving(self, name: str) -> SetInfo | None:
         cols = ", ".join("s." + c.strip() for c in SET_COLUMNS.split(","))
         with self._lock:
-            row = self._conn.execute(
-                f"SELECT {cols} FROM proj_serving v JOIN proj_sets s ON s.set_id = v.set_id WHERE v.name = %s", (name,)
-            ).fetchone()
+            conn = self._conn
+            try:
+                row = conn.execute(
+                    f"SELECT {cols} FROM proj_serving v JOIN proj_sets s ON s.set_id = v.set_id WHERE v.name = %s", (name,)
+                ).fetchone()
+            except psycopg.OperationalError as exc:  # asked between batches by a running runner
+                raise self._unavailable(conn, exc) from exc
         return None if row is None else set_info(row)
 
     def promote(self, set_id: int) -> SetInfo:
@@ -195,17 +217,31 @@ class PostgresStore:
 
     @contextmanager
     def transaction(self, set_id: int) -> Iterator[_Tx]:
-        with self._lock, self._conn.transaction():
-            if self._conn.execute("SELECT set_id FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone() is None:
-                raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
-            yield _Tx(set_id, self._conn)
+        with self._lock:
+            conn = self._conn
+            try:
+                with conn.transaction():
+                    if conn.execute("SELECT set_id FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone() is None:
+                        raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
+                    yield _Tx(set_id, conn)
+            except psycopg.OperationalError as exc:
+                raise self._unavailable(conn, exc) from exc
 
     @contextmanager
     def reader(self, set_id: int) -> Iterator[_Tx]:
-        with self._lock, self._conn.transaction():
-            self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield _Tx(set_id, self._conn)
+        with self._lock:
+            conn = self._conn
+            try:
+                with conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    yield _Tx(set_id, conn)
+            except psycopg.OperationalError as exc:
+                raise self._unavailable(conn, exc) from exc
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            self._live.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

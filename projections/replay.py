@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 AS_OF_SUFFIX = "-as-of"
-CATCH_UP_BATCH = 50_000
+CATCH_UP_BATCH = 200_000
 """A rebuild reads the whole log: its transactions gather up to this many events (``ProjectionRunner.catch_up_batch``)."""
 
 SourceFactory = Callable[[], Source]

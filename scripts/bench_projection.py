@@ -12,7 +12,7 @@ review / recanvass / recount) with an occasional TieBroken. Appended with ``appe
 Per backend and size, each measurement runs in a fresh process (its peak RSS is its own):
 
 * ceiling: read the whole log and decode every record (``EventLog.read`` + ``Codec.decode``);
-* rebuild: ``caucus project --until-caught-up --no-feed --catch-up-batch 50000`` into an empty store: Kafka into a
+* rebuild: ``caucus project --until-caught-up --no-feed --catch-up-batch 200000`` into an empty store: Kafka into a
   temporary PostgreSQL database, the embedded SQLite log into an embedded SQLite store.
 
 Rates count from the first record read / first batch applied, so process start-up and the Kafka
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="250000,1000000", help="event counts, comma separated (default 250000,1000000)")
     parser.add_argument("--units", type=int, default=1765)
     parser.add_argument("--batch", type=int, default=500, help="caucus project --batch-size (default 500, as caucus project)")
-    parser.add_argument("--catch-up-batch", type=int, default=50_000, help="caucus project --catch-up-batch (default 50000; 0: off)")
+    parser.add_argument("--catch-up-batch", type=int, default=200_000, help="caucus project --catch-up-batch (default 200000, as caucus replay; 0: off)")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--backends", default="kafka,embedded")
     parser.add_argument("--seed", type=int, default=2020)

@@ -22,7 +22,7 @@ which is the dedupe; the (unit, position) index finds a unit's paper trail.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -174,6 +174,12 @@ class StoreTx(StoreReader, Protocol):
         The dedupe and the index write in one step: the ids already held were applied by an earlier
         batch and must not be folded again; the rest are now recorded. ``rows`` must not repeat an id
         (the caller drops repeats within its batch)."""
+        ...
+
+    def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]:
+        """``index_new`` begun: the returned call gives its answer. Until that call the transaction
+        must not be used otherwise; meanwhile the caller can decode the next records while the
+        database works (an adapter with nothing to overlap simply answers at once)."""
         ...
 
 

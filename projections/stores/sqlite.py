@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,11 @@ class _Tx(SqlReader):
         if new:
             self._conn.executemany(_UPSERTS["events"], new)
         return held
+
+    def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]:
+        """In-process: nothing to overlap (and a thread would contend for the GIL row by row)."""
+        held = self.index_new(rows)
+        return lambda: held
 
 
 class SqliteStore:

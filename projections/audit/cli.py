@@ -167,12 +167,16 @@ def checkpoint_command(
 def verify_command(
     ctx: typer.Context,
     public_key: Optional[list[Path]] = typer.Option(None, "--public-key", help=_PUBLIC_KEY_HELP),
+    require_checkpoint: bool = typer.Option(
+        False, "--require-checkpoint",
+        help="Fail (exit 1) unless at least one signed checkpoint verifies. A log copy whose checkpoint events "
+             "were cut away, checked without the checkpoint store, otherwise looks like a log never checkpointed."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recompute the log's Merkle trees and check every signed checkpoint against them.
 
     Reports the first bad position (PARTITION:OFFSET) and what is wrong there. Exit 0: intact;
-    1: tampering found; 2: could not check."""
+    1: tampering found (or, with --require-checkpoint, no checkpoint verified); 2: could not check."""
     from ledger.integrity.store import open_store
     from ledger.integrity.verify import verify_log
 
@@ -191,6 +195,9 @@ def verify_command(
                 store.close()
     _print_report(settings, store_name, report, as_json, elapsed)
     if not report.ok:
+        raise typer.Exit(TAMPERED)
+    if require_checkpoint and report.latest is None:
+        typer.echo("FAILED: no signed checkpoint verified, and --require-checkpoint was given", err=True)
         raise typer.Exit(TAMPERED)
 
 

@@ -113,6 +113,18 @@ def test_operational_problems_exit_2(ledger: Any, caucus: Any, tmp_path: Path) -
     assert caucus("verify", "--public-key", str(bare / "given.pub"), data_dir=bare).exit_code == 0
 
 
+def test_require_checkpoint_fails_a_log_with_none_verified(ledger: Any, caucus: Any, tmp_path: Path) -> None:
+    ledger.append(6)
+    pub = tmp_path / "given.pub"
+    pub.write_bytes(ledger.key.trusted.pem())
+    lenient = caucus("verify", "--public-key", str(pub), "--json")
+    assert lenient.exit_code == 0 and json.loads(lenient.output)["checkpoints_verified"] == 0
+    strict = caucus("verify", "--public-key", str(pub), "--require-checkpoint")
+    assert strict.exit_code == 1 and "no signed checkpoint verified" in strict.output
+    assert caucus("checkpoint").exit_code == 0
+    assert caucus("verify", "--public-key", str(pub), "--require-checkpoint").exit_code == 0
+
+
 def test_the_checkpoint_store_can_live_in_postgresql(ledger: Any, caucus: Any, pg_dsn: str) -> None:
     ledger.append(12)
     env = {"CAUCUS_DATABASE": pg_dsn}

@@ -191,6 +191,7 @@ class ProjectionRunner:
         this runner now stands at (the results feed publishes from here; see projections.feed)."""
         self.progress = Progress()
         self._next: dict[int, int] = {}
+        self._known: dict[int, int] = {}  # the highest stored position seen per partition, kept when revoked
         self._targets: dict[int, int] = {}
         self._units: dict[str, UnitState] = {}
         self._tally_hashes: dict[str, int] = {}  # of the stored tally text, to skip unchanged writes
@@ -209,6 +210,7 @@ class ProjectionRunner:
             row = stored.get(p)
             start[p] = row.next_offset if row else 0
             self._next[p] = start[p]
+            self._known[p] = max(self._known.get(p, 0), start[p])
             self._targets.pop(p, None)
             self._forget(p)
             if row and row.last_recorded_at:
@@ -316,12 +318,15 @@ class ProjectionRunner:
         return records
 
     def _check_marks(self) -> None:
+        """Lost log: a high watermark below a position this runner knows was applied. Partitions it
+        no longer owns count too: a broker that restarted empty also breaks the group, and a runner
+        left without partitions must still say so rather than wait for an assignment."""
         marks = self.source.high_watermarks()
         self.progress.high_watermarks = dict(marks)
         for p, hw in marks.items():
-            nxt = self._next.get(p)
-            if nxt is not None and nxt > hw:
-                raise LogLostError(p, nxt, hw)
+            known = max(self._next.get(p, 0), self._known.get(p, 0))
+            if known > hw:
+                raise LogLostError(p, known, hw)
             if p not in self._targets and p in self.source.assigned():
                 self._targets[p] = hw
 
@@ -529,6 +534,7 @@ class ProjectionRunner:
     def _commit_local(self, changes: Changes, folded: _Folded, skipped: int) -> None:
         for row in changes.positions:
             self._next[row.partition] = row.next_offset
+            self._known[row.partition] = max(self._known.get(row.partition, 0), row.next_offset)
         owned = self.source.assigned()
         for uid, (p, st) in folded.units.items():
             if p in owned:

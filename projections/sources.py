@@ -48,7 +48,8 @@ class Source(Protocol):
         ...
 
     def high_watermarks(self) -> dict[int, int]:
-        """Known high watermarks of the owned partitions (a Kafka partition's appears after its first fetch)."""
+        """Known high watermarks of the owned partitions (a Kafka partition's appears after its first
+        fetch); a source may add other partitions' (the Kafka source does after a quiet spell)."""
         ...
 
     def positions(self) -> dict[int, int]:
@@ -208,8 +209,9 @@ class KafkaGroupSource:
             self._quiet_since = now
         elif self._ready and now - self._quiet_since >= self._quiet_check:
             self._quiet_since = now
-            marks = self.log.high_watermarks()  # raises LogUnavailableError when the broker is gone
-            self._checked = {p: m for p, m in marks.items() if p in self._owned}
+            # Every partition, owned or not: a broker that restarted empty also breaks the group, and
+            # the runner holds the marks against the positions it knows were applied (runner._check_marks).
+            self._checked = self.log.high_watermarks()  # raises LogUnavailableError when the broker is gone
         return out
 
     def high_watermarks(self) -> dict[int, int]:

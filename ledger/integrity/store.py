@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from ledger.integrity.checkpoints import Checkpoint, CheckpointFormatError, SignedCheckpoint
 from ledger.log.port import Position
+from ledger.sqlite_setup import create_schema, use_wal
 
 __all__ = [
     "STORE_FILE",
@@ -155,8 +156,8 @@ class SqliteCheckpointStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.executescript(self._SCHEMA)
+            use_wal(self._conn, 30.0)
+            create_schema(self._conn, self._SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the checkpoint store {self.path}: {exc}") from exc
 

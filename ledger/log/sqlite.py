@@ -25,6 +25,7 @@ from ledger.log.port import (
     Position,
     StoredRecord,
 )
+from ledger.sqlite_setup import create_schema, use_wal
 
 __all__ = ["SqliteLog", "DEFAULT_PARTITIONS"]
 
@@ -66,9 +67,9 @@ class SqliteLog:
         except (OSError, sqlite3.Error) as exc:
             raise LogUnavailableError(f"cannot open the embedded log at {self.path}: {exc}") from exc
         self._lock = threading.RLock()
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        use_wal(self._conn, timeout)
         self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.executescript(_SCHEMA)
+        create_schema(self._conn, _SCHEMA)
         self._partitions = self._settle_partitions(partitions)
 
     def _settle_partitions(self, wanted: int | None) -> int:

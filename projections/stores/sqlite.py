@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ledger.sqlite_setup import use_wal
 from projections.stores._sql import (
     DATA_TABLES,
     SCHEMA,
@@ -81,7 +82,7 @@ class SqliteStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the projection store at {self.path}: {exc}") from exc
         self._lock = threading.RLock()
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        use_wal(self._conn, timeout)
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA cache_size=-32768")
         with self._lock:

@@ -134,6 +134,32 @@ def test_two_runners_on_one_set_equal_one(support: ModuleType, open_store: Open,
     assert support.snapshot(s1, sid) == support.snapshot(one_store, one)
 
 
+class _LeftWithoutPartitions(EmbeddedSource):
+    """Assigns every partition, then takes them all away again: what a Kafka group does to its
+    members when the broker under it restarts, before (if ever) it assigns them anew."""
+
+    def start(self, listener: Any) -> None:
+        super().start(listener)
+        parts = set(self._next)
+        self._next = {}
+        listener.revoked(parts)
+
+
+def test_a_runner_left_without_partitions_still_reports_a_lost_log(support: ModuleType, open_store: Open, tmp_path: Any) -> None:
+    path = tmp_path / "log.sqlite3"
+    Journal(SqliteLog(path, partitions=4)).append_batch(support.election_log(10))
+    store = open_store()
+    sid = _new_set(store)
+    _run(store, sid, SqliteLog(path))
+    path.unlink()
+    for extra in ("-wal", "-shm"):
+        (tmp_path / f"log.sqlite3{extra}").unlink(missing_ok=True)
+    Journal(SqliteLog(path, partitions=4)).append_batch(support.election_log(2))
+    runner = ProjectionRunner(store, sid, _LeftWithoutPartitions(SqliteLog(path)), poll_timeout=0.01)
+    with pytest.raises(LogLostError, match="log lost or rewound"):
+        runner.run(until_caught_up=True)
+
+
 def test_a_rewound_log_is_reported_not_waited_on(support: ModuleType, open_store: Open, tmp_path: Any) -> None:
     path = tmp_path / "log.sqlite3"
     Journal(SqliteLog(path, partitions=4)).append_batch(support.election_log(10))

@@ -44,7 +44,6 @@ from projections.reducers import (
     UnitState,
     apply_election,
     apply_unit_events,
-    is_election_event,
 )
 from projections.sources import Source
 from projections.stores.port import (

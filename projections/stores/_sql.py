@@ -94,13 +94,7 @@ CREATE INDEX IF NOT EXISTS proj_events_by_unit ON proj_events (set_id, unit_key,
 """
 
 EVENT_COLUMNS = "set_id, event_id, unit_key, election_id, part, log_offset, type, recorded_at"
-
-# Per connection: a batch's new index rows are bulk-loaded here (no index, so cheap), then moved into
-# proj_events with ON CONFLICT DO NOTHING; RETURNING names those that went in, the rest were held.
-STAGING = """CREATE TEMP TABLE IF NOT EXISTS proj_events_in (
-    set_id {big} NOT NULL, event_id TEXT NOT NULL, unit_key TEXT NOT NULL, election_id TEXT NOT NULL,
-    part INTEGER NOT NULL, log_offset {big} NOT NULL, type TEXT NOT NULL, recorded_at TEXT NOT NULL
-)"""
+"""The event index's columns, in ``EventRow`` order after the set id."""
 
 DATA_TABLES = ("proj_positions", "proj_elections", "proj_unit_states", "proj_unit_tallies", "proj_events")
 
@@ -223,8 +217,7 @@ def upsert_statements(ph: str) -> dict[str, str]:
             "ON CONFLICT (set_id, part) DO UPDATE SET next_offset = excluded.next_offset, last_recorded_at = excluded.last_recorded_at"
         ),
         "events": (
-            f"INSERT INTO proj_events (set_id, event_id, unit_key, election_id, part, log_offset, type, recorded_at) "
-            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+            f"INSERT INTO proj_events ({EVENT_COLUMNS}) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
         ),
     }
 

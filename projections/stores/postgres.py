@@ -24,7 +24,6 @@ from projections.stores._sql import (
     SCHEMA_VERSION,
     EVENT_COLUMNS,
     SET_COLUMNS,
-    STAGING,
     SqlReader,
     change_rows,
     now_text,
@@ -37,7 +36,12 @@ __all__ = ["PostgresStore"]
 
 _UPSERTS = upsert_statements("%s")
 _SCHEMA_LOCK = 0x0CA0C05  # advisory lock key: two processes creating the schema at once
-_STAGING = STAGING.format(big="BIGINT")
+# Per connection: a batch's new index rows are bulk-loaded here (no index, so cheap), then moved into
+# proj_events with ON CONFLICT DO NOTHING; RETURNING names those that went in, the rest were held.
+_STAGING = """CREATE TEMP TABLE IF NOT EXISTS proj_events_in (
+    set_id BIGINT NOT NULL, event_id TEXT NOT NULL, unit_key TEXT NOT NULL, election_id TEXT NOT NULL,
+    part INTEGER NOT NULL, log_offset BIGINT NOT NULL, type TEXT NOT NULL, recorded_at TEXT NOT NULL
+)"""
 _COPY_STAGED = f"COPY proj_events_in ({EVENT_COLUMNS}) FROM STDIN"
 _MOVE_STAGED = (
     f"WITH moved AS (DELETE FROM proj_events_in RETURNING {EVENT_COLUMNS}) "
@@ -133,10 +137,18 @@ class PostgresStore:
                 raise StoreUnavailable(f"cannot reconnect to the projection store database: {_first_line(exc)}") from exc
         return self._live
 
-    def _unavailable(self, conn: psycopg.Connection[Any], exc: psycopg.OperationalError) -> BaseException:
-        if conn.closed or conn.broken:
-            return StoreUnavailable(f"the projection store database went away mid-transaction: {_first_line(exc)}")
-        return exc
+    @contextmanager
+    def _guarded(self) -> Iterator[psycopg.Connection[Any]]:
+        """The connection, under the store's lock, for work a running runner does: the server going
+        away meanwhile becomes ``StoreUnavailable`` (other errors pass unchanged)."""
+        with self._lock:
+            conn = self._conn
+            try:
+                yield conn
+            except psycopg.OperationalError as exc:
+                if conn.closed or conn.broken:
+                    raise StoreUnavailable(f"the projection store database went away mid-transaction: {_first_line(exc)}") from exc
+                raise
 
     def describe(self) -> str:
         info = self._live.info
@@ -190,14 +202,10 @@ class PostgresStore:
 
     def serving(self, name: str) -> SetInfo | None:
         cols = ", ".join("s." + c.strip() for c in SET_COLUMNS.split(","))
-        with self._lock:
-            conn = self._conn
-            try:
-                row = conn.execute(
-                    f"SELECT {cols} FROM proj_serving v JOIN proj_sets s ON s.set_id = v.set_id WHERE v.name = %s", (name,)
-                ).fetchone()
-            except psycopg.OperationalError as exc:  # asked between batches by a running runner
-                raise self._unavailable(conn, exc) from exc
+        with self._guarded() as conn:  # asked between batches by a running runner
+            row = conn.execute(
+                f"SELECT {cols} FROM proj_serving v JOIN proj_sets s ON s.set_id = v.set_id WHERE v.name = %s", (name,)
+            ).fetchone()
         return None if row is None else set_info(row)
 
     def promote(self, set_id: int) -> SetInfo:
@@ -232,26 +240,16 @@ class PostgresStore:
 
     @contextmanager
     def transaction(self, set_id: int) -> Iterator[_Tx]:
-        with self._lock:
-            conn = self._conn
-            try:
-                with conn.transaction():
-                    if conn.execute("SELECT set_id FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone() is None:
-                        raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
-                    yield _Tx(set_id, conn, self._io)
-            except psycopg.OperationalError as exc:
-                raise self._unavailable(conn, exc) from exc
+        with self._guarded() as conn, conn.transaction():
+            if conn.execute("SELECT set_id FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone() is None:
+                raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
+            yield _Tx(set_id, conn, self._io)
 
     @contextmanager
     def reader(self, set_id: int) -> Iterator[_Tx]:
-        with self._lock:
-            conn = self._conn
-            try:
-                with conn.transaction():
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    yield _Tx(set_id, conn, self._io)
-            except psycopg.OperationalError as exc:
-                raise self._unavailable(conn, exc) from exc
+        with self._guarded() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield _Tx(set_id, conn, self._io)
 
     def close(self) -> None:
         with self._lock:

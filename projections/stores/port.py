@@ -173,7 +173,8 @@ class StoreTx(StoreReader, Protocol):
 
         The dedupe and the index write in one step: the ids already held were applied by an earlier
         batch and must not be folded again; the rest are now recorded. ``rows`` must not repeat an id
-        (the caller drops repeats within its batch)."""
+        (the caller drops repeats within one call; an id added by an earlier call of the same
+        transaction is reported as held)."""
         ...
 
     def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]:

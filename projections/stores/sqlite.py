@@ -4,6 +4,16 @@ Writers serialise on SQLite's own write lock (``BEGIN IMMEDIATE`` with a busy ti
 also the per-set lock the runner's exactly-once argument needs: a batch reads positions and
 processed ids and writes its changes without another writer in between. WAL mode lets ``caucus
 tally`` read a consistent snapshot while a runner writes.
+
+The event index is the one write that grows with the log (a row per event, keyed by a random
+event id), so it runs on an I/O thread while the runner decodes its next records, as PostgreSQL
+does in its own process. A chunk goes in as one JSON text and two statements: CPython releases the
+GIL for the whole of a statement's step, so the thread never queues for the GIL row by row (as
+``executemany`` would, stepping once per row).
+
+The WAL checkpoint after a batch (copying the batch's pages into the database file) runs on that
+thread too, instead of inside ``COMMIT``: the runner reads its next records from the log meanwhile,
+and every later use of the connection first waits for the checkpoint to finish.
 """
 
 from __future__ import annotations
@@ -11,13 +21,17 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ledger.sqlite_setup import use_wal
 from projections.stores._sql import (
     DATA_TABLES,
+    EVENT_COLUMNS,
     SCHEMA,
     SCHEMA_VERSION,
     SET_COLUMNS,
@@ -32,11 +46,17 @@ from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, Sto
 __all__ = ["SqliteStore"]
 
 _UPSERTS = upsert_statements("?")
+# A chunk of event-index rows arrives as one JSON array of EventRow arrays (?2); ?1 is the set id.
+_JSON_ROWS = "SELECT ?1, " + ", ".join(f"json_extract(value, '$[{i}]')" for i in range(7)) + " FROM json_each(?2)"
+_HELD_JSON = "SELECT event_id FROM proj_events WHERE set_id = ?1 AND event_id IN (SELECT json_extract(value, '$[0]') FROM json_each(?2))"
+_INSERT_JSON = f"INSERT INTO proj_events ({EVENT_COLUMNS}) {_JSON_ROWS} WHERE true ON CONFLICT (set_id, event_id) DO NOTHING"
 
 
 class _Tx(SqlReader):
-    def __init__(self, set_id: int, conn: sqlite3.Connection) -> None:
+    def __init__(self, set_id: int, conn: sqlite3.Connection, io: ThreadPoolExecutor | None = None) -> None:
         self._conn = conn
+        self._io = io
+        self._pending: Future[set[str]] | None = None
         super().__init__(set_id, self._query, self._query_in, "?")
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -56,19 +76,36 @@ class _Tx(SqlReader):
                 self._conn.executemany(_UPSERTS[kind], rows[kind])
 
     def index_new(self, rows: Sequence[EventRow]) -> set[str]:
-        """A lookup, then a plain insert of the rest: in-process, cheaper than staging the rows
-        through a temporary table to have one statement report what it inserted."""
-        held = self.processed([r.event_id for r in rows]) if rows else set()
-        sid = self.set_id
-        new = [(sid, *r) for r in rows if r.event_id not in held] if held else [(sid, *r) for r in rows]
-        if new:
-            self._conn.executemany(_UPSERTS["events"], new)
-        return held
+        return self.index_begin(rows)()
 
     def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]:
-        """In-process: nothing to overlap (and a thread would contend for the GIL row by row)."""
-        held = self.index_new(rows)
-        return lambda: held
+        """The held ids looked up and the rest inserted by two statements over one JSON text, on the
+        I/O thread (see module docstring); a reader's snapshot has no thread and answers at once."""
+        if not rows:
+            return set
+        payload = orjson.dumps(list(map(tuple, rows))).decode()  # orjson takes no namedtuples
+        if self._io is None:
+            held = self._index_json(payload)
+            return lambda: held
+        pending = self._pending = self._io.submit(self._index_json, payload)
+        return pending.result
+
+    def _index_json(self, payload: str) -> set[str]:
+        held = {r[0] for r in self._conn.execute(_HELD_JSON, (self.set_id, payload))}
+        self._conn.execute(_INSERT_JSON, (self.set_id, payload))
+        return held
+
+    def settle(self, *, failing: bool = False) -> None:
+        """Wait for an index write still running on the I/O thread: the transaction must not end
+        (commit or roll back) under a statement in progress. Its error is raised here, unless the
+        transaction is already failing for a reason of its own (that one is the error to report)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        if failing:
+            pending.exception()
+        else:
+            pending.result()
 
 
 class SqliteStore:
@@ -82,9 +119,12 @@ class SqliteStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the projection store at {self.path}: {exc}") from exc
         self._lock = threading.RLock()
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caucus-sqlite-io")
+        self._checkpoint: Future[Any] | None = None
         use_wal(self._conn, timeout)
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA cache_size=-32768")
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")  # see module docstring; closing checkpoints too
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -110,7 +150,7 @@ class SqliteStore:
     # -- sets ---------------------------------------------------------------------------------
 
     def sets(self, name: str | None = None) -> list[SetInfo]:
-        with self._lock:
+        with self._connection():
             if name is None:
                 rows = self._conn.execute(f"SELECT {SET_COLUMNS} FROM proj_sets ORDER BY name, version").fetchall()
             else:
@@ -118,7 +158,7 @@ class SqliteStore:
         return [set_info(r) for r in rows]
 
     def get_set(self, set_id: int) -> SetInfo:
-        with self._lock:
+        with self._connection():
             row = self._conn.execute(f"SELECT {SET_COLUMNS} FROM proj_sets WHERE set_id = ?", (set_id,)).fetchone()
         if row is None:
             raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
@@ -150,7 +190,7 @@ class SqliteStore:
         return self.get_set(set_id)
 
     def serving(self, name: str) -> SetInfo | None:
-        with self._lock:
+        with self._connection():
             row = self._conn.execute(
                 f"SELECT {', '.join('s.' + c.strip() for c in SET_COLUMNS.split(','))} FROM proj_serving v "
                 "JOIN proj_sets s ON s.set_id = v.set_id WHERE v.name = ?",
@@ -186,8 +226,23 @@ class SqliteStore:
     # -- transactions -------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """The connection, held, once the checkpoint of the last batch (if any) has finished."""
         with self._lock:
+            checkpoint, self._checkpoint = self._checkpoint, None
+            if checkpoint is not None:
+                try:
+                    checkpoint.result()
+                except sqlite3.Error as exc:
+                    raise StoreError(f"checkpointing the projection store at {self.path} failed: {exc}") from exc
+            yield self._conn
+
+    def _checkpoint_wal(self) -> None:
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._connection():
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
@@ -204,11 +259,19 @@ class SqliteStore:
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM proj_sets WHERE set_id = ?", (set_id,)).fetchone() is None:
                 raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
-            yield _Tx(set_id, conn)
+            tx = _Tx(set_id, conn, self._io)
+            try:
+                yield tx
+            except BaseException:
+                tx.settle(failing=True)
+                raise
+            tx.settle()
+        with self._lock:
+            self._checkpoint = self._io.submit(self._checkpoint_wal)
 
     @contextmanager
     def reader(self, set_id: int) -> Iterator[_Tx]:
-        with self._lock:
+        with self._connection():
             self._conn.execute("BEGIN")
             try:
                 yield _Tx(set_id, self._conn)
@@ -217,4 +280,5 @@ class SqliteStore:
 
     def close(self) -> None:
         with self._lock:
+            self._io.shutdown(wait=True)  # a checkpoint under way finishes first
             self._conn.close()

@@ -216,10 +216,15 @@ def test_index_new_records_events_and_names_those_already_held(open_store: Open)
     with store.transaction(sid) as tx:
         # A producer retry: the same ids again at other offsets, beside new ones.
         assert tx.index_new(rows(range(2990, 3010), offset=10_000)) == {f"ev-{i}" for i in range(2990, 3000)}
+    with store.transaction(sid) as tx:
+        # The runner indexes a batch chunk by chunk and relies on this: an id an earlier call of the
+        # same (uncommitted) transaction added is reported as held by a later call.
+        assert tx.index_new(rows(range(4000, 4010))) == set()
+        assert tx.index_new(rows(range(4005, 4020), offset=20_000)) == {f"ev-{i}" for i in range(4005, 4010)}
     with store.transaction(other) as tx:
         assert tx.index_new(rows(range(0, 5))) == set(), "sets do not share processed ids"
     with store.reader(sid) as r:
-        assert r.event_count() == 3010
+        assert r.event_count() == 3030
         held = {e.event_id: e.offset for e in r.events_for("u0")}
         assert held["ev-2996"] == 2996, "a duplicate leaves the first index row as it was"
         assert held["ev-3003"] == 13_003

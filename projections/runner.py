@@ -39,11 +39,12 @@ from typing import Any
 from ledger.codec import Codec, CodecError, default_codec
 from ledger.events import Event
 from ledger.log.port import LogLostError, StoredRecord
+from ledger.timestamps import iso_text
 from projections.reducers import (
     ElectionState,
+    UnitFold,
     UnitState,
     apply_election,
-    apply_unit_events,
 )
 from projections.sources import Source
 from projections.stores.port import (
@@ -395,12 +396,6 @@ class ProjectionRunner:
         if self.on_commit is not None and changes:
             self.on_commit(changes, dict(self._next))
 
-    def _decode(self, rec: StoredRecord) -> Event[Any]:
-        try:
-            return self.codec.decode(rec.value)
-        except CodecError as exc:
-            raise RunnerError(f"the record at {rec.position} (key {rec.key!r}) cannot be decoded: {exc}") from exc
-
     def _election_state(self, tx: StoreReader, election_id: str, revisions: dict[str, str]) -> ElectionState | None:
         """The committed state of an election, parsed once per revision."""
         rev = revisions.get(election_id)
@@ -426,7 +421,8 @@ class ProjectionRunner:
         """Fold a batch's records into changed rows. Records are decoded, entered in the event index
         (which answers which were applied before) and folded ``_CHUNK`` at a time, all inside the
         batch's transaction: a large catch-up batch never holds its decoded events, only the states
-        of the units it touched. A unit's events within a chunk are folded in one step."""
+        of the units it touched. Each unit's events are folded into one ``UnitFold`` for the whole
+        batch, whose state is built once, after the last chunk."""
         changes = Changes()
         folded = _Folded()
         if not records:
@@ -435,29 +431,17 @@ class ProjectionRunner:
         units = folded.units
         elections = folded.elections
         last: dict[int, tuple[int, datetime]] = {}
-        done: set[str] = set()
-        waiting: tuple[list[tuple[int, Event[Any]]], Callable[[], set[str]]] | None = None
+        waiting: tuple[_Chunk, Callable[[], set[str]]] | None = None
         for at in range(0, len(records), _CHUNK):
-            rows: list[EventRow] = []
-            fresh: list[tuple[int, Event[Any]]] = []  # not seen earlier in this batch
-            for rec in records[at : at + _CHUNK]:
-                ev = self._decode(rec)
-                p, offset = rec.position.partition, rec.position.offset
-                env = ev.envelope
-                last[p] = (offset, env.recorded_at)
-                if env.event_id in done:
-                    folded.duplicates += 1
-                    continue
-                done.add(env.event_id)
-                eid = env.election_id
-                rows.append(EventRow(env.event_id, env.unit_id or f"election:{eid}", eid, p, offset, ev.payload.TYPE, env.recorded_at.isoformat()))
-                fresh.append((p, ev))
+            chunk = self._decode_chunk(records[at : at + _CHUNK], last, folded)
             # The previous chunk's index answer has been computed while this chunk was decoded.
             if waiting is not None:
                 self._fold_chunk(tx, *waiting, folded, revisions)
-            waiting = (fresh, tx.index_begin(rows))
+            waiting = (chunk, tx.index_begin(chunk.rows))
         if waiting is not None:
             self._fold_chunk(tx, *waiting, folded, revisions)
+        units.update((uid, (p, fold.state())) for uid, (p, fold) in folded.folds.items())
+        folded.folds.clear()
         positions = {p: PositionRow(p, off + 1, at.isoformat()) for p, (off, at) in last.items()}
         changes.positions = list(positions.values())
         changes.elections = [ElectionRow(e, s.revision or "", s.dumps()) for e, s in elections.items()]
@@ -482,40 +466,77 @@ class ProjectionRunner:
         changes.tallies = list(tallies.values())
         return changes, folded
 
-    def _fold_chunk(self, tx: StoreTx, fresh: list[tuple[int, Event[Any]]], held_of: Callable[[], set[str]],
-                    folded: _Folded, revisions: dict[str, str]) -> None:
+    def _decode_chunk(self, records: list[StoredRecord], last: dict[int, tuple[int, datetime]], folded: _Folded) -> _Chunk:
+        """Decode a chunk and group it as the fold wants it, in the same pass: its index rows, each
+        unit's run of events, the election-wide events. ``last`` (each partition's last offset and
+        time) carries over between chunks. This loop runs once per event of a rebuild, so it binds
+        what it calls to local names.
+
+        An event id met twice within the chunk (a retry the log holds twice) is dropped here: the
+        index takes no repeated id in one call. A repeat in a later chunk of the batch needs no
+        memory of ours: every earlier chunk's rows are in the index, in this transaction, before
+        that chunk's rows are looked up, so the index reports it as held."""
+        rows: list[EventRow] = []
+        runs: dict[str, tuple[int, list[Event[Any]]]] = {}
+        elections: list[Event[Any]] = []
+        newest: datetime | None = None
+        done: set[str] = set()
+        decode, seen, add_row, add_election = self.codec.decode, done.add, rows.append, elections.append
+        duplicates = 0
+        rec: StoredRecord | None = None
+        try:
+            for rec in records:
+                ev = decode(rec.value)
+                env = ev.envelope
+                event_id, at = env.event_id, env.recorded_at
+                pos = rec.position
+                p = pos.partition
+                last[p] = (pos.offset, at)
+                if event_id in done:
+                    duplicates += 1
+                    continue
+                seen(event_id)
+                eid, uid = env.election_id, env.unit_id
+                add_row(EventRow(event_id, uid or f"election:{eid}", eid, p, pos.offset, ev.payload.TYPE, iso_text(at)))
+                if newest is None or at > newest:
+                    newest = at
+                if not uid:  # an election-wide event (``is_election_event``)
+                    add_election(ev)
+                elif uid in runs:
+                    runs[uid][1].append(ev)
+                else:
+                    runs[uid] = (p, [ev])
+        except CodecError as exc:
+            assert rec is not None
+            raise RunnerError(f"the record at {rec.position} (key {rec.key!r}) cannot be decoded: {exc}") from exc
+        folded.duplicates += duplicates
+        return _Chunk(rows, runs, elections, newest)
+
+    def _fold_chunk(self, tx: StoreTx, chunk: _Chunk, held_of: Callable[[], set[str]], folded: _Folded,
+                    revisions: dict[str, str]) -> None:
         """Fold a chunk's events, less those the index already held (applied by an earlier batch: a
-        producer retry at another offset). A unit's events are folded in one step."""
+        producer retry at another offset). A unit's events in the chunk go into its fold in one step."""
         held = held_of()
-        folded.indexed += len(fresh) - len(held)
-        units, elections, cached = folded.units, folded.elections, self._units
-        runs: dict[str, tuple[int, list[Event[Any]]]] = {}  # each unit's partition and new events, in log order
-        applied = duplicates = 0
-        newest = folded.newest
-        for p, ev in fresh:
-            env = ev.envelope
-            if held and env.event_id in held:
-                duplicates += 1
-                continue
-            applied += 1
-            if newest is None or env.recorded_at > newest:
-                newest = env.recorded_at
-            eid, uid = env.election_id, env.unit_id
-            if not uid:  # an election-wide event (``is_election_event``)
-                before = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
-                elections[eid] = apply_election(before, ev)
-            elif uid in runs:
-                runs[uid][1].append(ev)
-            else:
-                runs[uid] = (p, [ev])
-        missing = runs.keys() - cached.keys() - units.keys()
+        folded.indexed += len(chunk.rows) - len(held)
+        if held:
+            chunk = chunk.without(held)
+            folded.duplicates += len(held)
+        folds, elections, cached = folded.folds, folded.elections, self._units
+        for ev in chunk.elections:
+            eid = ev.envelope.election_id
+            before = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
+            elections[eid] = apply_election(before, ev)
+        runs = chunk.runs
+        missing = runs.keys() - cached.keys() - folds.keys()
         loaded = {uid: UnitState.loads(row.state) for uid, row in tx.unit_states(missing).items()} if missing else {}
         for uid, (p, run) in runs.items():
-            prev = units[uid][1] if uid in units else (cached.get(uid) or loaded.get(uid))
-            units[uid] = (p, apply_unit_events(prev, run))
-        folded.applied += applied
-        folded.duplicates += duplicates
-        folded.newest = newest
+            if uid in folds:
+                folds[uid][1].add(run)
+            else:
+                folds[uid] = (p, UnitFold(cached.get(uid) or loaded.get(uid)).add(run))
+        folded.applied += len(chunk.rows)
+        if chunk.newest is not None and (folded.newest is None or chunk.newest > folded.newest):
+            folded.newest = chunk.newest
 
     def _recompute_election(self, tx: StoreReader, ctx: ElectionContext, skip: dict[str, Any]) -> dict[str, TallyRow]:
         """Every stored unit of the election against its new context; only changed tallies."""
@@ -549,6 +570,28 @@ class ProjectionRunner:
             self._note_recorded(folded.newest)
 
 
+@dataclass(slots=True)
+class _Chunk:
+    """A decoded chunk as the fold takes it (see ``ProjectionRunner._decode_chunk``)."""
+
+    rows: list[EventRow]
+    runs: dict[str, tuple[int, list[Event[Any]]]]
+    elections: list[Event[Any]]
+    newest: datetime | None
+
+    def without(self, held: set[str]) -> _Chunk:
+        """The chunk less the events the index already held. Rare (a producer retry that landed at
+        another offset), so the grouping is simply redone."""
+        runs: dict[str, tuple[int, list[Event[Any]]]] = {}
+        for uid, (p, run) in self.runs.items():
+            keep = [ev for ev in run if ev.event_id not in held]
+            if keep:
+                runs[uid] = (p, keep)
+        elections = [ev for ev in self.elections if ev.event_id not in held]
+        times = [ev.recorded_at for ev in elections] + [ev.recorded_at for _, run in runs.values() for ev in run]
+        return _Chunk([r for r in self.rows if r.event_id not in held], runs, elections, max(times, default=None))
+
+
 @dataclass
 class _Folded:
     """What one batch did, kept apart until its transaction commits."""
@@ -557,6 +600,7 @@ class _Folded:
     duplicates: int = 0
     indexed: int = 0
     newest: datetime | None = None
-    units: dict[str, tuple[int, UnitState]] = field(default_factory=dict)
+    folds: dict[str, tuple[int, UnitFold]] = field(default_factory=dict)  # while the batch's chunks are folded
+    units: dict[str, tuple[int, UnitState]] = field(default_factory=dict)  # then the states they built
     elections: dict[str, ElectionState] = field(default_factory=dict)
     tally_hashes: dict[str, int] = field(default_factory=dict)

@@ -311,10 +311,11 @@ def _status(state: UnitState, ctx: ElectionContext) -> str:
 def _resolutions(state: UnitState, problems: list[str]) -> tuple[TieResolution, ...]:
     out = []
     for t in state.ties:
-        try:
-            out.append(TieResolution(t.contenders, t.seats, t.winners, t.method))  # type: ignore[arg-type]
-        except CaucusMathError as exc:
-            problems.append(f"coin toss {t.event_id} cannot be used: {exc}")
+        checked = t.resolution()
+        if isinstance(checked, str):
+            problems.append(f"coin toss {t.event_id} cannot be used: {checked}")
+        else:
+            out.append(checked)
     return tuple(out)
 
 

@@ -74,6 +74,34 @@ def test_stop_midway_and_resume_equals_a_clean_run(support: ModuleType, open_sto
     assert support.snapshot(again, sid) == support.snapshot(clean_store, clean)
 
 
+@pytest.mark.parametrize("chunk", [3, 1000], ids=["repeats-across-chunks", "repeats-within-a-chunk"])
+def test_duplicates_within_one_batch_are_applied_once(
+    support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog], monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """A batch is decoded and indexed chunk by chunk; a repeated event id is dropped whether its
+    first copy sits in an earlier chunk (the index reports it) or in the same one."""
+    import projections.runner as runner_module
+
+    monkeypatch.setattr(runner_module, "_CHUNK", chunk)
+    events = support.election_log(20, corrections=1)
+    log = embedded_log(events)
+    codec = default_codec()
+    retries = [events[3], events[11], events[3]]  # one of them retried twice
+    log.append_batch([PendingRecord(e.key, f"retry-{i}", codec.encode(e)) for i, e in enumerate(retries)])
+    store = open_store()
+    sid = _new_set(store)
+    runner = _run(store, sid, log, batch_size=1000)
+    assert runner.progress.batches == 1, "everything in one batch"
+    assert (runner.progress.applied, runner.progress.duplicates) == (len(events), 3)
+    expected = Projection()
+    for e in events:
+        expected.apply(e)
+    with store.reader(sid) as r:
+        assert r.event_count() == len(events)
+        states = {uid: row.state for uid, row in r.unit_states().items()}
+    assert states == {uid: st.dumps() for uid, st in expected.units.items()}
+
+
 def test_duplicate_event_ids_at_other_positions_are_dropped(
     support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog], tmp_path: Any
 ) -> None:

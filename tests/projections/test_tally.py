@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 from types import ModuleType
@@ -20,7 +21,7 @@ from ledger.events import (
     UnitDefinition,
     UnitOpened,
 )
-from projections.reducers import Projection, UnitState, apply_election, apply_unit
+from projections.reducers import Projection, TieRecord, UnitState, apply_election, apply_unit
 from projections.tally import UnitTally, aggregate, aggregate_counties, compute_unit_tally, election_context
 
 CANDS = ("Biden", "Buttigieg", "Sanders", "Warren", "Uncommitted")
@@ -116,6 +117,22 @@ def test_ties_pending_until_a_matching_toss(support: ModuleType) -> None:
     done = compute_unit_tally(st, ctx)
     assert done.settled and (done.cds["Warren"], done.cds["Sanders"], done.cds["Biden"]) == (3, 2, 1)
     assert done.ties_applied == (st.ties[0].event_id,)
+
+
+def test_an_unusable_toss_is_a_problem_every_time_the_tally_is_computed(support: ModuleType) -> None:
+    """A recorded toss the caucus math refuses (a winner who was not in the tie) is named in the
+    problems and left out; the record keeps its check, so a later tally says the same."""
+    ctx = _ctx(support, _election((UnitDefinition("947310", "FM5", "lee", 12),), (LEE,)))
+    base = _unit(support, "947310", {"Biden": 24, "Buttigieg": 30, "Sanders": 21, "Warren": 4, "Uncommitted": 12},
+                 {"Biden": 25, "Buttigieg": 35, "Sanders": 31})
+    bad = TieRecord(("Biden", "Sanders"), 1, ("Warren",), "coin", "toss-1")
+    st = replace(base, ties=(bad,))
+    first, again = compute_unit_tally(st, ctx), compute_unit_tally(st, ctx)
+    assert first == again and first.ties_applied == ()
+    (problem,) = first.problems
+    assert problem.startswith("coin toss toss-1 cannot be used: winners") and "did not take part" in problem
+    assert {c: n for c, n in first.cds.items() if n} == {"Biden": 3, "Buttigieg": 5, "Sanders": 4}
+    assert bad == TieRecord(("Biden", "Sanders"), 1, ("Warren",), "coin", "toss-1"), "the check is no part of the record"
 
 
 def test_missing_definition_unknown_unit_and_bad_input_are_problems_not_crashes(support: ModuleType) -> None:

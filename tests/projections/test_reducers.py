@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from projections.reducers import (
     ElectionState,
     Projection,
+    UnitFold,
     UnitState,
     UnitStatus,
     apply_election,
@@ -149,3 +150,7 @@ def test_folding_a_run_at_once_equals_folding_event_by_event(support: ModuleType
         in_runs = apply_unit_events(in_runs, events[a:b])
     assert in_runs == one_by_one
     assert in_runs is not None and in_runs.dumps() == one_by_one.dumps()
+    fold = UnitFold(None)  # one fold fed run after run, as the runner feeds a batch's chunks
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        fold.add(events[a:b])
+    assert fold.state() == one_by_one and fold.state().dumps() == one_by_one.dumps()

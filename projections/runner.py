@@ -80,7 +80,7 @@ class Progress:
     skipped: int = 0
     batches: int = 0
     started: float = field(default_factory=time.monotonic)
-    first_batch_at: float | None = None
+    first_records_at: float | None = None
     positions: dict[int, int] = field(default_factory=dict)
     high_watermarks: dict[int, int] = field(default_factory=dict)
     assigned: set[int] = field(default_factory=set)
@@ -96,10 +96,11 @@ class Progress:
 
     @property
     def rate(self) -> float:
-        """Events applied per second since the first batch (group joins and start-up excluded)."""
-        if self.first_batch_at is None:
+        """Events applied per second since the first records arrived: start-up and a group join are
+        left out, reading the log is not (it is part of the work, as in the read-only ceiling)."""
+        if self.first_records_at is None:
             return 0.0
-        span = time.monotonic() - self.first_batch_at
+        span = time.monotonic() - self.first_records_at
         return self.applied / span if span > 0 else 0.0
 
     @property
@@ -248,6 +249,8 @@ class ProjectionRunner:
                     self.progress.stopped = "signal"
                     break
                 records = self.source.poll(self.batch_size, self.poll_timeout)
+                if records and self.progress.first_records_at is None:
+                    self.progress.first_records_at = time.monotonic()
                 if len(records) >= self.batch_size and self.catch_up_batch > self.batch_size:
                     records = self._gather(records, should_stop)
                 self._check_marks()
@@ -255,8 +258,6 @@ class ProjectionRunner:
                     self.progress.stopped = "signal"  # the polled batch is abandoned, not half-applied
                     break
                 if records:
-                    if self.progress.first_batch_at is None:
-                        self.progress.first_batch_at = time.monotonic()
                     if not self._apply_retrying(records, should_stop):
                         self.progress.stopped = "signal"
                         break

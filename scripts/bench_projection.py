@@ -15,8 +15,8 @@ Per backend and size, each measurement runs in a fresh process (its peak RSS is 
 * rebuild: ``caucus project --until-caught-up --no-feed --catch-up-batch 200000`` into an empty store: Kafka into a
   temporary PostgreSQL database, the embedded SQLite log into an embedded SQLite store.
 
-Rates count from the first record read / first batch applied, so process start-up and the Kafka
-group join are left out of both. The script starts its own Tansu broker (``infra.broker``) and uses
+Both rates count from the first record read, so process start-up and the Kafka group join are left
+out of both, and the rebuild's reading of the log (its first catch-up batch included) is counted. The script starts its own Tansu broker (``infra.broker``) and uses
 the local PostgreSQL (``infra.postgres``, a throwaway database per run).
 
     python scripts/bench_projection.py                       # 250k and 1M events, Kafka+PG and embedded

@@ -6,7 +6,7 @@ Workloads: the real 2020 import (1,867 events, 14 candidates) and a synthetic el
 (``CAUCUS_BENCH_UNITS`` units, 5 events each: open, report, a rejected submission, two corrections;
 default 2,000 units = 10,000 events). Each round projects the whole log into a fresh projection set
 of the same store, in-process, so interpreter start-up is not measured; Kafka rounds include a group
-join. ``extra_info`` records events/s counted from the first applied batch (``Progress.rate``).
+join. ``extra_info`` records events/s counted from the first records read (``Progress.rate``).
 Without ``--benchmark-enable`` each case runs once, as a test that the numbers add up.
 """
 

@@ -245,12 +245,13 @@ class UnitFold:
     most two events (the last one, and the one that set the result), never the decoded history: a
     batch that folds all its runs this way still holds no more than one fold per unit it touched."""
 
-    __slots__ = ("_base", "_changes", "_result_event", "_has_result", "_ties", "_rejected", "_count", "_last")
+    __slots__ = ("_base", "_changes", "_result_event", "_certified", "_has_result", "_ties", "_rejected", "_count", "_last")
 
     def __init__(self, state: UnitState | None) -> None:
         self._base = state
         self._changes: dict[str, Any] = {}
         self._result_event: Event[Any] | None = None  # the report or correction that set the result last
+        self._certified: Event[Any] | None = None  # a certification of the result standing after it
         self._has_result = state is not None and state.result is not None
         self._ties: tuple[TieRecord, ...] = state.ties if state is not None else ()
         self._rejected = state.rejected if state is not None else 0
@@ -258,26 +259,21 @@ class UnitFold:
         self._last: Event[Any] | None = None
 
     def add(self, events: Sequence[Event[Any]]) -> UnitFold:
-        """Fold the unit's next events (in log order, after those already added)."""
+        """Fold the unit's next events (in log order, after those already added). Only which event
+        set the result (and which certified it) is noted here; ``state`` reads the fields off them."""
         if not events:
             return self
         if self._base is None:
             self._base = UnitState(unit_id=events[0].unit_id, election_id=events[0].envelope.election_id)
-        changes = self._changes
-        result_event, has_result, ties, rejected = self._result_event, self._has_result, self._ties, self._rejected
+        result_event, certified, has_result = self._result_event, self._certified, self._has_result
+        ties, rejected = self._ties, self._rejected
         for event in events:
             p = event.payload
-            if isinstance(p, ResultCorrected):
-                changes.update(result=p.result, result_event_id=event.event_id, supersedes=p.supersedes,
-                               status=UnitStatus.CORRECTED, stage=p.stage.value, certified_by=None)
-                result_event, has_result = event, True
-            elif isinstance(p, ResultReported):
-                # A new report replaces whatever stood before, correction or certification included.
-                changes.update(result=p.result, result_event_id=event.event_id, supersedes=None,
-                               status=UnitStatus.REPORTED, stage=None, certified_by=None)
-                result_event, has_result = event, True
+            if isinstance(p, (ResultCorrected, ResultReported)):
+                # A new result replaces whatever stood before, correction or certification included.
+                result_event, certified, has_result = event, None, True
             elif isinstance(p, UnitOpened):
-                changes["attendance_opened"] = p.attendance
+                self._changes["attendance_opened"] = p.attendance
             elif isinstance(p, TieBroken):
                 rec = TieRecord(tuple(sorted(p.contenders)), p.seats, tuple(sorted(p.winners)), p.method.value, event.event_id)
                 ties = tuple(t for t in ties if t.key != rec.key) + (rec,)
@@ -285,8 +281,9 @@ class UnitFold:
                 rejected += 1
             elif isinstance(p, ResultsCertified):
                 if has_result:
-                    changes.update(status=UnitStatus.CERTIFIED, certified_by=event.event_id)
-        self._result_event, self._has_result, self._ties, self._rejected = result_event, has_result, ties, rejected
+                    certified = event
+        self._result_event, self._certified, self._has_result = result_event, certified, has_result
+        self._ties, self._rejected = ties, rejected
         self._count += len(events)
         self._last = events[-1]
         return self
@@ -300,7 +297,16 @@ class UnitFold:
         last_at = iso_text(last.recorded_at)
         result_event = self._result_event
         if result_event is not None:
+            p = result_event.payload
+            if isinstance(p, ResultCorrected):
+                changes.update(result=p.result, result_event_id=result_event.event_id, supersedes=p.supersedes,
+                               status=UnitStatus.CORRECTED, stage=p.stage.value, certified_by=None)
+            else:
+                changes.update(result=p.result, result_event_id=result_event.event_id, supersedes=None,
+                               status=UnitStatus.REPORTED, stage=None, certified_by=None)
             changes["result_recorded_at"] = last_at if result_event is last else iso_text(result_event.recorded_at)
+        if self._certified is not None:
+            changes.update(status=UnitStatus.CERTIFIED, certified_by=self._certified.event_id)
         changes.update(events=base.events + self._count, last_event_id=last.event_id, last_recorded_at=last_at,
                        ties=self._ties, rejected=self._rejected)
         return _evolve(base, changes)

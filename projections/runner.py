@@ -483,6 +483,7 @@ class ProjectionRunner:
         newest: datetime | None = None
         done: set[str] = set()
         decode, seen, add_row, add_election = self.codec.decode, done.add, rows.append, elections.append
+        new_row = tuple.__new__  # an EventRow without its Python-level __new__ (NamedTuple)
         duplicates = 0
         rec: StoredRecord | None = None
         try:
@@ -498,7 +499,7 @@ class ProjectionRunner:
                     continue
                 seen(event_id)
                 eid, uid = env.election_id, env.unit_id
-                add_row(EventRow(event_id, uid or f"election:{eid}", eid, p, pos.offset, ev.payload.TYPE, iso_text(at)))
+                add_row(new_row(EventRow, (event_id, uid or f"election:{eid}", eid, p, pos.offset, ev.payload.TYPE, iso_text(at))))
                 if newest is None or at > newest:
                     newest = at
                 if not uid:  # an election-wide event (``is_election_event``)

@@ -348,7 +348,12 @@ class ResultCorrected(Payload):
 
 @dataclass(frozen=True, slots=True)
 class TieBroken(Payload):
+    """A coin toss or drawing of lots. The first toss of a tie (unit, contenders, seats) settles it;
+    a later one counts only as an official's redraw: it names the toss it replaces (``supersedes``)
+    and says why (``reason``). Version 1 records read as version 2 with ``supersedes`` empty."""
+
     TYPE: ClassVar[str] = "TieBroken"
+    VERSION: ClassVar[int] = 2
 
     contenders: tuple[str, ...]
     seats: int
@@ -357,6 +362,7 @@ class TieBroken(Payload):
     caller: str
     witnesses: tuple[str, ...] = ()
     reason: str = ""
+    supersedes: str = ""
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -367,10 +373,12 @@ class TieBroken(Payload):
             "caller": self.caller,
             "witnesses": list(self.witnesses),
             "reason": self.reason,
+            "supersedes": self.supersedes,
         }
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> TieBroken:
+        # .get: the Avro reader fills v2 defaults, but JSON written from v1 events has no such key.
         return cls(
             contenders=tuple(record["contenders"]),
             seats=record["seats"],
@@ -379,17 +387,35 @@ class TieBroken(Payload):
             caller=record["caller"],
             witnesses=tuple(record["witnesses"]),
             reason=record["reason"],
+            supersedes=record.get("supersedes", ""),
         )
+
+    @property
+    def tie(self) -> tuple[tuple[str, ...], int]:
+        """Which tie of its unit this toss is about: (contenders sorted, seats)."""
+        return tuple(sorted(self.contenders)), self.seats
+
+    def redraws(self, standing_event_id: str) -> bool:
+        """Whether this toss replaces the one that settled its tie (``standing_event_id``): only an
+        official's redraw does, naming that toss and giving a reason. The intake's state and the
+        projections both decide with this, so they never disagree about which toss stands."""
+        return bool(self.supersedes) and self.supersedes == standing_event_id and bool(self.reason.strip())
 
 
 @dataclass(frozen=True, slots=True)
 class SubmissionRejected(Payload):
+    """A refused input, kept whole. ``raw_input`` is the input as sent when it is UTF-8 text; input
+    that is not (an Avro string cannot hold it) keeps its exact bytes in ``raw_bytes`` and a readable
+    rendering in ``raw_input``. Version 1 records read as version 2 with ``raw_bytes`` empty."""
+
     TYPE: ClassVar[str] = "SubmissionRejected"
+    VERSION: ClassVar[int] = 2
 
     command: str
     raw_input: str
     errors: tuple[Problem, ...]
     sender: str
+    raw_bytes: bytes = b""
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -397,11 +423,18 @@ class SubmissionRejected(Payload):
             "raw_input": self.raw_input,
             "errors": [e.to_avro() for e in self.errors],
             "sender": self.sender,
+            "raw_bytes": self.raw_bytes,
         }
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> SubmissionRejected:
-        return cls(record["command"], record["raw_input"], _problems(record["errors"]), record["sender"])
+        return cls(
+            record["command"], record["raw_input"], _problems(record["errors"]), record["sender"], record.get("raw_bytes", b"")
+        )
+
+    def input_bytes(self) -> bytes:
+        """The input exactly as it was sent (as far as it was kept, see ``raw_input``)."""
+        return self.raw_bytes or self.raw_input.encode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,10 @@ from ledger.journal import LoggedEvent
 
 __all__ = ["event_to_json", "event_from_json", "event_summary"]
 
-_BYTES_FIELDS = {"CheckpointSigned": ("root_hash", "public_key", "signature", "partition_roots")}
+_BYTES_FIELDS = {
+    "CheckpointSigned": ("root_hash", "public_key", "signature", "partition_roots"),
+    "SubmissionRejected": ("raw_bytes",),
+}
 
 
 def _jsonable(value: Any) -> Any:

@@ -92,12 +92,14 @@ def _names(values: list[str] | None) -> list[str]:
     return [n.strip() for v in values or [] for n in v.split(",") if n.strip()]
 
 
-def _read_source(source: str) -> str:
+def _read_source(source: str) -> bytes:
+    """The input's bytes, undecoded: the intake judges (and records) them exactly as they are, so a
+    file that is not UTF-8 is refused and kept like any other bad input."""
     if source == "-":
-        return sys.stdin.read()
+        return sys.stdin.buffer.read()
     try:
-        return Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        return Path(source).read_bytes()
+    except OSError as exc:
         raise fail(f"cannot read {source}: {exc}") from exc
 
 
@@ -130,7 +132,7 @@ def _submit(
     ctx: typer.Context,
     kind: CommandKind,
     *,
-    text: str | None,
+    text: str | bytes | None,
     data: dict[str, Any] | None,
     unit_id: str | None,
     key: str | None,
@@ -151,8 +153,8 @@ def _submit(
         body = {k: v for k, v in (data or {}).items() if v is not None}
         text = json.dumps(body, sort_keys=True)
     if key is None:
-        loaded, problem = load_json(text)
-        if problem is None and isinstance(loaded, dict) and "idempotency_key" not in loaded:
+        loaded, problems = load_json(text)
+        if not problems and isinstance(loaded, dict) and "idempotency_key" not in loaded:
             who = sender.actor if isinstance(sender, Credential) else "anonymous"
             key = derive_key(kind, {**loaded, "unit_id": loaded.get("unit_id", unit_id)}, who)
     intake = Intake.for_settings(settings)
@@ -317,7 +319,10 @@ def register(app: typer.Typer) -> None:
         method: str = typer.Option("coin", "--method", help="coin (two groups) or lots (three or more)."),
         caller: str = typer.Option(..., "--caller", help="Who called the toss or drew first."),
         witnesses: Optional[list[str]] = typer.Option(None, "--witness", help="A witness (repeat)."),
-        reason: str = typer.Option("", "--reason", help="What the tie was about."),
+        reason: str = typer.Option("", "--reason", help="What the tie was about; with --supersedes, why the settled toss is replaced."),
+        supersedes: Optional[str] = typer.Option(
+            None, "--supersedes", help="Redraw a tie that is already settled: the event id of the toss that stands (needs --reason)."
+        ),
         election: Optional[str] = ElectionOption,
         occurred_at: Optional[str] = OccurredOption,
         key: Optional[str] = KeyOption,
@@ -326,7 +331,10 @@ def register(app: typer.Typer) -> None:
         channel: str = ChannelOption,
         as_json: bool = JsonOption,
     ) -> None:
-        """Record a coin toss or drawing of lots (needs an official)."""
+        """Record a coin toss or drawing of lots (needs an official).
+
+        A tie is tossed once: a second toss for the same contenders and seats is refused
+        (TIE_ALREADY_SETTLED), unless it redraws the standing toss with --supersedes and --reason."""
         data = {
             "contenders": _names(contenders),
             "seats": seats,
@@ -335,6 +343,7 @@ def register(app: typer.Typer) -> None:
             "caller": caller,
             "witnesses": _names(witnesses),
             "reason": reason,
+            "supersedes": supersedes,
             "election_id": election,
             "occurred_at": occurred_at,
         }

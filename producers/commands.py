@@ -3,7 +3,8 @@
 Every surface (CLI, HTTP, importers) hands the intake the input *as the sender sent it* (JSON text), so
 that a refusal can be recorded verbatim and every surface gets the same errors. Parsing is strict on
 purpose: ``"5"``, ``5.0`` and ``true`` are not head counts, unknown fields are mistakes, a JSON object
-with the same key twice is refused instead of silently keeping the last value. The dataclasses below are
+with the same key twice is refused instead of silently keeping the last value, and so is anything the
+ledger could not record faithfully (``producers.strict_json``: nesting, NaN, lone surrogates). The dataclasses below are
 also the published schema: their JSON Schema is what the HTTP service shows at ``/docs``.
 
 Parsing only checks shape and types. Whether the unit exists, whether the numbers obey the caucus rules,
@@ -23,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ledger.events import Problem
+from producers.strict_json import escaped, has_surrogates, load_json, quoted
 
 __all__ = [
     "CommandKind",
@@ -40,6 +42,7 @@ __all__ = [
     "Parsed",
     "parse_command",
     "load_json",
+    "claimable",
     "parse_ratio",
     "derive_key",
     "json_schema",
@@ -198,7 +201,8 @@ class CorrectResult(_ResultFields):
 
 @dataclass(frozen=True)
 class RecordTie:
-    """A coin toss (two groups) or drawing of lots (three or more) for contested seats."""
+    """A coin toss (two groups) or drawing of lots (three or more) for contested seats. A tie is tossed
+    once; an official redraws a settled tie only by naming the toss it replaces and giving a reason."""
 
     __pydantic_config__ = _STRICT
     KIND = CommandKind.TOSS
@@ -210,7 +214,14 @@ class RecordTie:
     caller: Text
     idempotency_key: Key
     witnesses: tuple[Text, ...] = ()
-    reason: Annotated[str, Field(max_length=2000)] = ""
+    reason: Annotated[
+        str,
+        Field(max_length=2000, description="what the tie was about; for a redraw, why the settled toss is replaced (required)"),
+    ] = ""
+    supersedes: Annotated[
+        Ident | None,
+        Field(description="only to redraw a tie that is already settled (an official's correction): the event id of the toss that stands"),
+    ] = None
     election_id: Ident | None = None
     occurred_at: When | None = None
 
@@ -249,44 +260,9 @@ class Parsed:
     data: Mapping[str, Any] = field(default_factory=dict)
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def load_json(text: str | bytes) -> tuple[Any, Problem | None]:
-    """Strict JSON: no duplicate keys, no NaN/Infinity. Returns (value, None) or (None, problem)."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return None, Problem("body", "NOT_UTF8", f"the input is not UTF-8 text: {exc}")
-    if not text.strip():
-        return None, Problem("body", "EMPTY_INPUT", "the input is empty; send a JSON object")
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants), None
-    except _DuplicateKey as exc:
-        return None, Problem("body", "DUPLICATE_KEY", f"the JSON object has the key {exc.key!r} more than once")
-    except json.JSONDecodeError as exc:
-        return None, Problem(
-            "body", "MALFORMED_JSON", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        )
-    except ValueError as exc:
-        return None, Problem("body", "MALFORMED_JSON", f"not valid JSON: {exc}")
+def _shown(value: Any) -> str:
+    """A value as a message may quote it: JSON, escaped, and short (a refusal must stay small)."""
+    return escaped(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def _field_name(loc: tuple[Any, ...]) -> str:
@@ -307,7 +283,7 @@ def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:
         hint = f"; a {kind.value} command has: {known}" if known else ""
         return Problem(where, "UNKNOWN_FIELD", f"{where} is not a field of this command{hint}")
     if kind_ in ("int_type", "int_parsing", "int_from_float"):
-        return Problem(where, "NOT_AN_INTEGER", f"{where} must be a whole number, got {json.dumps(value)}")
+        return Problem(where, "NOT_AN_INTEGER", f"{where} must be a whole number, got {_shown(value)}")
     if kind_ == "greater_than_equal":
         code = "NEGATIVE" if ctx.get("ge") == 0 else "TOO_SMALL"
         return Problem(where, code, f"{where} must be at least {ctx.get('ge')}, got {value}")
@@ -323,7 +299,7 @@ def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:
             "model_type": "an object",
             "bool_type": "true or false",
         }[kind_]
-        return Problem(where, "WRONG_TYPE", f"{where} must be {wanted}, got {json.dumps(value, default=str)[:80]}")
+        return Problem(where, "WRONG_TYPE", f"{where} must be {wanted}, got {_shown(value)}")
     if kind_ == "string_too_short":
         return Problem(where, "EMPTY", f"{where} must not be empty")
     if kind_ in ("string_too_long", "too_long"):
@@ -334,19 +310,19 @@ def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:
     if kind_ == "string_pattern_mismatch":
         return Problem(where, "BAD_FORMAT", _pattern_message(where, loc, value))
     if kind_ == "literal_error":
-        return Problem(where, "NOT_ALLOWED", f"{where} must be one of {ctx.get('expected')}, got {json.dumps(value)}")
+        return Problem(where, "NOT_ALLOWED", f"{where} must be one of {ctx.get('expected')}, got {_shown(value)}")
     if kind_.startswith("datetime") or kind_.startswith("timezone"):
-        return Problem(where, "BAD_TIME", f"{where} must be an ISO 8601 time with a UTC offset, got {json.dumps(value)}")
+        return Problem(where, "BAD_TIME", f"{where} must be an ISO 8601 time with a UTC offset, got {_shown(value)}")
     return Problem(where, kind_.upper(), f"{where}: {error['msg']}")
 
 
 def _pattern_message(where: str, loc: tuple[Any, ...], value: Any) -> str:
     last = str(loc[-1]) if loc else ""
     if last == "idempotency_key":
-        return f"{where} must be 1-128 characters of letters, digits and ._:@/+=- starting with a letter or digit, got {value!r}"
+        return f"{where} must be 1-128 characters of letters, digits and ._:@/+=- starting with a letter or digit, got {_shown(value)}"
     if last == "worksheet_digest":
-        return f"{where} must be sha256:<64 lowercase hex digits>, got {value!r}"
-    return f"{where} must not be blank or start or end with spaces, got {value!r}"
+        return f"{where} must be sha256:<64 lowercase hex digits>, got {_shown(value)}"
+    return f"{where} must not be blank or start or end with spaces, got {_shown(value)}"
 
 
 def parse_ratio(value: int | str, where: str) -> tuple[Fraction | None, Problem | None]:
@@ -356,7 +332,7 @@ def parse_ratio(value: int | str, where: str) -> tuple[Fraction | None, Problem 
     text = value.strip()
     num, sep, den = text.partition("/")
     if not num.strip().isdigit() or (sep and not den.strip().isdigit()):
-        return None, Problem(where, "BAD_RATIO", f'{where} must be an exact ratio "n/d" of whole numbers, got {value!r}')
+        return None, Problem(where, "BAD_RATIO", f'{where} must be an exact ratio "n/d" of whole numbers, got {_shown(value)}')
     denominator = int(den) if sep else 1
     if denominator == 0:
         return None, Problem(where, "BAD_RATIO", f"{where} has a zero denominator")
@@ -372,15 +348,22 @@ def parse_command(
 ) -> Parsed:
     """Parse a command body. ``unit_id`` (from a URL or CLI argument) and ``idempotency_key`` (from a
     header) fill in the body's fields; if the body names different values, that is an error."""
-    data, problem = load_json(text)
-    if problem is not None:
-        return Parsed(None, (problem,), unit_id=unit_id or "", idempotency_key=idempotency_key or "")
+    given_problems = [
+        Problem(name, "NOT_UTF8", f"{name} {quoted(value)} (from the request) is not UTF-8 text")
+        for name, value in (("unit_id", unit_id), ("idempotency_key", idempotency_key))
+        if value is not None and has_surrogates(value)
+    ]
+    if given_problems:
+        return Parsed(None, tuple(given_problems))
+    data, problems = load_json(text)
+    if problems:
+        return Parsed(None, problems, unit_id=claimable(unit_id), idempotency_key=claimable(idempotency_key))
     if not isinstance(data, dict):
         return Parsed(
             None,
             (Problem("body", "NOT_AN_OBJECT", f"the input must be a JSON object, got {type(data).__name__}"),),
-            unit_id=unit_id or "",
-            idempotency_key=idempotency_key or "",
+            unit_id=claimable(unit_id),
+            idempotency_key=claimable(idempotency_key),
         )
     errors: list[Problem] = []
     for name, given in (("unit_id", unit_id), ("idempotency_key", idempotency_key)):
@@ -388,15 +371,15 @@ def parse_command(
             continue
         if name in data and data[name] != given:
             errors.append(
-                Problem(name, "CONFLICTING_VALUES", f"{name} is {given!r} in the request but {data[name]!r} in the body")
+                Problem(
+                    name,
+                    "CONFLICTING_VALUES",
+                    f"{name} is {quoted(given)} in the request but {_shown(data[name])} in the body",
+                )
             )
         else:
             data[name] = given
-    claimed = {
-        "election_id": data.get("election_id") if isinstance(data.get("election_id"), str) else "",
-        "unit_id": data.get("unit_id") if isinstance(data.get("unit_id"), str) else "",
-        "idempotency_key": data.get("idempotency_key") if isinstance(data.get("idempotency_key"), str) else "",
-    }
+    claimed = {name: claimable(data.get(name)) for name in ("election_id", "unit_id", "idempotency_key")}
     try:
         # JSON mode: strict types as JSON knows them (an ISO string is a time, a 5.0 is not a count)
         command = _ADAPTERS[kind].validate_json(json.dumps(data))
@@ -410,6 +393,13 @@ def parse_command(
     if errors:
         return Parsed(None, tuple(errors), data=data, **claimed)
     return Parsed(command, (), data=data, **claimed)
+
+
+def claimable(value: Any) -> str:
+    """``value`` if a refusal may be filed under it (an id of sane length that UTF-8 can encode), else ""."""
+    if isinstance(value, str) and 0 < len(value) <= 200 and not has_surrogates(value):
+        return value
+    return ""
 
 
 def derive_key(kind: CommandKind, data: Mapping[str, Any], sender: str) -> str:

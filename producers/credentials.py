@@ -48,6 +48,7 @@ __all__ = [
 Role = Literal["chair", "official"]
 TOKEN_PREFIX = "ckl_"
 _DUMMY_SALT = bytes(16)
+_MAX_TOKEN = 512
 
 
 class CredentialError(RuntimeError):
@@ -139,6 +140,12 @@ class CredentialStore:
         if not token:
             return AuthFailure(
                 Problem("authorization", "UNAUTHENTICATED", "no credential given: send a bearer token (CLI: --token or CAUCUS_TOKEN)"),
+                "anonymous",
+            )
+        if len(token) > _MAX_TOKEN or not token.isascii():
+            # Not a token this store issued (ours are ASCII, ~75 characters); nothing of it is kept.
+            return AuthFailure(
+                Problem("authorization", "UNAUTHENTICATED", "the credential is not valid (not a token of the form ckl_<id>_<secret>)"),
                 "anonymous",
             )
         parts = _split(token.strip())

@@ -7,12 +7,15 @@ calls run in the thread pool; the intake's lock serialises writers.
 
 Status codes: 201 accepted, 200 duplicate (the original receipt), 202 spooled (the log was unreachable:
 kept durably, forwarded later), 401 no or bad credential, 403 wrong role or unit, 409 clashes with what
-is recorded (already reported, already superseded, key reused), 413 body over 1 MiB, 422 invalid, 503
-the log was lost or an operational error. Every refusal is recorded before it is answered. A background thread retries forwarding the spool and saves the state snapshot.
+is recorded (already reported, already superseded, a tie already settled, key reused), 413 body over
+1 MiB, 422 invalid, 503 (with ``Retry-After``) the log was lost, or neither the log nor the spool could
+be written: nothing was recorded. Every refusal is recorded before it is answered; no input, however
+malformed, is a 5xx (``producers.strict_json``). A background thread retries forwarding the spool and saves the state snapshot.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -123,11 +126,16 @@ def create_app(
         lifespan=lifespan,
     )
 
+    def unavailable(exc: Exception) -> JSONResponse:
+        """Neither the log nor the spool could keep the command: nothing was recorded, send it again."""
+        retry = str(max(1, math.ceil(retry_seconds)))
+        return JSONResponse({"status": "error", "message": str(exc)}, status_code=503, headers={"Retry-After": retry})
+
     async def submit(request: Request, kind: CommandKind, unit: str | None, channel: str | None) -> JSONResponse:
         try:
             sender = store.authenticate(_token(request))
         except CredentialError as exc:
-            return JSONResponse({"status": "error", "message": str(exc)}, status_code=503)
+            return unavailable(exc)
         body = await request.body()
         try:
             chosen = Channel(channel) if channel in ("app", "phone", "paper") else Channel.APP
@@ -144,7 +152,7 @@ def create_app(
                 ),
             )
         except (LogError, SpoolError, OSError) as exc:
-            return JSONResponse({"status": "error", "message": str(exc)}, status_code=503)
+            return unavailable(exc)
         if isinstance(outcome, Receipt):
             return JSONResponse(outcome.to_json(), status_code=_STATUS[outcome.status])
         headers = {"WWW-Authenticate": 'Bearer realm="caucus"'} if outcome.category == "unauthenticated" else None
@@ -164,7 +172,7 @@ def create_app(
             409: {"description": "clashes with what is recorded (recorded)"},
             413: {"description": "the body is larger than 1 MiB (recorded, truncated)"},
             422: {"description": "invalid: every error, each naming its field and rule (recorded)"},
-            503: {"description": "the log was lost, or the intake cannot work"},
+            503: {"description": "the log was lost, or neither the log nor the spool can be written (nothing recorded; see Retry-After)"},
         }
         if path_unit:
 
@@ -193,7 +201,7 @@ def create_app(
         try:
             sender = store.authenticate(_token(request))
         except CredentialError as exc:
-            return JSONResponse({"status": "error", "message": str(exc)}, status_code=503)
+            return unavailable(exc)
         if isinstance(sender, AuthFailure):
             return JSONResponse(
                 {"status": "rejected", "errors": [sender.problem.to_avro()]},

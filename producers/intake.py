@@ -55,11 +55,12 @@ from ledger.events import Channel, Event, Problem, SubmissionRejected, new_event
 from ledger.journal import Journal
 from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, Position
 from ledger.render import event_to_json
-from producers.commands import CommandKind, Parsed, parse_command
+from producers.commands import CommandKind, Parsed, claimable, parse_command
 from producers.credentials import AuthFailure, authorize
 from producers.intake_state import IntakeState, Layered, claimed_key, fingerprint, rejection_key
 from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submission, category_of
 from producers.spool import Spool
+from producers.strict_json import MAX_PROBLEMS, escaped
 from producers.validation import check, conflicts, precheck, resolve_election, to_payload, with_warnings
 
 __all__ = [
@@ -88,14 +89,53 @@ SNAPSHOT_EVERY = 500
 """A CLI run saves the snapshot when this many events came in since the last one (or there is none):
 saving costs about 20 us per event held (2 s at 100k), catching up 500 events costs ~25 ms."""
 
-def _raw_text(body: str | bytes) -> str:
-    data = body.encode("utf-8", errors="surrogateescape") if isinstance(body, str) else body
-    text = data.decode("utf-8", errors="backslashreplace")
-    if len(data) <= MAX_RAW_INPUT:
-        return text
-    digest = hashlib.sha256(data).hexdigest()
-    head = data[:MAX_RAW_INPUT].decode("utf-8", errors="backslashreplace")
-    return f"{head}\n[truncated: {len(data)} bytes in all, sha256 {digest}]"
+_PREVIEW = 4096
+"""Characters of readable rendering kept in ``raw_input`` beside the exact bytes of non-UTF-8 input."""
+
+
+def _input_bytes(body: str | bytes) -> bytes:
+    """The bytes a body stands for. A str body holding surrogates came from bytes decoded with
+    ``surrogateescape`` (a command line argument), or names them explicitly; both encode back exactly."""
+    if isinstance(body, bytes):
+        return body
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return body.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return body.encode("utf-8", "surrogatepass")
+
+
+def _raw_record(body: str | bytes) -> tuple[str, bytes]:
+    """(raw_input, raw_bytes) of a SubmissionRejected: the input verbatim as text when it is UTF-8,
+    else its exact bytes and a readable rendering. Beyond MAX_RAW_INPUT bytes the start is kept, with
+    the size and SHA-256 of the whole."""
+    data = _input_bytes(body)
+    kept = data[:MAX_RAW_INPUT]
+    note = ""
+    if len(data) > MAX_RAW_INPUT:
+        note = f"\n[truncated: {len(data)} bytes in all, sha256 {hashlib.sha256(data).hexdigest()}]"
+    try:
+        return kept.decode("utf-8") + note, b""
+    except UnicodeDecodeError as exc:
+        if note and exc.reason == "unexpected end of data":  # the cut fell inside a character
+            try:
+                return kept[: exc.start].decode("utf-8") + note, b""
+            except UnicodeDecodeError:
+                pass
+    preview = kept[:_PREVIEW].decode("utf-8", "backslashreplace")
+    more = "…" if len(kept) > _PREVIEW else ""
+    return f"{preview}{more}\n[not UTF-8 text: the exact {len(kept)} bytes are in raw_bytes]{note}", kept
+
+
+def _recordable(errors: tuple[Problem, ...]) -> tuple[Problem, ...]:
+    """Problems as a refusal records and answers them: at most MAX_PROBLEMS, each field and message
+    short and UTF-8-encodable, whatever the input did to them."""
+    kept = [Problem(escaped(e.field, 200), escaped(e.code, 60), escaped(e.message, 1000)) for e in errors[:MAX_PROBLEMS]]
+    if len(errors) > MAX_PROBLEMS:
+        kept.append(Problem("body", "TOO_MANY_ERRORS", f"{len(errors)} problems; the first {MAX_PROBLEMS} are shown"))
+    return tuple(kept)
 
 
 def intake_dir(settings: Settings) -> Path:
@@ -398,11 +438,11 @@ class Intake:
     def _submit(self, sub: Submission) -> Outcome:
         if len(sub.body) > MAX_BODY:
             too_large = Problem("body", "TOO_LARGE", f"the input is {len(sub.body)} bytes; at most {MAX_BODY} are accepted")
-            parsed = Parsed(None, (too_large,), unit_id=sub.unit_id or "", idempotency_key=sub.idempotency_key or "")
+            parsed = Parsed(None, (too_large,), unit_id=claimable(sub.unit_id), idempotency_key=claimable(sub.idempotency_key))
         else:
             parsed = parse_command(sub.kind, sub.body, unit_id=sub.unit_id, idempotency_key=sub.idempotency_key)
-        unit_id = sub.unit_id or parsed.unit_id
-        key = parsed.idempotency_key or sub.idempotency_key or ""
+        unit_id = claimable(sub.unit_id) or parsed.unit_id
+        key = parsed.idempotency_key or claimable(sub.idempotency_key)
 
         def refuse(errors: tuple[Problem, ...], sender: str, election_id: str = "") -> Refusal:
             return self._refuse(sub, errors, sender, election_id or parsed.election_id, unit_id, key)
@@ -480,15 +520,21 @@ class Intake:
         unit_id: str,
         channel: Channel,
         claimed: str,
+        raw_bytes: bytes = b"",
     ) -> Event[SubmissionRejected]:
+        """The record of a refusal. Everything the sender controls is made encodable and bounded here
+        (ids it cannot be filed under are left empty; the raw input keeps them), so a refusal can
+        always be recorded."""
         event_id = str(uuid.uuid4())
         return new_event(
-            SubmissionRejected(command=command, raw_input=raw, errors=errors, sender=sender),
-            election_id=election_id,
-            unit_id=unit_id,
+            SubmissionRejected(
+                command=escaped(command, 200), raw_input=raw, errors=_recordable(errors), sender=escaped(sender, 200), raw_bytes=raw_bytes
+            ),
+            election_id=claimable(election_id),
+            unit_id=claimable(unit_id),
             actor=INTAKE_ACTOR,
             channel=channel,
-            idempotency_key=rejection_key(event_id, claimed),
+            idempotency_key=rejection_key(event_id, claimable(claimed)),
             recorded_at=self._clock(),
             event_id=event_id,
         )
@@ -496,9 +542,11 @@ class Intake:
     def _refuse(
         self, sub: Submission, errors: tuple[Problem, ...], sender: str, election_id: str, unit_id: str, key: str
     ) -> Refusal:
+        raw, raw_bytes = _raw_record(sub.body)
         event = self._rejection_event(
             command=f"{sub.kind.value}{f' ({sub.via})' if sub.via else ''}",
-            raw=_raw_text(sub.body),
+            raw=raw,
+            raw_bytes=raw_bytes,
             errors=errors,
             sender=sender,
             election_id=election_id,
@@ -507,7 +555,8 @@ class Intake:
             claimed=key,
         )
         status, position = self._write(event)
-        return Refusal(errors, category_of(errors), event.event_id, "log" if status == "accepted" else "spool", position, key)
+        recorded = event.payload.errors  # what was recorded is what the sender hears
+        return Refusal(recorded, category_of(recorded), event.event_id, "log" if status == "accepted" else "spool", position, claimable(key))
 
     # -- queries -------------------------------------------------------------------------------------------
 

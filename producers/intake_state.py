@@ -11,6 +11,8 @@ Rules the reducer keeps, matching the projections:
   a retried append, a spooled event that reached the log after it was applied from the spool);
 - a unit's current result is the last ``ResultReported``/``ResultCorrected`` applied; a correction marks
   the event it names as superseded;
+- a tie (election, unit, contenders, seats) is settled by its first ``TieBroken``; a later toss replaces
+  it only as an official's redraw (``TieBroken.redraws``), anything else changes nothing here either;
 - ``SubmissionRejected`` events never claim a key (their keys are ``rejected:<event id>:<claimed key>``),
   so a refused command can be sent again once its problem is fixed; the last refusal per claimed key is
   kept so a sender can ask what became of it.
@@ -37,6 +39,7 @@ from ledger.events import (
     ResultCorrected,
     ResultReported,
     SubmissionRejected,
+    TieBroken,
     UnitDefinition,
     UnitOpened,
     new_event,
@@ -49,6 +52,8 @@ __all__ = [
     "ElectionInfo",
     "UnitStatus",
     "ResultRecord",
+    "TossRecord",
+    "TieKey",
     "Claim",
     "RejectionRecord",
     "IntakeView",
@@ -60,7 +65,7 @@ __all__ = [
     "SNAPSHOT_FORMAT",
 ]
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -119,6 +124,24 @@ class ResultRecord:
     type: str
 
 
+TieKey = tuple[str, str, tuple[str, ...], int]
+"""(election_id, unit_id, contenders sorted, seats): one tie, settled by one standing toss."""
+
+
+@dataclass(frozen=True, slots=True)
+class TossRecord:
+    event_id: str
+    election_id: str
+    unit_id: str
+    contenders: tuple[str, ...]
+    seats: int
+    winners: tuple[str, ...]
+
+    @property
+    def tie(self) -> TieKey:
+        return self.election_id, self.unit_id, self.contenders, self.seats
+
+
 @dataclass(slots=True)
 class Claim:
     """An idempotency key taken by an accepted event: what to answer when the key comes again.
@@ -165,6 +188,8 @@ class IntakeView(Protocol):
     def superseded_by(self, event_id: str) -> str | None: ...
     def claim(self, key: str) -> Claim | None: ...
     def rejection(self, key: str) -> RejectionRecord | None: ...
+    def settled_by(self, tie: TieKey) -> str | None: ...
+    def toss(self, event_id: str) -> TossRecord | None: ...
 
 
 _NO_UNIT = UnitStatus()
@@ -184,6 +209,8 @@ class IntakeState:
     superseded: dict[str, str] = field(default_factory=dict)
     claims: dict[str, Claim] = field(default_factory=dict)
     rejections: dict[str, RejectionRecord] = field(default_factory=dict)
+    tosses: dict[str, TossRecord] = field(default_factory=dict)
+    settled: dict[TieKey, str] = field(default_factory=dict)
     applied: int = 0
 
     # -- the reducer --------------------------------------------------------------------------------
@@ -229,6 +256,13 @@ class IntakeState:
             self.units[(env.election_id, env.unit_id)] = UnitStatus(
                 status.opened_event_id, status.attendance, event.event_id, payload.result
             )
+        elif isinstance(payload, TieBroken):
+            contenders, seats = payload.tie
+            toss = TossRecord(event.event_id, env.election_id, env.unit_id, contenders, seats, tuple(sorted(payload.winners)))
+            self.tosses[event.event_id] = toss
+            standing = self.settled.get(toss.tie)
+            if standing is None or payload.redraws(standing):
+                self.settled[toss.tie] = event.event_id
         return True
 
     def note_position(self, event: Event[Any], position: Position) -> None:
@@ -277,6 +311,12 @@ class IntakeState:
     def rejection(self, key: str) -> RejectionRecord | None:
         return self.rejections.get(key)
 
+    def settled_by(self, tie: TieKey) -> str | None:
+        return self.settled.get(tie)
+
+    def toss(self, event_id: str) -> TossRecord | None:
+        return self.tosses.get(event_id)
+
     # -- snapshots ----------------------------------------------------------------------------------
 
     def to_snapshot(self) -> dict[str, Any]:
@@ -304,6 +344,8 @@ class IntakeState:
                 for r in self.rejections.values()
                 if r.position is not None
             ],
+            "tosses": [[t.event_id, t.election_id, t.unit_id, list(t.contenders), t.seats, list(t.winners)] for t in self.tosses.values()],
+            "settled": [[*tie[:2], list(tie[2]), tie[3], event_id] for tie, event_id in self.settled.items()],
         }
 
     @classmethod
@@ -327,6 +369,8 @@ class IntakeState:
             r[0]: RejectionRecord(r[0], r[1], r[2], tuple(Problem.from_avro(e) for e in r[3]), Position.parse(r[4]))
             for r in data["rejections"]
         }
+        state.tosses = {t[0]: TossRecord(t[0], t[1], t[2], tuple(t[3]), t[4], tuple(t[5])) for t in data["tosses"]}
+        state.settled = {(e, u, tuple(c), n): event_id for e, u, c, n, event_id in data["settled"]}
         return state
 
 
@@ -377,3 +421,11 @@ class Layered:
 
     def rejection(self, key: str) -> RejectionRecord | None:
         return self.top.rejection(key) or self.base.rejection(key)
+
+    def settled_by(self, tie: TieKey) -> str | None:
+        # A spooled toss was checked against the base when it was accepted: a first toss of a tie the
+        # base has not settled, or a redraw of the base's standing toss. Either way it stands now.
+        return self.top.settled_by(tie) or self.base.settled_by(tie)
+
+    def toss(self, event_id: str) -> TossRecord | None:
+        return self.top.toss(event_id) or self.base.toss(event_id)

@@ -48,6 +48,25 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _write_whole(fd: int, data: bytes) -> None:
+    """Append ``data`` and fsync it, or leave the file as it was. A write may take only part of the
+    data (a file size limit, a full disk) before it fails: without the cut, the next record would be
+    glued to a torn one, and a record that was never acknowledged would be half there."""
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except OSError:
+        try:
+            os.ftruncate(fd, start)
+            os.fsync(fd)
+        except OSError:
+            pass  # the torn tail has no newline: readers ignore it, and the next append cuts it off
+        raise
+
+
 class Spool:
     """One spool file per log target; callers serialise access (the intake holds its lock)."""
 
@@ -125,8 +144,7 @@ class Spool:
                 self.ignored_partial_line = False
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             try:
-                os.write(fd, line.encode())
-                os.fsync(fd)
+                _write_whole(fd, line.encode())
             finally:
                 os.close(fd)
             if created:

@@ -7,7 +7,9 @@ Two grades of problem:
   reported (a second report must be a correction); a correction names an unknown or already superseded
   event; the numbers break a caucus rule in a way no real caucus could produce (the ``error`` findings of
   ``projections.caucus_math``: an overcount, delegates that do not add up to D, ...); a toss whose
-  winners are not among the contenders.
+  winners are not among the contenders; a second toss for a tie that is already settled, unless it is
+  an official's redraw that names the toss it replaces and gives a reason (DESIGN: a settled tie stays
+  settled).
 - **warnings** are recorded on the event (``ResultReported.warnings``) and shown to the sender, but do
   not stop it: things that only look odd (every non-error finding of the caucus math, an attendance that
   differs from the one given when the unit opened, a correction that changes nothing).
@@ -47,6 +49,7 @@ from producers.commands import (
     parse_ratio,
 )
 from producers.intake_state import ElectionInfo, IntakeView
+from producers.tie_settlement import settled_meanwhile, settlement_problems
 from projections.caucus_math import CaucusMathError, Finding, Severity, get_rule_set, satellite_delegates
 
 __all__ = [
@@ -61,7 +64,7 @@ __all__ = [
 ]
 
 CONFLICT_CODES = frozenset(
-    {"ALREADY_DEFINED", "ALREADY_OPENED", "ALREADY_REPORTED", "ALREADY_SUPERSEDED", "IDEMPOTENCY_CONFLICT"}
+    {"ALREADY_DEFINED", "ALREADY_OPENED", "ALREADY_REPORTED", "ALREADY_SUPERSEDED", "IDEMPOTENCY_CONFLICT", "TIE_ALREADY_SETTLED"}
 )
 """Codes that say "this clashes with what is already recorded" (HTTP 409) rather than "this is wrong"."""
 
@@ -179,6 +182,7 @@ def to_payload(command: Command, actor: str) -> tuple[Payload | None, tuple[Prob
                 caller=command.caller,
                 witnesses=command.witnesses,
                 reason=command.reason,
+                supersedes=command.supersedes or "",
             ),
             (),
         )
@@ -243,7 +247,7 @@ def check(command: Command, payload: Payload, election_id: str, view: IntakeView
     if isinstance(command, CorrectResult):
         return _check_correction(command, election, view)
     if isinstance(command, RecordTie):
-        return _check_tie(command, election)
+        return _check_tie(command, election, view)
     raise TypeError(f"not a command: {type(command).__name__}")
 
 
@@ -480,7 +484,7 @@ def _check_correction(command: CorrectResult, election: ElectionInfo, view: Inta
     return Verdict(tuple(errors), tuple(warnings))
 
 
-def _check_tie(command: RecordTie, election: ElectionInfo) -> Verdict:
+def _check_tie(command: RecordTie, election: ElectionInfo, view: IntakeView) -> Verdict:
     errors = _unit_problems(command, election)
     warnings: list[Problem] = []
     errors += _unknown_candidates(((f"contenders.{i}", name) for i, name in enumerate(command.contenders)), election)
@@ -503,6 +507,8 @@ def _check_tie(command: RecordTie, election: ElectionInfo) -> Verdict:
         errors.append(
             Problem("winners", "WINNER_COUNT", f"{len(command.winners)} winner(s) named for {command.seats} contested seat(s)")
         )
+    if not errors:
+        errors += settlement_problems(command, election.election_id, view)
     if command.caller in command.witnesses:
         warnings.append(Problem("witnesses", "CALLER_AS_WITNESS", f"the caller {command.caller!r} is also listed as a witness"))
     if command.method == "coin" and len(command.contenders) != 2:
@@ -535,6 +541,8 @@ def conflicts(event: Event[Any], view: IntakeView) -> tuple[Problem, ...]:
                 f"unit {env.unit_id!r} got a result meanwhile (event {status.result_event_id}); send this one as a correction",
             ),
         )
+    if isinstance(payload, TieBroken):
+        return settled_meanwhile(event, view)
     if isinstance(payload, ResultCorrected):
         by = view.superseded_by(payload.supersedes)
         if by is not None:

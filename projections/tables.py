@@ -97,6 +97,11 @@ def print_unit(console: Console, view: TallyView, u: UnitTally) -> None:
     )
     for p in u.pending:
         console.print(f"tie pending: {p.seats} seat(s) among {', '.join(p.contenders)}: {p.reason}")
+    for tie in u.tie_history:
+        for note in tie.later:
+            what = "redrawn by" if note.redrew else "second toss ignored:"
+            console.print(f"tie {tie.seats} seat(s) among {', '.join(tie.contenders)} {what} {note.event_id} "
+                          f"(winners {', '.join(note.winners)}; stood: {note.against})", highlight=False)  # fmt: skip
     if u.rejected:
         console.print(f"rejected submissions: {u.rejected}")
     for problem in u.problems:

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from ledger.events import County, UnitDefinition
 from projections.caucus_math import CaucusMathError, TieResolution, display_sde, get_rule_set, satellite_delegates
-from projections.reducers import ElectionState, UnitState, UnitStatus, canonical_json
+from projections.reducers import ElectionState, TieRecord, UnitState, UnitStatus, canonical_json
 
 __all__ = [
     "RuleSetLike",
@@ -211,6 +211,9 @@ class UnitTally:
     result_event_id: str | None
     result_recorded_at: str | None
     problems: tuple[str, ...] = field(default=())
+    tie_history: tuple[TieRecord, ...] = field(default=())
+    """Ties of the unit tossed more than once: redrawn by an official, or contradicted by a toss that
+    was ignored (``TieRecord.later``); the audit reports them."""
 
     @property
     def settled(self) -> bool:
@@ -253,6 +256,7 @@ class UnitTally:
             "result_event_id": self.result_event_id,
             "result_recorded_at": self.result_recorded_at,
             "problems": list(self.problems),
+            "tie_history": [t.to_json() for t in self.tie_history],
         }
 
     def dumps(self) -> str:
@@ -295,6 +299,7 @@ class UnitTally:
             result_event_id=d.get("result_event_id"),
             result_recorded_at=d.get("result_recorded_at"),
             problems=tuple(d.get("problems", ())),
+            tie_history=tuple(TieRecord.from_json(t) for t in d.get("tie_history", ())),
         )
 
     @classmethod
@@ -446,6 +451,7 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         result_event_id=state.result_event_id,
         result_recorded_at=state.result_recorded_at,
         problems=tuple(problems),
+        tie_history=tuple(t for t in state.ties if t.disputed),
     )
 
 

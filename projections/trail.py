@@ -30,11 +30,11 @@ from ledger.events import (
 )
 from ledger.log.partitioning import partition_for
 from ledger.log.port import EventLog, Position, StoredRecord
-from projections.reducers import ElectionState, UnitState, apply_unit
+from projections.reducers import ElectionState, TossNote, UnitState, apply_unit
 from projections.stores.port import StoreReader
 from projections.tally import ElectionContext, UnitTally, compute_unit_tally, election_context
 
-__all__ = ["TrailEntry", "Trail", "unit_trail", "describe_changes"]
+__all__ = ["TrailEntry", "Trail", "unit_trail", "describe_changes", "toss_outcome", "ignored_because"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def event_details(event: Event[Any]) -> dict[str, Any]:
     if isinstance(p, TieBroken):
         return {
             "contenders": list(p.contenders), "seats": p.seats, "winners": list(p.winners), "method": p.method.value,
-            "caller": p.caller, "witnesses": list(p.witnesses), "reason": p.reason,
+            "caller": p.caller, "witnesses": list(p.witnesses), "reason": p.reason, "supersedes": p.supersedes,
         }
     if isinstance(p, SubmissionRejected):
         return {
@@ -110,8 +110,38 @@ def _diff_counts(label: str, before: Mapping[str, Any] | None, after: Mapping[st
     return out
 
 
-def describe_changes(before: UnitState | None, after: UnitState, t_before: UnitTally | None, t_after: UnitTally) -> tuple[str, ...]:
-    """What an event changed, in words: status, numbers, delegates, SDEs, ties, rejections."""
+def toss_outcome(event: Event[Any], after: UnitState) -> str | None:
+    """What became of a toss of a tie that was already settled, read off the unit's state after it
+    (so the trail says what the tally did): an official's redraw, or a contradicting toss that was
+    ignored. None for a first toss, or an event that is not a toss."""
+    p = event.payload
+    if not isinstance(p, TieBroken):
+        return None
+    tie = next((t for t in after.ties if t.key == p.tie), None)
+    note = tie.note_of(event.event_id) if tie is not None else None
+    if tie is None or note is None:
+        return None
+    what = f"{tie.seats} seat(s) among {', '.join(tie.contenders)}"
+    before = f"toss {note.against} (winners {', '.join(note.against_winners)})"
+    if note.redrew:
+        return f"tie redrawn by an official: {what}; replaces {before} with winners {', '.join(note.winners)}; reason: {note.reason}"
+    return f"toss ignored: {what} was already settled by {before}; {ignored_because(note)}; the tally keeps that toss"
+
+
+def ignored_because(note: TossNote) -> str:
+    """Why a later toss of a settled tie did not replace the toss that stood."""
+    if not note.supersedes:
+        return "a second toss that names no toss it supersedes"
+    if note.supersedes != note.against:
+        return f"it names {note.supersedes} as the toss it supersedes, which is not the toss that stood"
+    return "a redraw that gives no reason"
+
+
+def describe_changes(
+    before: UnitState | None, after: UnitState, t_before: UnitTally | None, t_after: UnitTally, *, event: Event[Any] | None = None
+) -> tuple[str, ...]:
+    """What an event changed, in words: status, numbers, delegates, SDEs, ties, rejections; for a
+    toss of a tie already settled (``event``), whether it redrew the tie or was ignored."""
     out: list[str] = []
     status_b = (t_before.status, t_before.stage) if t_before else ("not_reported", None)
     if status_b != (t_after.status, t_after.stage):
@@ -143,7 +173,10 @@ def describe_changes(before: UnitState | None, after: UnitState, t_before: UnitT
         out.append(f"tie settled: {s} seat(s) among {', '.join(c)}")
     if (before.rejected if before else 0) != after.rejected:
         out.append(f"rejected submissions: {before.rejected if before else 0} -> {after.rejected}")
-    if before is not None and before.ties != after.ties and not (pend_b - pend_a):
+    outcome = toss_outcome(event, after) if event is not None else None
+    if outcome is not None:
+        out.append(outcome)
+    elif before is not None and before.ties != after.ties and not (pend_b - pend_a):
         # Pending ties are shown only where the computed figure is the official one; a toss that moved
         # the computed delegates did settle a tie of the current result even when the chair reported CDs.
         moved = t_before is not None and t_before.cds_computed != t_after.cds_computed
@@ -219,6 +252,7 @@ def unit_trail(
         seen.add(event.event_id)
         new_state = apply_unit(prev_state, event)
         tally = compute_unit_tally(new_state, context)
-        entries.append(TrailEntry(rec.position, event, projected, describe_changes(prev_state, new_state, prev_tally, tally), new_state, tally))
+        changes = describe_changes(prev_state, new_state, prev_tally, tally, event=event)
+        entries.append(TrailEntry(rec.position, event, projected, changes, new_state, tally))
         prev_state, prev_tally = new_state, tally
     return Trail(unit_id, election_id, tuple(entries))

@@ -5,6 +5,10 @@ in for: the same key-to-partition mapping, offsets counted per partition, a dedu
 schema refuses UPDATE and DELETE with triggers, so not even a careless SQL session can rewrite history.
 WAL mode lets many reader processes follow while one writer appends; writers in other processes wait
 on SQLite's lock (``BEGIN IMMEDIATE`` with a busy timeout) rather than fail.
+
+A file that cannot be opened, read or written (disk full, read-only, an I/O error, a file that is not
+a database) is ``LogUnavailableError``, as an unreachable broker is for the Kafka adapter: callers spool
+and retry instead of failing. An append either commits whole or leaves nothing (SQLite's transaction).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from ledger.log.partitioning import partition_for
@@ -31,6 +36,7 @@ __all__ = ["SqliteLog", "DEFAULT_PARTITIONS"]
 
 DEFAULT_PARTITIONS = 8
 _CHUNK = 2000
+_VERBS = {"open": "opened", "read": "read", "write": "written"}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS log_meta (
@@ -67,10 +73,33 @@ class SqliteLog:
         except (OSError, sqlite3.Error) as exc:
             raise LogUnavailableError(f"cannot open the embedded log at {self.path}: {exc}") from exc
         self._lock = threading.RLock()
-        use_wal(self._conn, timeout)
-        self._conn.execute("PRAGMA synchronous=FULL")
-        create_schema(self._conn, _SCHEMA)
-        self._partitions = self._settle_partitions(partitions)
+        try:
+            with self._io("open"):
+                use_wal(self._conn, timeout)
+                self._conn.execute("PRAGMA synchronous=FULL")
+                create_schema(self._conn, _SCHEMA)
+                self._partitions = self._settle_partitions(partitions)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        """Turn SQLite's file errors into the port's LogUnavailableError (see module docstring)."""
+        try:
+            yield
+        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # a bug or a broken invariant, not the file
+        except sqlite3.Error as exc:
+            raise LogUnavailableError(f"the embedded log at {self.path} cannot be {_VERBS[what]}: {exc}") from exc
+
+    def _rollback(self) -> None:
+        """Undo an open transaction; after an I/O error SQLite may have rolled back already."""
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the connection is unusable; the next statement says so
 
     def _settle_partitions(self, wanted: int | None) -> int:
         with self._lock:
@@ -88,7 +117,7 @@ class SqliteLog:
                         raise LogError(f"the log at {self.path} has {count} partitions, not {wanted}; a log's partition count is fixed")
                 self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
         return count
 
@@ -103,12 +132,9 @@ class SqliteLog:
         if not records:
             return []
         now_ms = int(time.time() * 1000)
-        with self._lock:
+        with self._lock, self._io("write"):
             conn = self._conn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise LogUnavailableError(f"the embedded log at {self.path} is locked by another writer: {exc}") from exc
+            conn.execute("BEGIN IMMEDIATE")  # waits up to the timeout for another writer's lock
             try:
                 known = self._existing(conn, [r.event_id for r in records])
                 heads: dict[int, int] = {}
@@ -134,7 +160,7 @@ class SqliteLog:
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                self._rollback()
                 raise
         return positions
 
@@ -155,7 +181,7 @@ class SqliteLog:
         # One index seek per partition: a GROUP BY over the table scans every record, and a runner
         # on the embedded log asks for this on every poll.
         out: dict[int, int] = {}
-        with self._lock:
+        with self._lock, self._io("read"):
             for part in range(self._partitions):
                 row = self._conn.execute('SELECT MAX("offset") FROM log_records WHERE partition = ?', (part,)).fetchone()
                 out[part] = 0 if row[0] is None else row[0] + 1
@@ -170,7 +196,7 @@ class SqliteLog:
 
     def read(self, start: Offsets | None = None, *, max_records: int | None = None) -> Iterator[StoredRecord]:
         begin = dict(start or {})
-        with self._lock:
+        with self._lock, self._io("read"):
             marks = self.high_watermarks()
             self._check_start(begin, marks)
             top = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM log_records").fetchone()[0]
@@ -195,7 +221,7 @@ class SqliteLog:
         emitted = 0
         cursor_seq = first_seq - 1
         while cursor_seq < top:
-            with self._lock:
+            with self._lock, self._io("read"):
                 rows = self._conn.execute(
                     'SELECT seq, partition, "offset", key, value, timestamp_ms FROM log_records '
                     "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",

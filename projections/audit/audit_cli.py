@@ -23,6 +23,7 @@ from ledger.config import Settings, open_log
 from ledger.log.port import LogError
 from projections.asof import AsOfError, Cut, parse_cut, tally_as_of
 from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditReport, audit_tallies
+from projections.audit.tie_checks import TIE_CODES
 from projections.caucus_math import CHECK_CODES, CaucusMathError
 from projections.queries import QueryError, find_county, load_view
 from projections.stores.port import StoreError
@@ -91,7 +92,7 @@ def audit_command(
         None, "--severity", help=f"Only these severities ({', '.join(SEVERITY_ORDER)}); repeatable or comma separated."
     ),
     code: Optional[list[str]] = typer.Option(
-        None, "--code", help=f"Only these checks ({', '.join(CHECK_CODES)}); repeatable or comma separated."
+        None, "--code", help=f"Only these checks ({', '.join(CHECK_CODES + TIE_CODES)}); repeatable or comma separated."
     ),
     as_of: Optional[str] = typer.Option(
         None, "--as-of", help="Audit the log as of a time (2020-02-08T06:28:00Z; events recorded at that time count) "
@@ -103,13 +104,15 @@ def audit_command(
     election: Optional[str] = typer.Option(None, "--election", help="Election id, when the log holds several."),
 ) -> None:
     """Run the RULES.md §12 checks over every unit's current result and list the findings by severity:
-    unit, county, candidate, expected vs reported, and the likely cause.
+    unit, county, candidate, expected vs reported, and the likely cause. A tie tossed more than once is
+    reported too: TIE_REDRAWN (info) for an official's redraw, TIE_CONTRADICTED (error) for a second
+    toss that was ignored (expected: the winners that stand; reported: the ignored toss's).
 
     Exit 0: no error among the findings shown; 1: at least one error; 2: could not audit."""
     if as_json and as_csv:
         raise fail("choose one of --json and --csv", OPERATIONAL)
     severities = _choices(severity, SEVERITY_ORDER, "--severity")
-    codes = _choices(code, CHECK_CODES, "--code")
+    codes = _choices(code, CHECK_CODES + TIE_CODES, "--code")
     settings = settings_of(ctx)
     try:
         cut = parse_cut(as_of) if as_of else None

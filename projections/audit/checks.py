@@ -1,4 +1,5 @@
-"""The auditor's acceptance checks (RULES.md §12) over every unit's current result.
+"""The auditor's acceptance checks (RULES.md §12) over every unit's current result, and every tie
+tossed more than once (``projections.audit.tie_checks``).
 
 Why here and not in the caucus math: ``caucus_math`` checks one unit given numbers; an audit has to
 decide, for each unit of a real election, *which* numbers: the result that stands now (the latest report
@@ -248,6 +249,8 @@ def audit_tallies(
     name = rule_set or ctx.rule_set_name
     if name is None:
         raise CaucusMathError("rule_set", "the election names no rule set and none was given")
+    from projections.audit.tie_checks import tie_findings  # it builds AuditFindings: imported here, not at the top
+
     rules = get_rule_set(name)
     findings: list[AuditFinding] = []
     not_checked: list[tuple[str, str]] = []
@@ -257,6 +260,7 @@ def audit_tallies(
             if t.reporting:
                 not_checked.append((t.unit_id, "not in the election's definition"))
             continue
+        findings.extend(tie_findings(t, ctx))  # a tie tossed twice, whether or not the unit reports
         unit_findings, why = audit_unit(t, ctx, rules)
         if why is not None:
             if why != "not reporting":

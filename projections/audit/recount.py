@@ -262,7 +262,7 @@ def _trail(unit_id: str, events: Sequence[PackagedEvent], ctx: ElectionContext) 
         state_before = state
         state = apply_unit(state, pe.event)
         tally = compute_unit_tally(state, ctx)
-        changes = describe_changes(state_before, state, prev, tally)
+        changes = describe_changes(state_before, state, prev, tally, event=pe.event)
         entry["changes"] = list(changes)
         entry["tally"] = tally.to_json()
         for change in changes:

@@ -23,8 +23,8 @@ def _codes(kind: CommandKind, text: str, **kw: Any) -> set[tuple[str, str]]:
     [
         ("", ("body", "EMPTY_INPUT")),
         ("{'unit_id': 'x'}", ("body", "MALFORMED_JSON")),
-        ('{"a": 1, "a": 2}', ("body", "DUPLICATE_KEY")),
-        ('{"first_alignment": {"Biden": NaN}}', ("body", "MALFORMED_JSON")),
+        ('{"a": 1, "a": 2}', ("a", "DUPLICATE_KEY")),
+        ('{"first_alignment": {"Biden": NaN}}', ("first_alignment.Biden", "NOT_A_NUMBER")),
         ("[1, 2]", ("body", "NOT_AN_OBJECT")),
         (b"\xff\xfe{}", ("body", "NOT_UTF8")),
     ],

@@ -61,7 +61,8 @@ def test_opening_ties_rejections_and_certification(support: ModuleType) -> None:
     assert [(t.contenders, t.winners) for t in s.ties] == [(("A", "B"), ("B",))]
     again = support.ev(TieBroken(("A", "B"), 1, ("A",), TieMethod.COIN, caller="A"), unit_id="u1")
     s = apply_unit(s, again)
-    assert [(t.winners, t.event_id) for t in s.ties] == [(("A",), again.event_id)], "a later toss of the same tie replaces it"
+    assert [(t.winners, t.event_id) for t in s.ties] == [(("B",), toss.event_id)], "a settled tie stays settled"
+    assert [(n.event_id, n.outcome) for n in s.ties[0].later] == [(again.event_id, "ignored")]
     s = apply_unit(s, support.ev(SubmissionRejected("report", "{}", (Problem("final", "x", "y"),), "phone"), unit_id="u1"))
     assert s.rejected == 1
     cert = support.ev(ResultsCertified("party"), unit_id="u1")

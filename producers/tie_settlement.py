@@ -1,0 +1,87 @@
+"""A settled tie stays settled (DESIGN.md): which tosses the intake may record for a tie.
+
+A tie is (election, unit, contenders, seats). Its first ``TieBroken`` settles it. Another toss for it
+is refused (``TIE_ALREADY_SETTLED``, naming the toss that stands), unless it is an official's redraw: it
+names the standing toss in ``supersedes`` and gives a reason; the trail and the audit then show the
+redraw. Only officials may toss at all (``producers.credentials.authorize``). Pure functions of the
+command (or spooled event) and the intake's view, like the rest of ``producers.validation``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ledger.events import Event, Problem, TieBroken
+from producers.commands import RecordTie
+from producers.intake_state import IntakeView
+
+__all__ = ["settlement_problems", "settled_meanwhile"]
+
+
+def _tie_text(contenders: Iterable[str], seats: int) -> str:
+    return f"{seats} seat(s) among {', '.join(sorted(contenders))}"
+
+
+def settlement_problems(command: RecordTie, election_id: str, view: IntakeView) -> list[Problem]:
+    """A settled tie stays settled: a toss for it is refused unless it redraws the standing toss
+    (names it in ``supersedes``, with a reason). Chairs cannot toss at all (``credentials.authorize``)."""
+    contenders = tuple(sorted(command.contenders))
+    tie = (election_id, command.unit_id, contenders, command.seats)
+    standing = view.settled_by(tie)
+    what = f"the tie of {_tie_text(contenders, command.seats)} in unit {command.unit_id!r}"
+    if command.supersedes is None:
+        if standing is None:
+            return []
+        settled = view.toss(standing)
+        won = f" (winners: {', '.join(settled.winners)})" if settled is not None else ""
+        return [
+            Problem(
+                "contenders",
+                "TIE_ALREADY_SETTLED",
+                f"{what} was settled by toss {standing}{won}; a second toss is refused. An official may redraw it "
+                f"only as a correction: send supersedes={standing} and the reason",
+            )
+        ]
+    errors: list[Problem] = []
+    target = view.toss(command.supersedes)
+    if target is None:
+        errors.append(Problem("supersedes", "UNKNOWN_EVENT", f"no coin toss {command.supersedes!r} is recorded"))
+    elif (target.election_id, target.unit_id) != (election_id, command.unit_id):
+        errors.append(
+            Problem("supersedes", "OTHER_UNITS_EVENT", f"toss {command.supersedes} is a toss of unit {target.unit_id!r}, not of {command.unit_id!r}")
+        )
+    elif (target.contenders, target.seats) != (contenders, command.seats):
+        errors.append(
+            Problem(
+                "supersedes",
+                "OTHER_TIE",
+                f"toss {command.supersedes} settled {_tie_text(target.contenders, target.seats)}, not {_tie_text(contenders, command.seats)}",
+            )
+        )
+    elif standing != command.supersedes:
+        errors.append(
+            Problem(
+                "supersedes",
+                "ALREADY_SUPERSEDED",
+                f"toss {command.supersedes} was already redrawn by {standing}; a redraw must name the toss that stands ({standing})",
+            )
+        )
+    if not command.reason.strip():
+        errors.append(Problem("reason", "REQUIRED", "a redraw of a settled tie must say why the settled toss is replaced"))
+    return errors
+
+
+def settled_meanwhile(event: Event[Any], view: IntakeView) -> tuple[Problem, ...]:
+    """What makes a spooled toss wrong now: its tie was settled (or redrawn) by another intake while
+    the log was out of reach."""
+    payload = event.payload
+    assert isinstance(payload, TieBroken)
+    env = event.envelope
+    contenders, seats = payload.tie
+    standing = view.settled_by((env.election_id, env.unit_id, contenders, seats))
+    if standing is None or standing == event.event_id or payload.redraws(standing):
+        return ()
+    code = "ALREADY_SUPERSEDED" if payload.supersedes else "TIE_ALREADY_SETTLED"
+    where = "supersedes" if payload.supersedes else "contenders"
+    return (Problem(where, code, f"the tie of {_tie_text(contenders, seats)} was settled meanwhile by toss {standing}"),)

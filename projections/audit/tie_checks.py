@@ -1,0 +1,67 @@
+"""Audit findings for ties tossed more than once (DESIGN.md: a settled tie stays settled).
+
+The intake refuses a second toss of a settled tie unless it is an official's redraw, which names the
+toss it replaces and gives a reason. So in a log that went through the intake, a tie tossed twice is
+always a redraw, and an auditor should see every one (``TIE_REDRAWN``, info). A second toss that is not
+a redraw can only come from a history that bypassed the intake (an import, a hand-written log, a
+hostile producer): the projection ignores it and keeps the toss that stood, and the audit reports it
+(``TIE_CONTRADICTED``, error), so nobody can flip a seat with a second coin unnoticed.
+
+The findings are read off the unit tally (``UnitTally.tie_history``), i.e. off what the projection did
+with each toss, so the audit, the tally and the paper trail tell the same story.
+"""
+
+from __future__ import annotations
+
+from projections.audit.checks import AuditFinding
+from projections.reducers import TieRecord, TossNote
+from projections.tally import ElectionContext, UnitTally
+from projections.trail import ignored_because
+
+__all__ = ["TIE_CODES", "tie_findings"]
+
+TIE_CODES: tuple[str, ...] = ("TIE_CONTRADICTED", "TIE_REDRAWN")
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return ", ".join(names) or "none"
+
+
+def _finding(t: UnitTally, ctx: ElectionContext, tie: TieRecord, note: TossNote) -> AuditFinding:
+    county = ctx.counties.get(t.county_id or "")
+    what = f"the tie of {tie.seats} seat(s) among {_names(tie.contenders)}"
+    if note.redrew:
+        code, severity, cause = "TIE_REDRAWN", "info", None
+        message = (
+            f"toss {note.event_id} redrew {what}: it replaces toss {note.against} (winners {_names(note.against_winners)}) "
+            f"with winners {_names(note.winners)}; reason given: {note.reason}"
+        )
+    else:
+        code, severity = "TIE_CONTRADICTED", "error"
+        cause = "a toss that bypassed the intake (which refuses a second toss of a settled tie), e.g. an imported or hand-written history"
+        message = (
+            f"toss {note.event_id} (winners {_names(note.winners)}) contradicts toss {note.against} (winners "
+            f"{_names(note.against_winners)}), which had settled {what}: {ignored_because(note)}. It was ignored; "
+            f"the tally keeps toss {note.against}"
+        )
+    return AuditFinding(
+        unit_id=t.unit_id,
+        unit_name=t.name,
+        county_id=t.county_id,
+        county_name=county.name if county else t.county_id,
+        satellite=t.satellite_group is not None,
+        status=t.status + (f" ({t.stage})" if t.stage else ""),
+        result_event_id=t.result_event_id,
+        code=code,
+        severity=severity,
+        message=message,
+        candidate=None,
+        expected=_names(note.against_winners),
+        reported=_names(note.winners),
+        likely_cause=cause,
+    )
+
+
+def tie_findings(t: UnitTally, ctx: ElectionContext) -> list[AuditFinding]:
+    """One finding per toss of a unit's ties after the first, whether or not the unit reports."""
+    return [_finding(t, ctx, tie, note) for tie in t.tie_history for note in tie.later]

@@ -2,16 +2,24 @@
 
 ``log_kind`` parametrises a test over the embedded SQLite log and the session's Kafka-protocol broker;
 ``connect`` opens (another connection to) the test's log, as a separate process would. Kafka tests are
-skipped while the Kafka adapter is not there.
+skipped while the Kafka adapter is not there. ``serve_intake`` runs the real HTTP service (uvicorn) in
+its own process, for tests that need real sockets, keep-alive connections or the server's own limits.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ledger.events import Channel
@@ -166,3 +174,74 @@ def logged(connect: Callable[[], EventLog]) -> Callable[[], list[LoggedEvent]]:
             journal.close()
 
     return read
+
+
+class Served:
+    """A ``caucus serve intake`` process on a loopback port, over the embedded log in ``data_dir``."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, data_dir: Path, token: str) -> None:
+        self.process = process
+        self.base = f"http://127.0.0.1:{port}"
+        self.data_dir = data_dir
+        self.official = {"Authorization": f"Bearer {token}"}
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "log.sqlite3"
+
+    def rss_kib(self) -> int:
+        """The server's resident memory (VmRSS), in KiB."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS line")
+
+    def output(self) -> str:
+        return self.process.stdout.read().decode(errors="replace") if self.process.stdout else ""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def serve_intake(tmp_path: Path) -> Iterator[Callable[..., Served]]:
+    """``serve_intake(retry_seconds=5.0)``: start the real HTTP intake (uvicorn, in its own process) over
+    a fresh embedded data directory, with an official's token; it is stopped (SIGTERM) at the end."""
+    started: list[Served] = []
+
+    def start(retry_seconds: float = 5.0) -> Served:
+        data_dir = tmp_path / f"served-{len(started)}"
+        _, token = CredentialStore(data_dir / "credentials.json").issue("official", name="Pat")
+        env = {**os.environ, "CAUCUS_DATA_DIR": str(data_dir)}
+        env.pop("CAUCUS_KAFKA", None)
+        port = _free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from ledger.cli import main; main()", "serve", "intake", "--port", str(port),
+             "--retry-seconds", str(retry_seconds)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        served = Served(process, port, data_dir, token)
+        started.append(served)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{served.base}/health", timeout=1).status_code == 200:
+                    return served
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the intake service did not come up: {served.output()}")
+            time.sleep(0.1)
+
+    yield start
+    for served in started:
+        if served.process.poll() is None:
+            served.process.send_signal(signal.SIGTERM)
+            try:
+                served.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                served.process.kill()
+                served.process.wait()

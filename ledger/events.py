@@ -428,9 +428,10 @@ class SubmissionRejected(Payload):
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> SubmissionRejected:
-        return cls(
-            record["command"], record["raw_input"], _problems(record["errors"]), record["sender"], record.get("raw_bytes", b"")
-        )
+        raw = record.get("raw_bytes", b"")
+        if isinstance(raw, str):  # a schema default is JSON: Avro spells bytes as ISO-8859-1 text there
+            raw = raw.encode("latin-1")
+        return cls(record["command"], record["raw_input"], _problems(record["errors"]), record["sender"], raw)
 
     def input_bytes(self) -> bytes:
         """The input exactly as it was sent (as far as it was kept, see ``raw_input``)."""

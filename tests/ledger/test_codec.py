@@ -278,3 +278,25 @@ def test_same_event_same_bytes_whatever_the_dict_order() -> None:
     corrected_a = default_codec().encode(event(ResultCorrected(forward, "x", "r", "a", CorrectionStage.REVIEW)))
     corrected_b = default_codec().encode(event(ResultCorrected(backward, "x", "r", "a", CorrectionStage.REVIEW)))
     assert corrected_a == corrected_b
+
+
+@pytest.mark.parametrize(
+    ("payload", "v2_default"),
+    [
+        (TieBroken(("B", "A"), 1, ("A",), TieMethod.COIN, caller="B", witnesses=("w",), reason="last seat"), {"supersedes": ""}),
+        (SubmissionRejected("report", '{"a": 1}', (Problem("a", "UNKNOWN_FIELD", "no"),), "chair"), {"raw_bytes": b""}),
+    ],
+    ids=["TieBroken", "SubmissionRejected"],
+)
+def test_records_written_by_the_v1_schemas_still_decode(payload: Payload, v2_default: dict[str, Any]) -> None:
+    """TieBroken and SubmissionRejected gained a field in v2; logs written before hold v1 records."""
+    codec = default_codec()
+    assert codec.writer_for(payload.TYPE).version == 2
+    current = codec.encode(event(payload))
+    record = codec.decode_record(current)[2]
+    for name in v2_default:
+        del record[name]
+    old = codec.encode_record(payload.TYPE, record, version=1)
+    writer, reader, _ = codec.decode_record(old)
+    assert (writer.version, reader.version) == (1, 2) and old != current
+    assert codec.decode(old) == event(payload), "v1 bytes read as the v2 event with the new field's default"

@@ -1,0 +1,97 @@
+"""A settled tie stays settled in the projection too, whatever the log holds: a history that bypassed
+the intake (an import, a hand-written log) may toss a tie again and again. The first toss settles the
+tie; only a redraw (names the toss that stands, gives a reason) replaces it; every other toss is kept
+visible on the unit's state, in the paper trail and in the audit, and flips nothing."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from types import ModuleType
+from typing import Any
+
+from ledger.events import County, ElectionDefined, Result, ResultReported, TieBroken, TieMethod, UnitDefinition
+from projections.audit.checks import audit_tallies
+from projections.reducers import Projection, TieRecord, UnitFold, UnitState, apply_election, apply_unit
+from projections.tally import compute_unit_tally, election_context
+from projections.trail import describe_changes
+
+THIRDS = {"Adams": 10, "Baker": 10, "Clark": 10}
+
+
+def _lots(support: ModuleType, event_id: str, winner: str, **kw: Any) -> Any:
+    toss = TieBroken(("Clark", "Adams", "Baker"), 1, (winner,), TieMethod.LOTS, caller="x", **kw)
+    return support.ev(toss, unit_id="u1", event_id=event_id)
+
+
+def _history(support: ModuleType) -> list[Any]:
+    return [
+        support.ev(ResultReported(Result(THIRDS, THIRDS, attendance=30), "chair"), unit_id="u1", event_id="report"),
+        _lots(support, "first", "Baker"),
+        _lots(support, "second", "Clark"),  # names no toss it supersedes
+        _lots(support, "no-reason", "Clark", supersedes="first"),
+        _lots(support, "wrong-target", "Clark", supersedes="second", reason="redraw"),
+        _lots(support, "redraw", "Clark", supersedes="first", reason="the box was open"),
+        _lots(support, "stale", "Adams", supersedes="first", reason="again"),  # "first" no longer stands
+        _lots(support, "after", "Adams"),
+    ]
+
+
+def test_the_first_toss_settles_and_only_a_redraw_replaces_it(support: ModuleType) -> None:
+    events = _history(support)
+    state = UnitFold(None).add(events).state()
+    (tie,) = state.ties
+    assert (tie.event_id, tie.winners) == ("redraw", ("Clark",))
+    assert [(n.event_id, n.outcome, n.against) for n in tie.later] == [
+        ("second", "ignored", "first"),
+        ("no-reason", "ignored", "first"),
+        ("wrong-target", "ignored", "first"),
+        ("redraw", "redrew", "first"),
+        ("stale", "ignored", "redraw"),
+        ("after", "ignored", "redraw"),
+    ]
+    stepwise = None
+    for event in events:
+        stepwise = apply_unit(stepwise, event)
+    assert stepwise == state, "one run at once or event by event: the same state"
+    assert UnitState.loads(state.dumps()) == state and TieRecord.from_json(tie.to_json()) == tie
+    one_toss = UnitFold(None).add(events[:2]).state()
+    assert "later" not in one_toss.ties[0].to_json(), "a tie tossed once is stored as before"
+
+
+def test_tally_trail_and_audit_agree_on_a_log_with_contradicting_tosses(support: ModuleType) -> None:
+    defn = ElectionDefined("t", "idp-2020", ("Adams", "Baker", "Clark"), (County("c", "C", Fraction(1)),),
+                           (UnitDefinition("u1", "Unit 1", "c", 1),))  # fmt: skip
+    ctx = election_context(apply_election(None, support.define(defn)), "e1")
+    projection = Projection()
+    steps: list[tuple[str, tuple[str, ...], dict[str, int]]] = []
+    before = before_tally = None
+    for event in _history(support):
+        projection.apply(event)
+        after = projection.units["u1"]
+        tally = compute_unit_tally(after, ctx)
+        changes = describe_changes(before, after, before_tally, tally, event=event)
+        steps.append((event.event_id, changes, dict(tally.cds)))
+        before, before_tally = after, tally
+    cds = {event_id: won for event_id, _, won in steps}
+    assert cds["first"] == cds["second"] == cds["no-reason"] == cds["wrong-target"] == {"Adams": 0, "Baker": 1, "Clark": 0}
+    assert cds["redraw"] == cds["stale"] == cds["after"] == {"Adams": 0, "Baker": 0, "Clark": 1}
+    lines = {event_id: changes for event_id, changes, _ in steps}
+    assert "tie settled: 1 seat(s) among Adams, Baker, Clark" in lines["first"]
+    assert any(c.startswith("toss ignored") and "names no toss it supersedes" in c for c in lines["second"])
+    assert any("gives no reason" in c for c in lines["no-reason"])
+    assert any("names second as the toss it supersedes, which is not the toss that stood" in c for c in lines["wrong-target"])
+    assert any(c.startswith("tie redrawn by an official") and "the box was open" in c for c in lines["redraw"])
+    assert any(c.startswith("toss ignored") and "settled by toss redraw" in c for c in lines["stale"])
+    final = compute_unit_tally(projection.units["u1"], ctx)
+    assert final.ties_applied == ("redraw",)
+    report = audit_tallies(ctx, [final])
+    found = [(f.code, f.severity, f.message.split()[1]) for f in report.findings if f.code.startswith("TIE_")]
+    assert found == [
+        ("TIE_CONTRADICTED", "error", "second"),
+        ("TIE_CONTRADICTED", "error", "no-reason"),
+        ("TIE_CONTRADICTED", "error", "wrong-target"),
+        ("TIE_CONTRADICTED", "error", "stale"),
+        ("TIE_CONTRADICTED", "error", "after"),
+        ("TIE_REDRAWN", "info", "redraw"),
+    ]
+    assert report.has_errors

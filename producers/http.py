@@ -217,7 +217,8 @@ def create_app(
     async def health() -> JSONResponse:
         status = await run_in_threadpool(intake.status)
         ok = status["log_lost"] is None
-        status["status"] = "ok" if ok and status["reachable"] else ("degraded" if ok else "log lost")
+        writing = status["reachable"] and not status["spool"]["pending"]  # events waiting: appends are failing
+        status["status"] = "ok" if ok and writing else ("degraded" if ok else "log lost")
         return JSONResponse(status, status_code=200 if ok else 503)
 
     _publish_schema_defs(app)

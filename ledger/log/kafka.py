@@ -581,7 +581,10 @@ class KafkaLog:
         self, records: Sequence[PendingRecord], indices: list[int], positions: list[Position | None]
     ) -> list[tuple[int, BaseException]]:
         """Send, flush, fill ``positions``; return the (index, error) of records that were not written."""
-        assert self._producer is not None
+        if self._producer is None:
+            # A replacement that failed half-way (the broker went away again) left none: make it now.
+            self._ensure_topic()
+            self._producer = self._new_producer()
         producer = self._producer
         futures = []
         failed: list[tuple[int, BaseException]] = []

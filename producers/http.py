@@ -29,7 +29,7 @@ from ledger.events import Channel
 from ledger.log.port import LogError
 from producers.commands import CommandKind, json_schema
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
-from producers.intake import Intake
+from producers.intake import MAX_BODY, Intake
 from producers.outcomes import Receipt, Submission
 from producers.spool import SpoolError
 
@@ -156,8 +156,7 @@ def create_app(
         if isinstance(outcome, Receipt):
             return JSONResponse(outcome.to_json(), status_code=_STATUS[outcome.status])
         headers = {"WWW-Authenticate": 'Bearer realm="caucus"'} if outcome.category == "unauthenticated" else None
-        too_large = any(e.field == "body" and e.code == "TOO_LARGE" for e in outcome.errors)
-        code = 413 if too_large else _REFUSED[outcome.category]
+        code = 413 if len(body) > MAX_BODY else _REFUSED[outcome.category]
         return JSONResponse(outcome.to_json(), status_code=code, headers=headers)
 
     def route(path: str, kind: CommandKind, summary: str) -> Callable[..., Any]:

@@ -179,8 +179,9 @@ def logged(connect: Callable[[], EventLog]) -> Callable[[], list[LoggedEvent]]:
 class Served:
     """A ``caucus serve intake`` process on a loopback port, over the embedded log in ``data_dir``."""
 
-    def __init__(self, process: subprocess.Popen[bytes], port: int, data_dir: Path, token: str) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], port: int, data_dir: Path, token: str, output: Path) -> None:
         self.process = process
+        self.output_path = output
         self.base = f"http://127.0.0.1:{port}"
         self.data_dir = data_dir
         self.official = {"Authorization": f"Bearer {token}"}
@@ -197,7 +198,8 @@ class Served:
         raise AssertionError("no VmRSS line")
 
     def output(self) -> str:
-        return self.process.stdout.read().decode(errors="replace") if self.process.stdout else ""
+        """What the service printed (to a file: a pipe nobody reads would block it once full)."""
+        return self.output_path.read_text(errors="replace")
 
 
 def _free_port() -> int:
@@ -218,12 +220,14 @@ def serve_intake(tmp_path: Path) -> Iterator[Callable[..., Served]]:
         env = {**os.environ, "CAUCUS_DATA_DIR": str(data_dir)}
         env.pop("CAUCUS_KAFKA", None)
         port = _free_port()
-        process = subprocess.Popen(
-            [sys.executable, "-c", "from ledger.cli import main; main()", "serve", "intake", "--port", str(port),
-             "--retry-seconds", str(retry_seconds)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        served = Served(process, port, data_dir, token)
+        output = tmp_path / f"served-{len(started)}.out"
+        with open(output, "wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-c", "from ledger.cli import main; main()", "serve", "intake", "--port", str(port),
+                 "--retry-seconds", str(retry_seconds)],
+                env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        served = Served(process, port, data_dir, token, output)
         started.append(served)
         deadline = time.monotonic() + 30
         while True:

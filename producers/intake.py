@@ -8,9 +8,12 @@ sender's credential (or why it failed). The intake then, holding its lock:
 3. answers a repeated idempotency key with the original receipt (same content) or refuses it (other
    content);
 4. validates against the state; a refusal is itself recorded as ``SubmissionRejected`` (raw input and
-   every error) and every error goes back to the sender;
-5. appends, and answers only once the log has the event durably, or, if the log is unreachable, once
-   the spool has fsynced it (status ``spooled``).
+   every error, made recordable whatever the input was: ``producers.rejections``) and every error goes
+   back to the sender;
+5. appends, and answers only once the log has the event durably, or, if the log is unreachable or
+   cannot be written (a broker gone, a full disk, an I/O error), once the spool has fsynced it (status
+   ``spooled``). If the spool cannot be written either, nothing is recorded and the caller hears why
+   (``SpoolError``; HTTP 503 with Retry-After).
 
 State. ``IntakeState`` (a reducer over the log's events) is kept in memory, caught up before each
 command, and saved as a snapshot with its log positions in the intake's directory (``state.json``). A
@@ -36,7 +39,6 @@ machines writing to one Kafka topic are not serialised; run one intake per log.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -59,8 +61,9 @@ from producers.commands import CommandKind, Parsed, claimable, parse_command
 from producers.credentials import AuthFailure, authorize
 from producers.intake_state import IntakeState, Layered, claimed_key, fingerprint, rejection_key
 from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submission, category_of
+from producers.rejections import MAX_RAW_INPUT, raw_record, recordable
 from producers.spool import Spool
-from producers.strict_json import MAX_PROBLEMS, escaped
+from producers.strict_json import escaped
 from producers.validation import check, conflicts, precheck, resolve_election, to_payload, with_warnings
 
 __all__ = [
@@ -79,63 +82,11 @@ __all__ = [
 MAX_BODY = 1024 * 1024
 """Largest command accepted, in bytes (an election of 1,765 units is about 250 kB)."""
 
-MAX_RAW_INPUT = 256 * 1024
-"""Raw input kept verbatim in a SubmissionRejected, in bytes; beyond it the start is kept with the
-size and SHA-256 of the whole (a Kafka record must stay under the broker's 1 MB limit)."""
-
 INTAKE_ACTOR = "system:intake"
 
 SNAPSHOT_EVERY = 500
 """A CLI run saves the snapshot when this many events came in since the last one (or there is none):
 saving costs about 20 us per event held (2 s at 100k), catching up 500 events costs ~25 ms."""
-
-_PREVIEW = 4096
-"""Characters of readable rendering kept in ``raw_input`` beside the exact bytes of non-UTF-8 input."""
-
-
-def _input_bytes(body: str | bytes) -> bytes:
-    """The bytes a body stands for. A str body holding surrogates came from bytes decoded with
-    ``surrogateescape`` (a command line argument), or names them explicitly; both encode back exactly."""
-    if isinstance(body, bytes):
-        return body
-    try:
-        return body.encode("utf-8")
-    except UnicodeEncodeError:
-        try:
-            return body.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return body.encode("utf-8", "surrogatepass")
-
-
-def _raw_record(body: str | bytes) -> tuple[str, bytes]:
-    """(raw_input, raw_bytes) of a SubmissionRejected: the input verbatim as text when it is UTF-8,
-    else its exact bytes and a readable rendering. Beyond MAX_RAW_INPUT bytes the start is kept, with
-    the size and SHA-256 of the whole."""
-    data = _input_bytes(body)
-    kept = data[:MAX_RAW_INPUT]
-    note = ""
-    if len(data) > MAX_RAW_INPUT:
-        note = f"\n[truncated: {len(data)} bytes in all, sha256 {hashlib.sha256(data).hexdigest()}]"
-    try:
-        return kept.decode("utf-8") + note, b""
-    except UnicodeDecodeError as exc:
-        if note and exc.reason == "unexpected end of data":  # the cut fell inside a character
-            try:
-                return kept[: exc.start].decode("utf-8") + note, b""
-            except UnicodeDecodeError:
-                pass
-    preview = kept[:_PREVIEW].decode("utf-8", "backslashreplace")
-    more = "…" if len(kept) > _PREVIEW else ""
-    return f"{preview}{more}\n[not UTF-8 text: the exact {len(kept)} bytes are in raw_bytes]{note}", kept
-
-
-def _recordable(errors: tuple[Problem, ...]) -> tuple[Problem, ...]:
-    """Problems as a refusal records and answers them: at most MAX_PROBLEMS, each field and message
-    short and UTF-8-encodable, whatever the input did to them."""
-    kept = [Problem(escaped(e.field, 200), escaped(e.code, 60), escaped(e.message, 1000)) for e in errors[:MAX_PROBLEMS]]
-    if len(errors) > MAX_PROBLEMS:
-        kept.append(Problem("body", "TOO_MANY_ERRORS", f"{len(errors)} problems; the first {MAX_PROBLEMS} are shown"))
-    return tuple(kept)
 
 
 def intake_dir(settings: Settings) -> Path:
@@ -528,7 +479,7 @@ class Intake:
         event_id = str(uuid.uuid4())
         return new_event(
             SubmissionRejected(
-                command=escaped(command, 200), raw_input=raw, errors=_recordable(errors), sender=escaped(sender, 200), raw_bytes=raw_bytes
+                command=escaped(command, 200), raw_input=raw, errors=recordable(errors), sender=escaped(sender, 200), raw_bytes=raw_bytes
             ),
             election_id=claimable(election_id),
             unit_id=claimable(unit_id),
@@ -542,7 +493,7 @@ class Intake:
     def _refuse(
         self, sub: Submission, errors: tuple[Problem, ...], sender: str, election_id: str, unit_id: str, key: str
     ) -> Refusal:
-        raw, raw_bytes = _raw_record(sub.body)
+        raw, raw_bytes = raw_record(sub.body)
         event = self._rejection_event(
             command=f"{sub.kind.value}{f' ({sub.via})' if sub.via else ''}",
             raw=raw,

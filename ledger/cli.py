@@ -144,18 +144,25 @@ def log_append(
     from ledger.journal import Journal
     from ledger.render import event_from_json
 
-    text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
+    from ledger.codec import CodecError
+
+    try:
+        text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read {source}: {exc}") from exc
     events = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             events.append(event_from_json(json.loads(line)))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise fail(f"line {lineno}: not an event: {exc}") from exc
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise fail(f"line {lineno}: not an event: {type(exc).__name__}: {exc}") from exc
     journal = Journal(open_log(settings_of(ctx)))
     try:
         positions = journal.append_batch(events)
+    except CodecError as exc:  # e.g. a string no UTF-8 encoder can write: nothing was appended
+        raise fail(f"not appended: {exc}") from exc
     finally:
         journal.close()
     out = [{"event_id": e.event_id, "type": e.type, "position": str(p)} for e, p in zip(events, positions)]

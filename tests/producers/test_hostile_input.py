@@ -195,3 +195,17 @@ def test_the_cli_prints_the_refusal_never_a_traceback(case: str, tmp_path: Path)
     assert recorded.input_bytes() == CASES[case][1]
     piped = _caucus(data_dir, "define", "-", "--token", token, stdin=CASES[case][1])
     assert piped.returncode == 1 and b"refused (invalid)" in piped.stdout and b"Traceback" not in piped.stderr
+
+
+def test_log_append_refuses_hostile_lines_without_a_traceback(tmp_path: Path) -> None:
+    """``caucus log append`` writes unvalidated events (restoring a log), but a line it cannot read or
+    encode is an error message and nothing appended, not a traceback."""
+    line = {"type": "UnitOpened", "event_id": "x", "election_id": "\ud800", "unit_id": "u", "actor": "a", "channel": "app",
+            "occurred_at": "2020-01-01T00:00:00+00:00", "recorded_at": "2020-01-01T00:00:00+00:00",
+            "idempotency_key": "k", "payload": {"attendance": 3}}  # fmt: skip
+    for name, content in (("deep", DEEP_ARRAY), ("surrogate", json.dumps(line).encode()), ("bytes", b"\xff\n")):
+        source = tmp_path / f"{name}.jsonl"
+        source.write_bytes(content)
+        done = _caucus(tmp_path / "data", "log", "append", str(source))
+        assert done.returncode == 2 and done.stderr.startswith(b"error: "), (name, done.stderr[-400:])
+        assert b"Traceback" not in done.stderr

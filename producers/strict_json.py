@@ -168,11 +168,12 @@ def load_json(text: str | bytes) -> tuple[Any, tuple[Problem, ...]]:
     """Strict JSON (see module docstring). Returns (value, ()) or (None, problems)."""
     not_utf8: UnicodeDecodeError | None = None
     if isinstance(text, bytes):
+        data = text
         try:
-            text = text.decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             not_utf8 = exc
-            text = text.decode("utf-8", "surrogateescape")  # bad bytes stay visible, as U+DC80..U+DCFF
+            text = data.decode("utf-8", "surrogateescape")  # bad bytes stay visible, as U+DC80..U+DCFF
     if not text.strip():
         return None, (Problem("body", "EMPTY_INPUT", "the input is empty; send a JSON object"),)
     if nesting_exceeds(text):

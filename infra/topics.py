@@ -12,8 +12,9 @@ Uses the kafka-python 3 admin API (topics passed as a dict).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError, TopicAlreadyExistsError, for_code
@@ -34,8 +35,12 @@ class TopicPartitionMismatch(TopicError):
 
 
 @contextmanager
-def _admin(bootstrap: str) -> Iterator[KafkaAdminClient]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="caucus-infra")
+def _admin(bootstrap: str, client_options: Mapping[str, Any] | None = None) -> Iterator[KafkaAdminClient]:
+    """An admin client; ``client_options`` are the cluster's client properties (security, SASL, TLS),
+    already checked by ``ledger.log.kafka_client``."""
+    known = KafkaAdminClient.DEFAULT_CONFIG
+    options = {k: v for k, v in (client_options or {}).items() if k in known}
+    admin = KafkaAdminClient(**{"client_id": "caucus-infra", **options, "bootstrap_servers": bootstrap})
     try:
         yield admin
     finally:
@@ -57,13 +62,15 @@ def _describe_partitions(admin: KafkaAdminClient, name: str, wait_s: float) -> i
         time.sleep(0.1)
 
 
-def topic_partitions(bootstrap: str, name: str) -> int:
+def topic_partitions(bootstrap: str, name: str, *, client_options: Mapping[str, Any] | None = None) -> int:
     """The partition count of an existing topic; TopicError if it does not exist (it is not auto-created)."""
-    with _admin(bootstrap) as admin:
+    with _admin(bootstrap, client_options) as admin:
         return _describe_partitions(admin, name, wait_s=0.0)
 
 
-def provision_topic(bootstrap: str, name: str, partitions: int = 8, replication: int = 1) -> int:
+def provision_topic(
+    bootstrap: str, name: str, partitions: int = 8, replication: int = 1, *, client_options: Mapping[str, Any] | None = None
+) -> int:
     """Create ``name`` with ``partitions`` partitions unless it exists, check the count, return it.
 
     Idempotent. Raises TopicPartitionMismatch, naming both counts, if the topic exists with another count.
@@ -72,7 +79,7 @@ def provision_topic(bootstrap: str, name: str, partitions: int = 8, replication:
         raise ValueError(f"partitions and replication must be >= 1 (got {partitions}, {replication})")
     spec = {name: {"num_partitions": partitions, "replication_factor": replication,
                    "configs": {"retention.ms": "-1"}}}
-    with _admin(bootstrap) as admin:
+    with _admin(bootstrap, client_options) as admin:
         try:
             admin.create_topics(spec)
         except TopicAlreadyExistsError:

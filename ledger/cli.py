@@ -9,17 +9,24 @@ options here only choose where the log and the store live.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+from typer._click import exceptions as click_errors  # typer carries its own copy of click
+from typer._click.core import Command, Context
+from typer.core import TyperOption
 import typer
 
+from ledger.cli_output import print_error, set_wide, wants_json
 from ledger.config import Settings, open_log
 from ledger.log.port import LogError
 
-__all__ = ["app", "main", "settings_of", "emit", "fail"]
+__all__ = ["app", "main", "settings_of", "emit", "fail", "JsonOption", "loaded_settings"]
+
+log = logging.getLogger(__name__)
 
 app = typer.Typer(
     name="caucus",
@@ -28,7 +35,10 @@ app = typer.Typer(
         "and the delegate tallies computed from it.\n\n"
         "With no backend options everything is embedded in ./caucus-data (SQLite). "
         "Use --kafka HOST:PORT for a Kafka log and --database postgresql://... for a PostgreSQL store "
-        "(or CAUCUS_KAFKA / CAUCUS_DATABASE)."
+        "(or CAUCUS_KAFKA / CAUCUS_DATABASE, or caucus.toml; see `caucus config show`).\n\n"
+        "Exit codes: 0 done, 1 refused or differences found, 2 an operational error (bad arguments or "
+        "configuration, a backend unreachable, something missing). Under --json an error is printed as "
+        '{"error": {...}} on stderr.'
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -37,28 +47,74 @@ app = typer.Typer(
 log_app = typer.Typer(help="Inspect and write the event log directly.", no_args_is_help=True)
 app.add_typer(log_app, name="log")
 
+JsonOption = typer.Option(False, "--json", help="Print JSON (an error too: {\"error\": {...}} on stderr).")
+
+_LOADED_KEY = "caucus.loaded_settings"
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"caucus {version('caucus-ledger')}")
+        except PackageNotFoundError:
+            typer.echo("caucus (version unknown: not installed as a package)")
+        raise typer.Exit(0)
+
 
 @app.callback()
 def _global(
     ctx: typer.Context,
+    config: Optional[Path] = typer.Option(None, "--config", help="Configuration file (TOML; env CAUCUS_CONFIG; default ./caucus.toml if present)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Embedded data directory (env CAUCUS_DATA_DIR; default ./caucus-data)."),
-    kafka: Optional[str] = typer.Option(None, "--kafka", help="Kafka bootstrap HOST:PORT for the log (env CAUCUS_KAFKA)."),
+    kafka: Optional[str] = typer.Option(None, "--kafka", help="Kafka bootstrap HOST:PORT[,HOST:PORT] for the log (env CAUCUS_KAFKA)."),
     topic: Optional[str] = typer.Option(None, "--topic", help="Event topic name (env CAUCUS_TOPIC; default caucus.events)."),
     database: Optional[str] = typer.Option(None, "--database", help="PostgreSQL URL for the projection store (env CAUCUS_DATABASE)."),
-    partitions: Optional[int] = typer.Option(None, "--partitions", min=1, help="Partitions when a log is created (default 8)."),
+    partitions: Optional[int] = typer.Option(None, "--partitions", help="Partitions when a log is created (env CAUCUS_PARTITIONS; default 8)."),
+    log_level: Optional[str] = typer.Option(None, "--log-level", help="Diagnostics on stderr from this level: DEBUG, INFO, WARNING (default), ERROR."),
+    log_format: Optional[str] = typer.Option(None, "--log-format", help="Diagnostics as text (default) or json lines."),
+    wide: bool = typer.Option(False, "--wide", help="Tables as wide as their content: no wrapping (may be given anywhere on the line)."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
-    ctx.obj = Settings.from_env().with_overrides(
-        data_dir=data_dir, kafka=kafka, topic=topic, database=database, partitions=partitions
-    )
+    from ledger.files import set_file_mode
+    from ledger.observability import configure_logging
+    from ledger.settings import SettingsError, load_settings
+
+    set_wide(wide)
+    flags = {"data_dir": data_dir, "kafka": kafka, "topic": topic, "database": database, "partitions": partitions,
+             "log_level": log_level, "log_format": log_format}
+    try:
+        loaded = load_settings(flags, config=config)
+    except SettingsError as exc:
+        raise fail(str(exc), kind="configuration") from None
+    configure_logging(loaded.model.log_level, loaded.model.log_format)
+    set_file_mode(loaded.settings.file_mode)
+    ctx.meta[_LOADED_KEY] = loaded
+    ctx.obj = loaded.settings
+    log.debug("settings from %s", loaded.config_file or "environment and defaults")
 
 
 def settings_of(ctx: typer.Context) -> Settings:
     root = ctx.find_root()
     obj = root.obj
     if not isinstance(obj, Settings):
-        obj = Settings.from_env()
+        from ledger.settings import SettingsError
+
+        try:
+            obj = Settings.from_env()
+        except SettingsError as exc:
+            raise fail(str(exc), kind="configuration") from None
         root.obj = obj
     return obj
+
+
+def loaded_settings(ctx: typer.Context) -> Any:
+    """The ``LoadedSettings`` behind ``settings_of`` (for ``caucus config show``)."""
+    from ledger.settings import load_settings
+
+    found = ctx.meta.get(_LOADED_KEY)
+    return found if found is not None else load_settings()
 
 
 def emit(data: Any, as_json: bool, human: Callable[[], None] | None = None) -> None:
@@ -69,24 +125,28 @@ def emit(data: Any, as_json: bool, human: Callable[[], None] | None = None) -> N
         human()
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+def fail(message: str, code: int = 2, *, kind: str = "") -> typer.Exit:
+    """Print the error (as JSON under --json, see ``ledger.cli_output``) and return the Exit to raise."""
+    print_error(message, code, as_json=wants_json(), kind=kind)
     return typer.Exit(code)
 
 
 @log_app.command("info")
-def log_info(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Where the log is, its partitions and how many records each holds."""
+def log_info(ctx: typer.Context, as_json: bool = JsonOption) -> None:
+    """Where the log is, its id, its partitions and how many records each holds."""
     settings = settings_of(ctx)
-    log = open_log(settings)
+    log = open_log(settings, read_only=True)
     try:
         marks = log.high_watermarks()
+        log_id = log.log_id
     finally:
         log.close()
-    data = {"log": settings.describe_log(), "partitions": len(marks), "high_watermarks": marks, "records": sum(marks.values())}
+    data = {"log": settings.describe_log(), "log_id": log_id, "partitions": len(marks), "high_watermarks": marks,
+            "records": sum(marks.values())}
 
     def human() -> None:
         typer.echo(f"log:        {data['log']}")
+        typer.echo(f"log id:     {log_id or '(none yet: written when the log is next opened for writing)'}")
         typer.echo(f"partitions: {data['partitions']}")
         typer.echo(f"records:    {data['records']}")
         for part, mark in sorted(marks.items()):
@@ -100,14 +160,14 @@ def log_tail(
     ctx: typer.Context,
     limit: int = typer.Option(20, "--limit", "-n", min=0, help="How many of the latest events to show (0: all)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events until interrupted."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per line."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line (errors: {\"error\": {...}})."),
 ) -> None:
     """Show the newest events of the log, decoded."""
     from ledger.journal import Journal
     from ledger.render import event_to_json, event_summary
 
     settings = settings_of(ctx)
-    journal = Journal(open_log(settings))
+    journal = Journal(open_log(settings, read_only=True))
     try:
         marks = journal.log.high_watermarks()
         start: dict[int, int] = {}
@@ -135,17 +195,25 @@ def log_tail(
 def log_append(
     ctx: typer.Context,
     source: Path = typer.Argument(..., help="A file of events as JSON lines (as `log tail --json` prints them), or - for stdin."),
+    token: Optional[str] = typer.Option(None, "--token", envvar="CAUCUS_TOKEN", show_default=False,
+                                        help="An official's credential (env CAUCUS_TOKEN): direct writes need one."),
+    credentials: Optional[Path] = typer.Option(None, "--credentials", envvar="CAUCUS_CREDENTIALS",
+                                               help="Credential store file (default: <data dir>/credentials.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print positions as JSON."),
 ) -> None:
-    """Append events given as JSON lines, unvalidated: for restoring or moving a log.
+    """Append events given as JSON lines, unvalidated: for restoring or moving a log. Needs an official.
 
     Reports go through `caucus report` and friends, which validate; this writes what it is given
-    (duplicates of event ids already in the log are dropped by the log itself)."""
+    (duplicates of event ids already in the log are dropped by the log itself). Each record names the
+    official who appended it in its `caucus-writer` header."""
     from ledger.journal import Journal
     from ledger.render import event_from_json
+    from producers.direct_writes import official_writer
 
     from ledger.codec import CodecError
 
+    settings = settings_of(ctx)
+    writer = official_writer(settings, token, credentials, "append events directly to the log")
     try:
         text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -158,7 +226,7 @@ def log_append(
             events.append(event_from_json(json.loads(line)))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise fail(f"line {lineno}: not an event: {type(exc).__name__}: {exc}") from exc
-    journal = Journal(open_log(settings_of(ctx)))
+    journal = Journal(open_log(settings), writer=writer)
     try:
         positions = journal.append_batch(events)
     except CodecError as exc:  # e.g. a string no UTF-8 encoder can write: nothing was appended
@@ -194,10 +262,86 @@ def _register_plugins() -> None:
         mod.register(app)
 
 
-def main() -> None:
+def _tidy_help(command: Command) -> None:
+    """Flags take no value, so their help shows no type (the help formatter would print ``<bool>``)."""
+    helper = command.get_help_option(Context(command))  # made once and cached by the command
+    for param in [*command.params, *([helper] if helper is not None else [])]:
+        if isinstance(param, TyperOption) and param.is_flag:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+
+
+def _hoist_wide(argv: list[str]) -> list[str]:
+    """``--wide`` is a global option that may be given anywhere: move it before the command."""
+    if "--wide" not in argv:
+        return argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    if "--wide" not in argv[:cut]:
+        return argv
+    rest = [a for a in argv[:cut] if a != "--wide"]
+    return ["--wide", *rest, *argv[cut:]]
+
+
+def _operational_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean "could not be done", each with a message for a person: exit 2, no traceback."""
+    import sqlite3
+
+    from ledger.codec import CodecError
+    from ledger.settings import SettingsError
+
+    found: list[type[BaseException]] = [LogError, SettingsError, CodecError, sqlite3.Error, OSError]
+    for module, name in (("projections.stores.port", "StoreError"), ("producers.credentials", "CredentialError"),
+                         ("ledger.integrity.store", "StoreError"), ("producers.spool", "SpoolError")):
+        try:
+            found.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run ``caucus``: the README's contract (exit codes, JSON errors, no traceback for a user's error)."""
     _register_plugins()
+    command = typer.main.get_command(app)
+    _tidy_help(command)
+    args = _hoist_wide(list(sys.argv[1:] if argv is None else argv))
+    as_json = "--json" in args
     try:
-        app()
-    except LogError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        code = command.main(args=args, prog_name="caucus", standalone_mode=False)
+    except typer.Abort:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except click_errors.UsageError as exc:
+        if as_json:
+            hint = f" (command: {exc.ctx.command_path})" if exc.ctx is not None else ""
+            print_error(exc.format_message() + hint, 2, as_json=True, kind="usage")
+        else:
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(exc)
         sys.exit(2)
+    except click_errors.ClickException as exc:
+        print_error(exc.format_message(), exc.exit_code, as_json=as_json, kind="usage")
+        sys.exit(exc.exit_code)
+    except _operational_errors() as exc:
+        log.debug("operational error", exc_info=True)
+        print_error(_describe(exc), 2, as_json=as_json, kind=type(exc).__name__)
+        sys.exit(2)
+    except Exception as exc:  # noqa: BLE001 -- a bug: say so in one line, the traceback goes to the log
+        log.debug("internal error", exc_info=True)
+        print_error(f"internal error: {type(exc).__name__}: {exc} (a bug in caucus; run with --log-level DEBUG "
+                    "for the traceback and report it)", 2, as_json=as_json, kind="internal")
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, PermissionError) and exc.filename:
+        return f"permission denied: {exc.filename}"
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc) or type(exc).__name__

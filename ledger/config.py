@@ -4,14 +4,20 @@ With nothing configured everything is embedded: a SQLite log and store under ``.
 a Kafka bootstrap server (``--kafka`` or ``CAUCUS_KAFKA``) moves the log to a topic, and naming a
 PostgreSQL URL (``--database`` or ``CAUCUS_DATABASE``) moves the views there. The two choices are
 independent so an operator can, say, replay a Kafka log into a local SQLite store for an audit.
+
+``Settings`` is the effective configuration the code works with; ``ledger.settings`` builds and
+validates it from a TOML file, ``CAUCUS_*`` variables and command-line options, and says where each
+value came from. Readers open the log with ``read_only=True``: nothing is created or written.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from ledger.files import DEFAULT_FILE_MODE
 from ledger.log.port import EventLog
 
 __all__ = ["Settings", "open_log"]
@@ -29,18 +35,24 @@ class Settings:
     results_topic: str = DEFAULT_RESULTS_TOPIC
     database: str | None = None
     partitions: int = 8
+    kafka_options: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    """kafka-python client properties for every client (security, SASL, TLS, pass-through ones)."""
+    kafka_replication: int = 1
+    """Replication factor of the topics the ledger creates."""
+    file_mode: int = DEFAULT_FILE_MODE
+    credentials: Path | None = None
+    token: str | None = field(default=None, repr=False)
+    intake_token: str | None = field(default=None, repr=False)
+    checkpoint_key: Path | None = None
+    checkpoint_public_key: str | None = None
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        e = os.environ if env is None else env
-        return cls(
-            data_dir=Path(e.get("CAUCUS_DATA_DIR", str(DEFAULT_DATA_DIR))),
-            kafka=e.get("CAUCUS_KAFKA") or None,
-            topic=e.get("CAUCUS_TOPIC", DEFAULT_TOPIC),
-            results_topic=e.get("CAUCUS_RESULTS_TOPIC", DEFAULT_RESULTS_TOPIC),
-            database=e.get("CAUCUS_DATABASE") or None,
-            partitions=int(e.get("CAUCUS_PARTITIONS", "8")),
-        )
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings from ``caucus.toml`` (or ``CAUCUS_CONFIG``) and ``CAUCUS_*`` variables, without
+        command-line options; ``ledger.settings.SettingsError`` if a value breaks a rule."""
+        from ledger.settings import load_settings
+
+        return load_settings(env=env).settings
 
     def with_overrides(self, **changes: object) -> Settings:
         """Apply CLI options over the environment; None means "not given"."""
@@ -58,13 +70,20 @@ class Settings:
         return f"kafka://{self.kafka}/{self.topic}" if self.kafka else f"sqlite:{self.log_path}"
 
 
-def open_log(settings: Settings) -> EventLog:
+def open_log(settings: Settings, *, read_only: bool = False, topic: str | None = None) -> EventLog:
     """The configured log adapter. Kafka is imported only when asked for: the embedded default
-    must not pay for (or fail on) a broker client."""
+    must not pay for (or fail on) a broker client.
+
+    ``read_only``: for commands that only read. An embedded log is opened with the partition count it
+    was created with, nothing is created (``LogMissingError`` if it is not there) and nothing written."""
     if settings.kafka:
         from ledger.log.kafka import KafkaLog
 
-        return KafkaLog(settings.kafka, settings.topic, partitions=settings.partitions)
+        return KafkaLog(settings.kafka, topic or settings.topic, partitions=settings.partitions,
+                        client_options=settings.kafka_options, read_only=read_only,
+                        replication=settings.kafka_replication)
     from ledger.log.sqlite import SqliteLog
 
+    if read_only:
+        return SqliteLog(settings.log_path, read_only=True)
     return SqliteLog(settings.log_path, partitions=settings.partitions)

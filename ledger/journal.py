@@ -13,6 +13,7 @@ from typing import Any
 from ledger.codec import Codec, default_codec
 from ledger.events import Event
 from ledger.log.port import EventLog, Offsets, PendingRecord, Position, StoredRecord
+from ledger.record_headers import event_headers
 
 __all__ = ["Journal", "LoggedEvent"]
 
@@ -27,12 +28,18 @@ class LoggedEvent:
 
 
 class Journal:
-    def __init__(self, log: EventLog, codec: Codec | None = None) -> None:
+    """``writer`` names who writes through this journal (recorded in each record's headers, see
+    ``ledger.record_headers``): the intake, the importer, an official appending directly."""
+
+    def __init__(self, log: EventLog, codec: Codec | None = None, *, writer: str = "") -> None:
         self.log = log
         self.codec = codec or default_codec()
+        self.writer = writer
 
     def _pending(self, event: Event[Any]) -> PendingRecord:
-        return PendingRecord(key=event.key, event_id=event.event_id, value=self.codec.encode(event))
+        value = self.codec.encode(event)
+        return PendingRecord(key=event.key, event_id=event.event_id, value=value,
+                             headers=event_headers(event, value, self.writer))
 
     def append(self, event: Event[Any]) -> Position:
         return self.log.append(self._pending(event))

@@ -28,7 +28,8 @@ snapshot (and the spool) instead of refusing everything; the snapshot may then l
 why spooled events are checked again when they are forwarded. If the log no longer holds what the
 snapshot (or the running state) saw -- a memory-only broker restarted -- that is reported
 (``LogLostError``), never papered over; ``rebuild()`` (``caucus intake rebuild``) accepts the log as it
-now is.
+now is. A running intake (the HTTP service) that found its log lost watches its snapshot file: when
+another process rebuilds (a new snapshot appears), it loads that and goes on, without a restart.
 
 Writers. One lock per intake directory: a thread lock within the process and an ``flock`` across
 processes on the same machine, so the HTTP service and CLI invocations over the same data directory
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import threading
@@ -53,6 +55,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ledger.config import Settings, open_log
+from ledger.files import create_private
 from ledger.events import Channel, Event, Problem, SubmissionRejected, new_event, utc_now
 from ledger.journal import Journal
 from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, Position
@@ -83,6 +86,8 @@ MAX_BODY = 1024 * 1024
 """Largest command accepted, in bytes (an election of 1,765 units is about 250 kB)."""
 
 INTAKE_ACTOR = "system:intake"
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_EVERY = 500
 """A CLI run saves the snapshot when this many events came in since the last one (or there is none):
@@ -127,6 +132,7 @@ class Intake:
         self._down_until = 0.0
         self._verified = False
         self.log_lost: str | None = None
+        self._lost_stamp: tuple[int, int, int] | None = None
         self.last_log_error: str | None = None
         self.started = False
 
@@ -194,7 +200,7 @@ class Intake:
             return None
         if self._journal is None:
             try:
-                self._journal = Journal(self._connect_log())
+                self._journal = Journal(self._connect_log(), writer=INTAKE_ACTOR)
             except LogUnavailableError as exc:
                 self._unavailable(exc)
                 return None
@@ -237,19 +243,57 @@ class Intake:
             return False
         except LogLostError as exc:
             self._down_until = 0.0  # it answered: reachable, but not the log the state describes
-            self.log_lost = (
+            self._lost(
                 f"{exc}. The intake's state (snapshot {self.snapshot_path}) describes a log this one no longer "
-                "matches; run `caucus intake rebuild` to accept the log as it now is"
+                "matches; run `caucus intake rebuild` to accept the log as it now is (a running service picks "
+                "the rebuilt state up by itself)"
             )
             raise
         if expect:
             # a partition whose remembered last record did not come back at all
             part = next(iter(expect))
-            self.log_lost = f"partition {part} no longer holds the event the intake last applied there"
+            self._lost(f"partition {part} no longer holds the event the intake last applied there; run "
+                       "`caucus intake rebuild` to accept the log as it now is")
             raise LogLostError(part, state.positions[part], state.positions[part] - 1)
         self.last_log_error = None
         self._down_until = 0.0
         self._verified = True
+        return True
+
+    def _lost(self, why: str) -> None:
+        if self.log_lost is None:
+            log.error("the log was lost: %s", why)
+        self.log_lost = why
+        self._lost_stamp = self._snapshot_stamp()
+
+    def _snapshot_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.snapshot_path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _take_rebuilt_state(self) -> bool:
+        """After a lost log: if another process rebuilt the state (``caucus intake rebuild`` wrote a new
+        snapshot), load it, reconnect to the log and go on. True if the intake is usable again."""
+        if self.log_lost is None:
+            return True
+        stamp = self._snapshot_stamp()
+        if stamp is None or stamp == self._lost_stamp:
+            return False
+        loaded = self._load_snapshot()
+        if loaded is None:
+            return False
+        log.warning("the intake's state was rebuilt by another process (%s); going on with it", self.snapshot_path)
+        self.state = loaded
+        self._saved_applied = loaded.applied
+        self.log_lost = None
+        self._lost_stamp = None
+        self._verified = False
+        if self._journal is not None:  # an embedded log may have been replaced by a new file: open it again
+            self._journal.close()
+            self._journal = None
+        self._rebuild_overlay()
         return True
 
     def _applied(self, event: Event[Any], position: Position) -> None:
@@ -371,7 +415,7 @@ class Intake:
             return self._forward(force=True)
 
     def _refresh(self) -> None:
-        if self.log_lost is not None:
+        if not self._take_rebuilt_state():
             raise LogError(f"the log was lost: {self.log_lost}")
         if self.spool.stamp != self._overlay_stamp:
             self._rebuild_overlay()  # another process (a CLI beside the service) changed the spool
@@ -540,7 +584,7 @@ class Intake:
     def status(self) -> dict[str, Any]:
         with self._locked():
             online = False
-            if self.log_lost is None:
+            if self._take_rebuilt_state():
                 try:
                     online = self._catch_up()
                 except LogError:
@@ -587,6 +631,7 @@ class Intake:
         body = json.dumps({"log": self.name, "saved_at": self._clock().isoformat(), "state": picture})
         self.workdir.mkdir(parents=True, exist_ok=True)
         tmp = self.snapshot_path.with_name(f"state.{os.getpid()}.{threading.get_ident()}.tmp")
+        create_private(tmp)  # private like the log it describes (ledger.files)
         with open(tmp, "w", encoding="utf-8") as out:
             out.write(body)
             out.flush()
@@ -601,6 +646,7 @@ class Intake:
             began = time.perf_counter()
             self.state = IntakeState()
             self.log_lost = None
+            self._lost_stamp = None
             if not self._catch_up():
                 raise LogUnavailableError(self.last_log_error or "the log is out of reach")
             took = time.perf_counter() - began

@@ -121,7 +121,9 @@ def parse_time(text: str) -> datetime:
     except ValueError:
         raise AsOfError(f"as-of time {text!r} is not an ISO 8601 time such as 2020-02-08T06:28:00Z") from None
     if at.tzinfo is None:
-        raise AsOfError(f"as-of time {text!r} has no time zone, so it is ambiguous; add Z for UTC (e.g. {raw}Z)")
+        # The suggestion must itself be accepted: a date alone gets a time of day as well as the zone.
+        example = f"{raw}Z" if "T" in raw or " " in raw else f"{raw}T23:59:59Z (the end of that day, UTC)"
+        raise AsOfError(f"as-of time {text!r} has no time zone, so it is ambiguous; add one, e.g. {example}")
     return at.astimezone(UTC)
 
 

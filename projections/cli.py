@@ -8,32 +8,44 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-from ledger.cli import emit, fail, settings_of
+from ledger.cli import JsonOption, emit, fail, settings_of
+from ledger.cli_output import console as cli_console
+from ledger.cli_output import is_wide
+from ledger.codec import CodecError
 from ledger.config import Settings
 from ledger.log.port import LogError, LogLostError
 from projections.feed import publishing
+from projections.observe import RunnerObserver, progress_line
 from projections.queries import DEFAULT_SET, QueryError, find_county, find_unit, load_view, resolve_set
 from projections.replay import ServingWatch
 from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
-from projections.stores.port import ProjectionStore, StoreError
-from projections.wiring import DEFAULT_GROUP, open_existing_log, serving_set, source_for
+from projections.stores.port import ProjectionStore, StoreError, StoreMissing
+from projections.wiring import DEFAULT_GROUP, log_identity, open_existing_log, serving_set, source_for
 
 __all__ = ["register"]
 
 
 @contextmanager
-def _store(settings: Settings) -> Iterator[ProjectionStore]:
+def _store(settings: Settings, *, read_only: bool = False, missing_ok: bool = False) -> Iterator[ProjectionStore]:
+    """The configured store; ``missing_ok``: no embedded store yet is an empty one (in memory), for
+    queries that can be answered from the log alone (``tally --as-of``)."""
     try:
-        store = open_store(settings)
+        store = open_store(settings, read_only=read_only)
+    except StoreMissing as exc:
+        if not missing_ok:
+            raise fail(str(exc)) from exc
+        from projections.stores.sqlite import SqliteStore
+
+        store = SqliteStore(":memory:")
     except StoreError as exc:
         raise fail(str(exc)) from exc
     try:
@@ -59,15 +71,21 @@ def _stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(sig, old)
 
 
-def _progress_line(p: Progress) -> str:
-    lag = "?" if p.lag_events is None else f"{p.lag_events:,}"
-    behind = p.lag_seconds()
-    age = "" if behind is None else f", newest applied event recorded {behind:,.1f} s ago"
-    dup = f", {p.duplicates:,} duplicates dropped" if p.duplicates else ""
-    parts = ",".join(str(x) for x in sorted(p.assigned)) or "none yet"
-    if p.waiting_for_store:
-        return f"waiting for the projection store ({p.waiting_for_store}); applied {p.applied:,} events so far"
-    return f"applied {p.applied:,} events ({p.rate:,.0f}/s){dup}; lag {lag} events{age}; partitions {parts}"
+def _printer(observer: RunnerObserver, group: str, repeat_after: float = 30.0) -> Callable[[Progress], None]:
+    """Progress lines on stderr: a line when it says something new, else one every ``repeat_after`` s."""
+    last = ["", 0.0]
+
+    def say(p: Progress) -> None:
+        line = progress_line(p, waiting_for_partitions=observer.waiting_for_partitions(), group=group)
+        now = time.monotonic()
+        key = line.split("; ", 1)[-1] if p.applied == last_applied[0] else line
+        if key != last[0] or now - float(last[1]) >= repeat_after:
+            typer.echo(line, err=True)
+            last[0], last[1] = key, now
+        last_applied[0] = p.applied
+
+    last_applied = [-1]
+    return say
 
 
 def project(
@@ -82,21 +100,62 @@ def project(
     session_timeout_ms: int = typer.Option(10_000, "--session-timeout-ms", hidden=True, help="Kafka group session timeout."),
     feed: bool = typer.Option(True, "--feed/--no-feed", help="Publish changed tallies to the results feed (`caucus subscribe`)."),
     catch_up_batch: int = typer.Option(0, "--catch-up-batch", min=0, help="While far behind the log, gather up to this many events per transaction (e.g. 200000 for a first run over a long log: about 100 MB more memory, tallies computed once per unit per transaction; 0: --batch-size)."),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="Serve /metrics (Prometheus), /health and /ready on this port (0: any free port, printed at start)."),
+    metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help="Address for --metrics-port (0.0.0.0 for every interface)."),
+    no_partition_timeout: float = typer.Option(60.0, "--no-partition-timeout", min=0.0, help="Kafka: after holding no partition this many seconds, rejoin the group with a new consumer; if that gets none either, exit 2 saying why (0: wait as long as it takes, e.g. for a standby runner)."),
 ) -> None:
     """Consume the log into the projection store (tallies, unit state, paper-trail index).
 
     Exactly once: each batch's view changes and log positions are committed in one transaction,
-    and a restart resumes from the stored positions. Stop with Ctrl-C or SIGTERM."""
+    and a restart resumes from the stored positions. Stop with Ctrl-C or SIGTERM. Progress lines on
+    stderr say how many events the runner is behind the log and, for a live log, how long ago the
+    newest applied event was recorded by the ledger ("replaying history" when that was long ago)."""
+    from ledger.observability import serve_endpoint
+
     settings = settings_of(ctx)
+    observer = RunnerObserver()
+    endpoint = None
+    if metrics_port is not None:
+        try:
+            endpoint = serve_endpoint(observer.registry, health=observer.health, ready=observer.ready,
+                                      host=metrics_host, port=metrics_port)
+        except OSError as exc:
+            raise fail(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: {exc}") from exc
+        if not quiet:
+            typer.echo(f"metrics on http://{metrics_host}:{endpoint.port}/metrics (also /health, /ready)", err=True)
+    try:
+        progress = _project(settings, observer, until_caught_up=until_caught_up, group=group, batch_size=batch_size,
+                            quiet=quiet, projection=projection, set_id=set_id, session_timeout_ms=session_timeout_ms,
+                            feed=feed, catch_up_batch=catch_up_batch, no_partition_timeout=no_partition_timeout)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+    if as_json:
+        emit(progress.to_json(), True)
+    elif not quiet:
+        typer.echo(f"stopped ({progress.stopped}); {progress_line(progress)}", err=True)
+
+
+def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: bool, group: str, batch_size: int, quiet: bool,
+             projection: str, set_id: int | None, session_timeout_ms: int, feed: bool, catch_up_batch: int,
+             no_partition_timeout: float) -> Progress:
     with _store(settings) as store, _stop_on_signals() as stop:
         while True:  # once, unless `caucus replay` switches the serving set: then on with the new one
             try:
                 info = store.get_set(set_id) if set_id is not None else serving_set(store, settings, projection)
-            except StoreError as exc:
+                if set_id is not None:
+                    from projections.wiring import check_source
+
+                    check_source(info, store, settings, log_identity(settings))
+            except (StoreError, LogError) as exc:
                 raise fail(str(exc)) from exc
             watch = ServingWatch(store, info.name, info.set_id) if set_id is None else None
-            source = source_for(settings, group=group, batch_size=batch_size, session_timeout_ms=session_timeout_ms)
-            say = (lambda p: None) if quiet else (lambda p: typer.echo(_progress_line(p), err=True))
+            try:
+                source = source_for(settings, group=group, batch_size=batch_size, session_timeout_ms=session_timeout_ms,
+                                    no_partition_timeout=no_partition_timeout)
+            except LogError as exc:
+                raise fail(str(exc)) from exc
+            say = (lambda p: None) if quiet else _printer(observer, group if settings.kafka else "")
             runner = ProjectionRunner(store, info.set_id, source, batch_size=batch_size, rule_set=info.rule_set, on_progress=say,
                                       catch_up_batch=catch_up_batch)
             if not quiet:
@@ -106,25 +165,24 @@ def project(
                                 on_error=lambda m: typer.echo(f"warning: {m}", err=True)) as publisher:
                     if publisher is not None:
                         runner.on_progress = lambda p, say=say, pub=publisher: (say(p), pub.tick())
+                    observer.attach(runner)
                     progress = runner.run(until_caught_up=until_caught_up,
                                           stop=lambda w=watch: stop.is_set() or (w is not None and w()))
             except LogLostError as exc:
                 raise fail(
                     f"{exc}. The projection {info.name} v{info.version} reflects records this log no longer holds; "
-                    "restore the log, or rebuild the projection from the current log into a new store.",
+                    "restore the log, or rebuild the projection from the log as it now is with `caucus replay --new-log`.",
                     code=3,
                 ) from exc
             except (RunnerError, StoreError, LogError) as exc:
+                observer.log_error = str(exc)
                 raise fail(str(exc)) from exc
             if stop.is_set() or watch is None or watch.switched_to is None:
                 break
             if not quiet:
                 typer.echo(f"projection {info.name} v{watch.switched_to.version} now serves (a replay switched over); "
                            "continuing with it", err=True)
-    if as_json:
-        emit(progress.to_json(), True)
-    elif not quiet:
-        typer.echo(f"stopped ({progress.stopped}); {_progress_line(progress)}", err=True)
+    return progress
 
 
 def tally(
@@ -133,7 +191,7 @@ def tally(
     unit: Optional[str] = typer.Option(None, "--unit", help="One unit (id, or name) in detail."),
     rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Recompute under another rule set (idp-2020, idp-2016)."),
     election: Optional[str] = typer.Option(None, "--election", help="Election id, when the log holds several."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = JsonOption,
     projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True),
     as_of: Optional[str] = typer.Option(
         None, "--as-of", help="The tally as it stood then, replayed from the log: a time (2020-02-08T06:28:00Z; events "
@@ -141,7 +199,7 @@ def tally(
 ) -> None:
     """The current tally: statewide, per county (--county), per unit (--unit); --as-of for an earlier one."""
     settings = settings_of(ctx)
-    with _store(settings) as store:
+    with _store(settings, read_only=True, missing_ok=as_of is not None) as store:
         try:
             log = None
             if as_of is not None:
@@ -162,7 +220,7 @@ def tally(
             unit_id = find_unit(view, unit) if unit else None
         except (QueryError, LogError) as exc:
             raise fail(str(exc)) from exc
-    console = Console(width=200 if county else None)
+    console = cli_console()
     if unit_id is not None:
         t = view.units.get(unit_id)
         if t is None:
@@ -180,7 +238,8 @@ def tally(
         def human() -> None:
             print_area(console, view, area, f"{area.name}")
             order = sorted(view.context.candidates, key=lambda c: (-area.sde_display_sum.get(c, 0), c))
-            console.print(units_table(units, [c for c in order if area.final.get(c) or area.first.get(c)], f"units of {area.name}"))
+            console.print(units_table(units, [c for c in order if area.final.get(c) or area.first.get(c)], f"units of {area.name}",
+                                      wide=is_wide()))
 
         emit({**view.meta(), "county": area.to_json(), "units": [u.to_json() for u in units]}, as_json, human)
         return
@@ -200,16 +259,18 @@ def tally(
 def trail(
     ctx: typer.Context,
     unit: str = typer.Argument(..., help="Unit id (or an unambiguous name)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = JsonOption,
     rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Tallies under another rule set."),
     projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True),
 ) -> None:
-    """Every event that touched a unit, in log order, with what it changed and the tally after it."""
+    """Every event that touched a unit, in log order, with what it changed and the tally after it.
+
+    Exit 2 if no event names the unit (or a record cannot be decoded: its position is named)."""
     from projections.tables import print_trail
     from projections.trail import unit_trail
 
     settings = settings_of(ctx)
-    with _store(settings) as store:
+    with _store(settings, read_only=True) as store:
         try:
             info = resolve_set(store, projection)
             try:
@@ -223,20 +284,21 @@ def trail(
                     result = unit_trail(log, reader, unit_id, rule_set=rule_set)
             finally:
                 log.close()
-        except (QueryError, LogError) as exc:
+        except (QueryError, LogError, CodecError) as exc:
             raise fail(str(exc)) from exc
     if not result.entries:
-        raise fail(f"no events for unit {unit_id!r} in {settings.describe_log()}", code=1)
-    emit(result.to_json(), as_json, lambda: print_trail(Console(), result))
+        raise fail(f"no events for unit {unit_id!r} in {settings.describe_log()} (give a unit id, or a name "
+                   "`caucus tally --county C` lists)", code=2)
+    emit(result.to_json(), as_json, lambda: print_trail(cli_console(), result))
 
 
 def projections_list(
     ctx: typer.Context,
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = JsonOption,
 ) -> None:
-    """Projection sets in the store: name, version, state (building / serving / retired), source."""
+    """Projection sets in the store: name, version, state (building / serving / retired), the log it was built from."""
     settings = settings_of(ctx)
-    with _store(settings) as store:
+    with _store(settings, read_only=True) as store:
         sets = store.sets()
         counts = {}
         for s in sets:

@@ -60,15 +60,18 @@ __all__ = ["RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPubl
 RESULTS_LOG_FILE = "results.sqlite3"
 
 
-def open_results_log(settings: Settings) -> EventLog:
-    """The results feed's log: the results topic on Kafka, else ``results.sqlite3`` in the data dir."""
+def open_results_log(settings: Settings, *, read_only: bool = False) -> EventLog:
+    """The results feed's log: the results topic on Kafka, else ``results.sqlite3`` in the data dir.
+    ``read_only`` for subscribers: nothing is created (``LogMissingError`` if nothing was published)."""
     if settings.kafka:
-        from ledger.log.kafka import KafkaLog
+        from ledger.config import open_log
 
-        return KafkaLog(settings.kafka, settings.results_topic, partitions=settings.partitions)
+        return open_log(settings, read_only=read_only, topic=settings.results_topic)
     from ledger.log.sqlite import SqliteLog
 
     path = settings.data_dir / RESULTS_LOG_FILE
+    if read_only:
+        return SqliteLog(path, read_only=True)
     return SqliteLog(path, partitions=None if path.exists() else settings.partitions)
 
 

@@ -18,7 +18,7 @@ import typer
 from ledger.cli import fail, settings_of
 from ledger.codec import CodecError
 from ledger.events import Event
-from ledger.log.port import LogError
+from ledger.log.port import LogError, LogMissingError
 from projections.feed import open_results_log, results_log_name
 from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key
 
@@ -40,6 +40,31 @@ def _wanted(event: Event[Any], unit: str | None, county: str | None, election: s
         if kind == "unit" and isinstance(p, UnitTallyPublished) and p.tally.get("county_id") == county:
             return True
     return False
+
+
+def _resolve(settings: Any, county: str | None, unit: str | None, election: str | None) -> tuple[str | None, str | None]:
+    """Check --county, --unit and --election against the serving projection's election (a name becomes
+    its id), so a typo stops at once instead of following a feed that never matches. Without a
+    projection store to ask (a subscriber on another machine), they are taken as given."""
+    if county is None and unit is None and election is None:
+        return county, unit
+    from projections.queries import QueryError, find_county, find_unit, load_view
+    from projections.stores import open_store
+    from projections.stores.port import StoreError
+
+    try:
+        store = open_store(settings, read_only=True)
+    except StoreError:
+        return county, unit
+    try:
+        view = load_view(store, election_id=election)
+        return (find_county(view.context, county) if county else None, find_unit(view, unit) if unit else None)
+    except QueryError as exc:
+        raise fail(str(exc)) from exc
+    except StoreError:
+        return county, unit
+    finally:
+        store.close()
 
 
 def subscribe(
@@ -66,8 +91,11 @@ def subscribe(
             return True
         return until_idle is not None and time.monotonic() - last_seen >= until_idle
 
+    county, unit = _resolve(settings, county, unit, election)
     try:
-        log = open_results_log(settings)
+        log = open_results_log(settings, read_only=True)
+    except LogMissingError:
+        raise fail(f"no results feed at {results_log_name(settings)} yet: `caucus project` publishes one as it runs") from None
     except LogError as exc:
         raise fail(f"cannot open the results feed at {results_log_name(settings)}: {exc}") from exc
     try:

@@ -35,7 +35,7 @@ from projections.queries import DEFAULT_SET
 from projections.runner import Progress, ProjectionRunner
 from projections.sources import AssignmentListener, Source
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreUnavailable
-from projections.wiring import DEFAULT_GROUP, SourceMismatch, log_identity, source_for
+from projections.wiring import DEFAULT_GROUP, check_source, log_identity, source_for
 
 __all__ = [
     "AS_OF_SUFFIX",
@@ -227,9 +227,12 @@ def rebuild(
     session_timeout_ms: int = 10_000,
     poll_timeout: float = 0.2,
     catch_up_batch: int = CATCH_UP_BATCH,
+    new_log: bool = False,
 ) -> ReplayOutcome:
     """Build a new version of projection ``name`` from the start of the log, then (``promote``)
     make it the serving one in one store transaction. The previous set is kept, retired.
+    ``new_log``: the serving set may have been built from another log (``wiring.check_source``); the
+    new version is built from the configured one all the same.
 
     The rule set is the serving set's unless ``rule_set`` is given. ``on_commit`` hears about every
     batch committed to the new set (tests query the serving set there). A rebuild stopped before it
@@ -238,11 +241,8 @@ def rebuild(
     began = time.monotonic()
     previous = store.serving(name)
     identity = log_identity(settings)
-    if previous is not None and previous.source != identity:
-        raise SourceMismatch(
-            f"projection {name!r} v{previous.version} in {store.describe()} was built from {previous.source}, "
-            f"not {identity}; rebuild into another store (--database / --data-dir) instead"
-        )
+    if previous is not None and not new_log:
+        check_source(previous, store, settings, identity)
     chosen_rules = rule_set if rule_set is not None else (previous.rule_set if previous else None)
     params = {"kind": "rebuild", "replaces": None if previous is None else previous.set_id}
     built = store.create_set(name, source=identity, rule_set=chosen_rules, params=json.dumps(params, sort_keys=True))

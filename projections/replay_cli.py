@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from ledger.cli import emit, fail, settings_of
+from ledger.codec import CodecError
 from ledger.config import Settings
 from ledger.log.port import LogError, LogLostError
 from projections.asof import AsOfError, parse_cut
@@ -44,6 +45,8 @@ def replay(
     catch_up_batch: int = typer.Option(CATCH_UP_BATCH, "--catch-up-batch", min=0, help="Events gathered per store transaction while behind the log."),
     feed: bool = typer.Option(True, "--feed/--no-feed", help="After the switch, publish the new serving view to the results feed."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
+    new_log: bool = typer.Option(False, "--new-log", help="The serving projection was built from another log (a lost log, "
+                                 "another cluster): build the new version from the configured log all the same."),
     projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True, help="Projection set name."),
     session_timeout_ms: int = typer.Option(10_000, "--session-timeout-ms", hidden=True, help="Kafka group session timeout."),
 ) -> None:
@@ -86,7 +89,8 @@ def replay(
                 log.close()
         else:
             outcome = rebuild(store, settings, name=projection, rule_set=rule_set, batch_size=batch_size, promote=promote,
-                              on_progress=say, session_timeout_ms=session_timeout_ms, catch_up_batch=catch_up_batch)
+                              on_progress=say, session_timeout_ms=session_timeout_ms, catch_up_batch=catch_up_batch,
+                              new_log=new_log)
             if outcome.promoted and feed:
                 _publish(store, settings, outcome)
         data = outcome.to_json()
@@ -100,6 +104,8 @@ def replay(
                 data["notes"].append(str(exc))
     except LogLostError as exc:
         raise fail(f"{exc}; the rebuild was abandoned (the serving projection is unchanged)", code=3) from exc
+    except CodecError as exc:
+        raise fail(f"{exc}; the rebuild was abandoned (the serving projection is unchanged)") from exc
     except (AsOfError, QueryError, RunnerError, StoreError, LogError) as exc:
         raise fail(str(exc)) from exc
     finally:

@@ -7,20 +7,37 @@ Both sources give the same three things: records in per-partition order, the set
 runner owns (with a callback when it changes), and high watermarks for lag and ``--until-caught-up``.
 
 Kafka specifics (DESIGN.md, broker quirks): positions come from the store on every assignment and
-are set with ``seek``; nothing is committed to the broker; ``end_offsets`` is never used, the
-high watermark comes from fetch responses (``consumer.highwater``). A stored position above that
-high watermark is a lost log; the runner raises ``LogLostError`` for it.
+are set with ``seek``; ``end_offsets`` is never used, the high watermark comes from fetch responses
+(``consumer.highwater``). A stored position above that high watermark is a lost log; the runner
+raises ``LogLostError`` for it.
+
+Offsets are also committed to the group (``mirror``), after each committed batch, as a copy of the
+store's positions: so the cluster's own lag tools (``kafka-consumer-groups``, Burrow, an exporter)
+see the runners. The copy is never read back (Tansu drops commit metadata, and the store's positions
+are the ones committed with the view); a failed commit is logged and forgotten.
+
+Liveness: a consumer group left broken (members killed without leaving, on a broker that never
+expires them) can leave a runner without any partition, waiting forever. With
+``no_partition_timeout`` the source rejoins once with a new consumer after holding no partition for
+that long, and if that does not help either raises ``NoPartitionsError`` saying why.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ledger.log.port import EventLog, LogLostError, LogUnavailableError, StoredRecord
+from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, StoredRecord
 
-__all__ = ["AssignmentListener", "Source", "EmbeddedSource", "KafkaGroupSource"]
+__all__ = ["AssignmentListener", "Source", "EmbeddedSource", "KafkaGroupSource", "NoPartitionsError"]
+
+log = logging.getLogger(__name__)
+
+
+class NoPartitionsError(LogError):
+    """A runner held no partition for longer than its bound, even after rejoining the group."""
 
 
 class AssignmentListener(Protocol):
@@ -134,6 +151,7 @@ class KafkaGroupSource:
         session_timeout_ms: int | None = None,
         fetch_max_wait_ms: int = 200,
         quiet_check: float = 10.0,
+        no_partition_timeout: float = 0.0,
     ) -> None:
         self.log = log
         self.topic: str = log.topic
@@ -149,8 +167,23 @@ class KafkaGroupSource:
         self._consumer: Any = None
         self._owned: set[int] = set()
         self._ready = False
+        self.no_partition_timeout = no_partition_timeout
+        self._without_since: float | None = None
+        self._rejoined = 0
+        self._listener: AssignmentListener | None = None
+        self._mirrored: dict[int, int] = {}
+        self.mirror_failures = 0
+
+    def without_partitions_for(self) -> float | None:
+        """Seconds this runner has held no partition (since it started or lost its last), or None."""
+        return None if self._without_since is None else time.monotonic() - self._without_since
 
     def start(self, listener: AssignmentListener) -> None:
+        self._listener = listener
+        self._without_since = time.monotonic()
+        self._join(listener)
+
+    def _join(self, listener: AssignmentListener) -> None:
         from kafka import TopicPartition
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
@@ -162,14 +195,22 @@ class KafkaGroupSource:
             def on_partitions_revoked(self, revoked: Any) -> None:
                 parts = {tp.partition for tp in revoked if tp.topic == source.topic}
                 source._owned -= parts
+                for p in parts:
+                    source._mirrored.pop(p, None)
                 if parts:
+                    log.info("group %s revoked partitions %s", source.group_id, sorted(parts))
                     listener.revoked(parts)
+                if not source._owned and source._without_since is None:
+                    source._without_since = time.monotonic()
 
             def on_partitions_assigned(self, assigned: Any) -> None:
                 parts = {tp.partition for tp in assigned if tp.topic == source.topic}
                 source._owned |= parts
                 source._ready = True
                 if parts:
+                    log.info("group %s assigned partitions %s", source.group_id, sorted(parts))
+                    source._without_since = None
+                    source._rejoined = 0
                     start = listener.assigned(parts)
                     for p in parts:
                         consumer.seek(TopicPartition(source.topic, p), start.get(p, 0))
@@ -205,6 +246,7 @@ class KafkaGroupSource:
             if tp.partition in self._owned:
                 out.extend(self.log.stored(m) for m in msgs)
         now = time.monotonic()
+        self._check_held(now)
         if out:
             self._quiet_since = now
         elif self._ready and now - self._quiet_since >= self._quiet_check:
@@ -213,6 +255,64 @@ class KafkaGroupSource:
             # the runner holds the marks against the positions it knows were applied (runner._check_marks).
             self._checked = self.log.high_watermarks()  # raises LogUnavailableError when the broker is gone
         return out
+
+    def _check_held(self, now: float) -> None:
+        """The liveness bound (module docstring): rejoin once, then give up saying why."""
+        if self.no_partition_timeout <= 0 or self._owned or self._without_since is None:
+            return
+        waited = now - self._without_since
+        if waited < self.no_partition_timeout:
+            return
+        if self._rejoined == 0 and self._listener is not None:
+            self._rejoined = 1
+            log.warning("this runner has held no partition of topic %r in group %r for %.0f s; rejoining the group "
+                        "with a new consumer", self.topic, self.group_id, waited)
+            old, self._consumer = self._consumer, None
+            try:
+                old.close(autocommit=False)
+            except Exception:  # noqa: BLE001 -- the old member is being abandoned either way
+                log.debug("closing the old consumer failed", exc_info=True)
+            self._ready = False
+            self._without_since = time.monotonic()
+            self._join(self._listener)
+            return
+        raise NoPartitionsError(
+            f"this runner held no partition of topic {self.topic!r} in consumer group {self.group_id!r} for "
+            f"{self.no_partition_timeout:g} s, and a new consumer got none either. The group may be left broken by "
+            "runners that were killed without leaving it (a broker that never expires their sessions keeps them): "
+            "stop the other runners of the group, or start this one with another --group (positions come from the "
+            "store, so nothing is lost or applied twice); --no-partition-timeout 0 waits as long as it takes"
+        )
+
+    def mirror(self, positions: Mapping[int, int]) -> None:
+        """Commit the store's positions of the owned partitions to the group (module docstring): a
+        copy for the cluster's lag tools, sent without waiting, never read back."""
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        if self._consumer is None:
+            return
+        offsets = {
+            TopicPartition(self.topic, p): OffsetAndMetadata(off, "", -1)
+            for p, off in positions.items()
+            if p in self._owned and self._mirrored.get(p) != off
+        }
+        if not offsets:
+            return
+
+        def done(sent: Any, result: Any) -> None:
+            if isinstance(result, BaseException):
+                self.mirror_failures += 1
+                log.info("committing positions to group %s failed (a copy only; the store has them): %s",
+                         self.group_id, result)
+
+        try:
+            self._consumer.commit_async(offsets, callback=done)
+        except Exception as exc:  # noqa: BLE001 -- a copy: a failure must never stop the runner
+            self.mirror_failures += 1
+            log.info("committing positions to group %s failed (a copy only; the store has them): %s", self.group_id, exc)
+            return
+        self._mirrored.update({tp.partition: meta.offset for tp, meta in offsets.items()})
 
     def high_watermarks(self) -> dict[int, int]:
         from kafka import TopicPartition

@@ -10,7 +10,10 @@ from __future__ import annotations
 from decimal import Decimal
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from ledger.cli_output import text
 
 from projections.queries import TallyView
 from projections.tally import AreaTally, UnitTally
@@ -47,18 +50,39 @@ def _reporting_line(area: AreaTally) -> str:
     return f"units reporting: {area.units_reporting:,} of {area.units_defined:,} ({pct:.1f}%){tail}"
 
 
-def units_table(units: list[UnitTally], candidates: list[str], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("unit")
-    table.add_column("name")
-    table.add_column("status")
+def _status(u: UnitTally) -> str:
+    return u.status + (f" ({u.stage})" if u.stage else "") + (" [tie pending]" if u.pending else "")
+
+
+def units_table(units: list[UnitTally], candidates: list[str], title: str, *, wide: bool = False) -> Table:
+    """The units of an area. Narrow (default): one row per unit and candidate with a final alignment
+    or delegates, which fits 100 columns whatever the number of candidates; cells wrap, never cut.
+    ``wide``: one row per unit and a column per candidate (final/CDs/SDE), as wide as it takes."""
+    if wide:
+        table = Table(title=title, title_justify="left")
+        for name in ("unit", "name", "status"):
+            table.add_column(name, no_wrap=True)
+        table.add_column("D", justify="right")
+        for c in candidates:
+            table.add_column(f"{escape(c)}\nfinal/CDs/SDE", justify="right", no_wrap=True)
+        for u in sorted(units, key=lambda t: (t.name or "", t.unit_id)):
+            cells = [f"{u.final.get(c, 0)}/{u.cds.get(c, 0)}/{u.sde_display.get(c, Decimal(0)):.4f}" for c in candidates]
+            table.add_row(escape(u.unit_id), escape(u.name or "?"), _status(u), text(u.delegates), *cells)
+        return table
+    table = Table(title=title, title_justify="left", caption="--wide: one column per candidate", caption_justify="left")
+    table.add_column("unit", overflow="fold")
+    table.add_column("name", overflow="fold", ratio=2)
+    table.add_column("status", overflow="fold", ratio=1)
     table.add_column("D", justify="right")
-    for c in candidates:
-        table.add_column(f"{c}\nfinal/CDs/SDE", justify="right")
+    table.add_column("candidate", overflow="fold")
+    for name in ("final", "CDs", "SDE"):
+        table.add_column(name, justify="right", no_wrap=True)
     for u in sorted(units, key=lambda t: (t.name or "", t.unit_id)):
-        status = u.status + (f" ({u.stage})" if u.stage else "") + (" [tie pending]" if u.pending else "")
-        cells = [f"{u.final.get(c, 0)}/{u.cds.get(c, 0)}/{u.sde_display.get(c, Decimal(0)):.4f}" for c in candidates]
-        table.add_row(u.unit_id, u.name or "?", status, "" if u.delegates is None else str(u.delegates), *cells)
+        shown = [c for c in candidates if u.final.get(c, 0) or u.cds.get(c, 0)] or candidates[:1]
+        for i, c in enumerate(shown):
+            head = [escape(u.unit_id), escape(u.name or "?"), _status(u), text(u.delegates)] if i == 0 else ["", "", "", ""]
+            table.add_row(*head, escape(c), f"{u.final.get(c, 0):,}", f"{u.cds.get(c, 0):,}",
+                          f"{u.sde_display.get(c, Decimal(0)):.4f}", end_section=i == len(shown) - 1)
     return table
 
 
@@ -121,9 +145,11 @@ def print_trail(console: Console, trail: Trail) -> None:
             highlight=False,
         )
         details = event_details(e.event)
-        for key in ("stage", "reason", "authority", "supersedes", "contenders", "winners", "method", "caller", "witnesses", "errors"):
+        for key in ("stage", "reason", "authority", "supersedes", "contenders", "winners", "method", "caller", "witnesses"):
             if details.get(key):
-                console.print(f"    {key}: {details[key]}", highlight=False)
+                console.print(f"    {key}: {escape(text(details[key]))}", highlight=False)
+        for problem in details.get("errors") or ():
+            console.print(f"    error: {escape(text(problem))}", highlight=False)
         for change in e.changes:
             console.print(f"    * {change}", highlight=False)
         t = e.tally

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from ledger.codec import Codec, default_codec
+from ledger.codec import Codec, CodecError, default_codec
 from ledger.events import (
     Event,
     ResultCorrected,
@@ -101,6 +101,11 @@ def event_details(event: Event[Any]) -> dict[str, Any]:
     return {}
 
 
+def _v(value: Any) -> str:
+    """A value in a sentence: "none" rather than Python's None."""
+    return "none" if value is None else str(value)
+
+
 def _diff_counts(label: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
     b, a = dict(before or {}), dict(after or {})
     out = []
@@ -148,13 +153,13 @@ def describe_changes(
         fmt = lambda s: s[0] + (f" ({s[1]})" if s[1] else "")  # noqa: E731
         out.append(f"status: {fmt(status_b)} -> {fmt((t_after.status, t_after.stage))}")
     if (before.attendance_opened if before else None) != after.attendance_opened:
-        out.append(f"attendance at opening: {before.attendance_opened if before else None} -> {after.attendance_opened}")
+        out.append(f"attendance at opening: {_v(before.attendance_opened if before else None)} -> {_v(after.attendance_opened)}")
     if t_before is None or t_before.attendance != t_after.attendance:
         if t_after.attendance is not None:
-            out.append(f"T (attendance used): {t_before.attendance if t_before else None} -> {t_after.attendance} ({t_after.attendance_source})")
+            out.append(f"T (attendance used): {_v(t_before.attendance if t_before else None)} -> {t_after.attendance} ({t_after.attendance_source})")
     if t_before is None or t_before.delegates != t_after.delegates:
         if t_after.delegates is not None:
-            out.append(f"D: {t_before.delegates if t_before else None} -> {t_after.delegates} ({t_after.delegates_source})")
+            out.append(f"D: {_v(t_before.delegates if t_before else None)} -> {t_after.delegates} ({t_after.delegates_source})")
     out += _diff_counts("first", t_before.first if t_before else None, t_after.first)
     out += _diff_counts("final", t_before.final if t_before else None, t_after.final)
     out += _diff_counts("CDs reported", t_before.cds_reported if t_before else None, t_after.cds_reported)
@@ -183,6 +188,15 @@ def describe_changes(
         out.append("coin toss recorded: settles the computed allocation" if moved
                    else "coin toss recorded (matches no tie of the current result)")
     return tuple(out)
+
+
+def _decode(codec: Codec, rec: StoredRecord) -> Event[Any]:
+    """Decode, naming the record's position if it cannot be (an auditor goes there next)."""
+    try:
+        return codec.decode(rec.value)
+    except CodecError as exc:
+        raise CodecError(f"the record at {rec.position} (key {rec.key!r}) cannot be decoded: {exc}; "
+                         "`caucus verify` checks every record of the log") from exc
 
 
 def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:
@@ -231,8 +245,8 @@ def unit_trail(
     tail_from = stored[partition].next_offset if partition in stored else 0
     tail = _read_tail(log, partition, tail_from, marks, unit_id)
     indexed = {r.offset for r in rows}
-    events = [(rec, codec.decode(rec.value), True) for rec in records]
-    events += [(rec, codec.decode(rec.value), False) for rec in tail if rec.position.offset not in indexed]
+    events = [(rec, _decode(codec, rec), True) for rec in records]
+    events += [(rec, _decode(codec, rec), False) for rec in tail if rec.position.offset not in indexed]
     events.sort(key=lambda item: item[0].position)
 
     election_id = events[0][1].envelope.election_id if events else None

@@ -7,12 +7,19 @@ assemble runners the same way ``caucus project`` does.
 from __future__ import annotations
 
 from ledger.config import Settings, open_log
-from ledger.log.port import EventLog
+from ledger.log.port import EventLog, LogUnavailableError
 from projections.queries import DEFAULT_SET
 from projections.sources import EmbeddedSource, KafkaGroupSource, Source
 from projections.stores.port import ProjectionStore, SetInfo, StoreError
 
-__all__ = ["DEFAULT_GROUP", "source_for", "serving_set", "log_identity", "open_existing_log", "SourceMismatch"]
+__all__ = ["DEFAULT_GROUP", "source_for", "serving_set", "log_identity", "open_existing_log", "SourceMismatch",
+           "check_source", "NEW_LOG_HINT"]
+
+NEW_LOG_HINT = (
+    "To project this log into this store, run `caucus replay --new-log` (it builds a new version of the projection "
+    "from this log beside the old one, which is kept, and switches readers to it); or give another store "
+    "with --data-dir / --database."
+)
 
 DEFAULT_GROUP = "caucus-projections"
 
@@ -21,43 +28,86 @@ class SourceMismatch(StoreError):
     """The projection set was built from another log than the one configured."""
 
 
-def source_for(settings: Settings, *, group: str = DEFAULT_GROUP, batch_size: int = 500, session_timeout_ms: int = 10_000) -> Source:
+def source_for(settings: Settings, *, group: str = DEFAULT_GROUP, batch_size: int = 500, session_timeout_ms: int = 10_000,
+               no_partition_timeout: float = 0.0) -> Source:
+    """``no_partition_timeout``: on Kafka, how long a runner may hold no partition before it rejoins
+    the group with a new consumer, and then gives up (0: wait as long as it takes)."""
     if settings.kafka:
         # Polls return up to ``batch_size`` records; the consumer may hand out more at once when the
         # runner gathers a catch-up batch (``ProjectionRunner.catch_up_batch``).
-        return KafkaGroupSource(open_log(settings), group, session_timeout_ms=session_timeout_ms, max_poll_records=max(batch_size, 2000))
-    return EmbeddedSource(open_existing_log(settings), description=settings.describe_log())
+        return KafkaGroupSource(open_log(settings), group, session_timeout_ms=session_timeout_ms, max_poll_records=max(batch_size, 2000),
+                                no_partition_timeout=no_partition_timeout)
+    return EmbeddedSource(open_existing_log(settings, for_runner=True), description=settings.describe_log())
 
 
-def open_existing_log(settings: Settings) -> EventLog:
-    """The configured log for reading: an existing embedded log is opened with the partition count
-    it was created with (``open_log`` would insist on ``settings.partitions``)."""
+def open_existing_log(settings: Settings, *, for_runner: bool = False) -> EventLog:
+    """The configured log, which must exist, for reading. An embedded log is opened with the partition
+    count it was created with, and read-only (nothing is created or changed), except for a runner: it
+    opens it for writing when it can, so a log from before log ids gets its id (``log_identity``)."""
     if settings.kafka:
-        return open_log(settings)
+        return open_log(settings, read_only=not for_runner)
     from ledger.log.sqlite import SqliteLog
 
-    return SqliteLog(settings.log_path)
+    if for_runner:
+        try:
+            return SqliteLog(settings.log_path, create=False)
+        except LogUnavailableError:
+            pass  # e.g. a log in a directory this user may not write: reading is all a runner does
+    return SqliteLog(settings.log_path, read_only=True)
 
 
-def log_identity(settings: Settings) -> str:
-    """What a projection set records as its source: the topic, or the embedded log's absolute path
-    (so the same log opened from another working directory is still recognised)."""
+def log_identity(settings: Settings, log: EventLog | None = None) -> str:
+    """What a projection set records as its source: ``log:<id>``, the log's own id (``EventLog.log_id``),
+    the same wherever the log's file was copied or moved and whichever address of a cluster is used.
+    A Kafka topic from before log ids is given one here."""
+    own = log is None
+    log = log if log is not None else open_existing_log(settings, for_runner=True)
+    try:
+        log_id = log.log_id
+        if log_id is None and hasattr(log, "ensure_log_id"):
+            log_id = log.ensure_log_id()
+    finally:
+        if own:
+            log.close()
+    if log_id is None:
+        raise SourceMismatch(
+            f"the log {settings.describe_log()} has no id yet and was opened read-only, so a projection cannot "
+            "record which log it was built from; open it once with write access (e.g. `caucus project` as its owner)"
+        )
+    return f"log:{log_id}"
+
+
+def _legacy_identity(settings: Settings) -> str:
+    """What sets recorded as their source before logs had ids: a path or an address."""
     if settings.kafka:
         return settings.describe_log()
     return f"sqlite:{settings.log_path.resolve()}"
 
 
-def serving_set(store: ProjectionStore, settings: Settings, name: str = DEFAULT_SET) -> SetInfo:
+def check_source(info: SetInfo, store: ProjectionStore, settings: Settings, identity: str) -> None:
+    """Refuse to go on with a set built from another log than the configured one (SourceMismatch,
+    with the one instruction that works). A set from before log ids is accepted if it names this
+    log's path or address, as it always was."""
+    if info.source == identity or (not info.source.startswith("log:") and info.source == _legacy_identity(settings)):
+        return
+    raise SourceMismatch(
+        f"projection {info.name!r} v{info.version} in {store.describe()} was built from {_describe_source(info.source)}, "
+        f"but the configured log {settings.describe_log()} is {_describe_source(identity)}: another log, whose "
+        f"positions and events are not the ones this projection reflects. {NEW_LOG_HINT}"
+    )
+
+
+def _describe_source(source: str) -> str:
+    return f"log {source[4:]}" if source.startswith("log:") else source
+
+
+def serving_set(store: ProjectionStore, settings: Settings, name: str = DEFAULT_SET, *, identity: str | None = None) -> SetInfo:
     """The set ``caucus project`` keeps current: the serving one, created (and promoted) on first use.
 
-    A set remembers the log it was built from; projecting another log into it would mix two
-    histories, so that is refused with both names.
+    A set remembers the log it was built from (its id); projecting another log into it would mix two
+    histories, so that is refused (``check_source``).
     """
-    source = log_identity(settings)
+    source = identity or log_identity(settings)
     info = store.ensure_serving(name, source=source)
-    if info.source != source:
-        raise SourceMismatch(
-            f"projection {name!r} (v{info.version}) in {store.describe()} was built from {info.source}, "
-            f"not {source}; use another store (--database / --data-dir) or rebuild with `caucus replay`"
-        )
+    check_source(info, store, settings, source)
     return info

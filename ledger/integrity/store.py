@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ledger.integrity.checkpoints import Checkpoint, CheckpointFormatError, SignedCheckpoint
 from ledger.log.port import Position
-from ledger.sqlite_setup import create_schema, use_wal
+from ledger.sqlite_setup import ReadOnlyDatabase, connect_private, create_schema, use_wal
 
 __all__ = [
     "STORE_FILE",
@@ -151,11 +151,16 @@ class SqliteCheckpointStore:
     ) WITHOUT ROWID;
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        """``read_only``: an existing store, opened without creating or changing any file (verify, prove)."""
         self.path = Path(path)
+        self._ro: ReadOnlyDatabase | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            if read_only:
+                self._ro = ReadOnlyDatabase(self.path, 30.0)
+                self._conn = self._ro.conn
+                return
+            self._conn = connect_private(self.path, 30.0)
             use_wal(self._conn, 30.0)
             create_schema(self._conn, self._SCHEMA)
         except (OSError, sqlite3.Error) as exc:
@@ -202,7 +207,10 @@ class SqliteCheckpointStore:
             raise StoreError(f"cannot record the checkpoint in {self.path}: {exc}") from exc
 
     def close(self) -> None:
-        self._conn.close()
+        if self._ro is not None:
+            self._ro.close()
+        else:
+            self._conn.close()
 
 
 class PostgresCheckpointStore:
@@ -292,4 +300,4 @@ def open_store(data_dir: Path, database: str | None, *, create: bool) -> Checkpo
     path = Path(data_dir) / STORE_FILE
     if not create and not path.exists():
         return None
-    return SqliteCheckpointStore(path)
+    return SqliteCheckpointStore(path, read_only=not create)

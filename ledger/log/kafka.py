@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -44,10 +44,12 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
 from infra.topics import TopicError, TopicPartitionMismatch, provision_topic
+from ledger.log.kafka_client import normalise_options, options_for
 from ledger.log.partitioning import partition_for
 from ledger.log.port import (
     LogError,
     LogLostError,
+    LogMissingError,
     LogUnavailableError,
     Offsets,
     PendingRecord,
@@ -107,6 +109,9 @@ class KafkaLog:
         session_timeout_ms: int = 10_000,
         client_id: str = "caucus-ledger",
         api_version: tuple[int, ...] | None = None,
+        client_options: Mapping[str, Any] | None = None,
+        read_only: bool = False,
+        replication: int = 1,
     ) -> None:
         if partitions < 1:
             raise LogError(f"partitions must be at least 1, got {partitions}")
@@ -114,6 +119,15 @@ class KafkaLog:
             raise LogError(f"timeout must be positive, got {timeout}")
         self.bootstrap = bootstrap
         self.topic = topic
+        self.read_only = read_only
+        self.replication = replication
+        try:
+            self.client_options: dict[str, Any] = normalise_options(client_options or {})
+        except ValueError as exc:
+            raise LogError(f"Kafka client settings: {exc}") from exc
+        if "client_id" in self.client_options:
+            client_id = str(self.client_options.pop("client_id"))
+        self._log_id: str | None = None
         self._partitions = partitions
         self._timeout = timeout
         self._linger_ms = linger_ms
@@ -134,18 +148,22 @@ class KafkaLog:
         self._producer: KafkaProducer | None = None
         self._admin: KafkaAdminClient | None = None
         try:
-            self._producer = self._new_producer()
-            self._api_version = self._producer.config["api_version"]
+            if not read_only:
+                self._producer = self._new_producer()
+                self._api_version = self._producer.config["api_version"]
             self._admin = self._call(
                 "connect",
-                lambda: KafkaAdminClient(
-                    bootstrap_servers=bootstrap,
-                    client_id=client_id,
-                    api_version=self._api_version,
-                    request_timeout_ms=self._ms,
-                    bootstrap_timeout_ms=self._ms,
-                ),
+                lambda: KafkaAdminClient(**{
+                    **options_for(KafkaAdminClient, self.client_options),
+                    "bootstrap_servers": bootstrap,
+                    "client_id": client_id,
+                    "api_version": self._api_version,
+                    "request_timeout_ms": self._ms,
+                    "bootstrap_timeout_ms": self._ms,
+                }),
             )
+            if self._api_version is None:
+                self._api_version = self._admin.config["api_version"]
             self._ensure_topic()
         except BaseException:
             self.close()
@@ -167,32 +185,37 @@ class KafkaLog:
         )
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        """Run a client call, turning "cannot reach the broker" into LogUnavailableError."""
+        """Run a client call, turning "cannot reach the broker" into LogUnavailableError and a client
+        configuration the client refuses into LogError naming it."""
         try:
             return fn()
         except _UNREACHABLE_ERRORS as exc:
             raise self._unavailable(what, exc) from exc
         except OSError as exc:
             raise self._unavailable(what, exc) from exc
+        except (kafka_errors.KafkaConfigurationError, kafka_errors.UnsupportedVersionError, AssertionError) as exc:
+            raise LogError(f"the Kafka client settings for {self.bootstrap} were refused ({what}): "
+                           f"{type(exc).__name__}: {exc}") from exc
 
     def _new_producer(self) -> KafkaProducer:
         return self._call(
             "connect",
-            lambda: KafkaProducer(
-                bootstrap_servers=self.bootstrap,
-                client_id=self._client_id,
-                acks="all",
-                enable_idempotence=True,
-                max_in_flight_requests_per_connection=5,
-                linger_ms=self._linger_ms,
-                batch_size=256 * 1024,
-                request_timeout_ms=self._ms,
-                delivery_timeout_ms=self._ms + self._linger_ms,
-                max_block_ms=self._ms,
-                bootstrap_timeout_ms=self._ms,
-                allow_auto_create_topics=False,
-                api_version=self._api_version,
-            ),
+            lambda: KafkaProducer(**{
+                "max_in_flight_requests_per_connection": 5,
+                "linger_ms": self._linger_ms,
+                "batch_size": 256 * 1024,
+                "request_timeout_ms": self._ms,
+                "delivery_timeout_ms": self._ms + self._linger_ms,
+                "max_block_ms": self._ms,
+                "bootstrap_timeout_ms": self._ms,
+                **options_for(KafkaProducer, self.client_options),
+                "bootstrap_servers": self.bootstrap,
+                "client_id": self._client_id,
+                "acks": "all",
+                "enable_idempotence": True,
+                "allow_auto_create_topics": False,
+                "api_version": self._api_version,
+            }),
         )
 
     def _ensure_topic(self) -> None:
@@ -218,8 +241,14 @@ class KafkaLog:
                 )
             if code not in (0, _UNKNOWN_TOPIC_OR_PARTITION, _LEADER_NOT_AVAILABLE):
                 raise LogError(f"cannot describe topic {self.topic!r} on {self.bootstrap}: error code {code}")
+            if self.read_only:
+                raise LogMissingError(
+                    f"no topic {self.topic!r} on {self.bootstrap}: nothing has been recorded there yet, or "
+                    "--topic / CAUCUS_TOPIC names another topic (a reader does not create it)"
+                )
             try:
-                provision_topic(self.bootstrap, self.topic, self._partitions)
+                provision_topic(self.bootstrap, self.topic, self._partitions, self.replication,
+                                client_options=self.client_options)
                 self._verified = True
                 return
             except TopicPartitionMismatch:
@@ -237,7 +266,7 @@ class KafkaLog:
         partitions, so the topic was re-created) and holds nothing. Then it is deleted and provisioned
         again. Tansu re-creates a lost topic with 4 partitions as soon as an idle producer, which keeps
         the topic in its metadata, reconnects; without this the producer could never recover."""
-        if not self._verified or count >= self._partitions:
+        if not self._verified or count >= self._partitions or self.read_only:
             return False
         probe = self._new_consumer(fetch_max_wait_ms=_SNAPSHOT_WAIT_MS)
         try:
@@ -251,7 +280,8 @@ class KafkaLog:
             try:
                 with self._admin_lock:
                     self._admin.delete_topics([self.topic], timeout_ms=self._ms, raise_errors=False)  # type: ignore[union-attr]
-                provision_topic(self.bootstrap, self.topic, self._partitions)
+                provision_topic(self.bootstrap, self.topic, self._partitions, self.replication,
+                                client_options=self.client_options)
                 return True
             except TopicPartitionMismatch:
                 if time.monotonic() > deadline:  # a client keeps re-creating it
@@ -293,6 +323,7 @@ class KafkaLog:
     def _new_consumer(self, group_id: str | None = None, **overrides: Any) -> KafkaConsumer:
         wait_ms = int(overrides.get("fetch_max_wait_ms", 500))
         config: dict[str, Any] = {
+            **options_for(KafkaConsumer, self.client_options),
             "bootstrap_servers": self.bootstrap,
             "client_id": self._client_id,
             "group_id": group_id,
@@ -313,7 +344,8 @@ class KafkaLog:
     def stored(record: ConsumerRecord) -> StoredRecord:
         """A fetched Kafka record as the port's StoredRecord."""
         key = record.key.decode("utf-8") if record.key is not None else ""
-        return StoredRecord(Position(record.partition, record.offset), key, record.value, record.timestamp)
+        headers = tuple((k, v) for k, v in record.headers) if record.headers else ()
+        return StoredRecord(Position(record.partition, record.offset), key, record.value, record.timestamp, headers)
 
     def check_lost(self, consumer: KafkaConsumer, positions: Offsets) -> None:
         """Raise LogLostError if a partition's fetched high watermark is below the position given for it.
@@ -538,6 +570,8 @@ class KafkaLog:
         is checked)."""
         if not records:
             return []
+        if self.read_only:
+            raise LogError(f"topic {self.topic!r} on {self.bootstrap} was opened read-only; nothing was appended")
         with self._append_lock:
             positions: list[Position | None] = [None] * len(records)
             first: dict[str, int] = {}
@@ -593,7 +627,8 @@ class KafkaLog:
                 rec = records[i]
                 part = partition_for(rec.key, self._partitions)
                 try:
-                    fut = producer.send(self.topic, key=rec.key.encode("utf-8"), value=rec.value, partition=part)
+                    fut = producer.send(self.topic, key=rec.key.encode("utf-8"), value=rec.value, partition=part,
+                                        headers=list(rec.headers) or None)
                 except _UNREACHABLE_ERRORS:
                     raise
                 except kafka_errors.KafkaError as exc:  # producer already in a failed state
@@ -687,6 +722,25 @@ class KafkaLog:
 
     def __repr__(self) -> str:
         return f"KafkaLog({self.bootstrap!r}, {self.topic!r}, partitions={self._partitions})"
+
+    # ----------------------------------------------------------------------------- identity
+    @property
+    def log_id(self) -> str | None:
+        """The id in the topic's metadata topic (``ledger.log.kafka_identity``); None if never written."""
+        if self._log_id is None:
+            from ledger.log.kafka_identity import read_log_id
+
+            self._log_id = read_log_id(self)
+        return self._log_id
+
+    def ensure_log_id(self) -> str:
+        """The log's id, written now if the topic never had one (a topic from before ids)."""
+        if self.log_id is None:
+            from ledger.log.kafka_identity import write_log_id
+
+            self._log_id = write_log_id(self)
+        assert self._log_id is not None
+        return self._log_id
 
 
 class SeekToStored(ConsumerRebalanceListener):

@@ -20,11 +20,17 @@ __all__ = [
     "LogError",
     "LogUnavailableError",
     "LogLostError",
+    "LogMissingError",
     "Offsets",
+    "Headers",
 ]
 
 Offsets = Mapping[int, int]
 """partition -> next offset to read (a consumer's position)."""
+
+Headers = tuple[tuple[str, bytes], ...]
+"""Record headers, as Kafka has them: (name, value) pairs in order. They describe a record (its event
+type, schema fingerprint, who wrote it) for tools that do not decode it; the value is the record."""
 
 
 class LogError(RuntimeError):
@@ -33,6 +39,10 @@ class LogError(RuntimeError):
 
 class LogUnavailableError(LogError):
     """The log cannot be reached now; the caller may spool and retry."""
+
+
+class LogMissingError(LogError):
+    """A reader asked for a log that does not exist (no file, no topic); nothing was created."""
 
 
 class LogLostError(LogError):
@@ -72,11 +82,12 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class PendingRecord:
-    """A record to append: its key (the unit id), its event id (for dedupe) and encoded bytes."""
+    """A record to append: its key (the unit id), its event id (for dedupe), encoded bytes and headers."""
 
     key: str
     event_id: str
     value: bytes
+    headers: Headers = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,7 @@ class StoredRecord:
     key: str
     value: bytes
     timestamp_ms: int
+    headers: Headers = ()
 
 
 @runtime_checkable
@@ -94,6 +106,12 @@ class EventLog(Protocol):
     @property
     def partitions(self) -> int:
         """How many partitions the log has (fixed when it is created)."""
+        ...
+
+    @property
+    def log_id(self) -> str | None:
+        """The log's own identity, written once when it was created and the same from any path or
+        address it is reached by; None for a log from before ids that this reader may not write."""
         ...
 
     def append(self, record: PendingRecord) -> Position:

@@ -9,34 +9,51 @@ on SQLite's lock (``BEGIN IMMEDIATE`` with a busy timeout) rather than fail.
 A file that cannot be opened, read or written (disk full, read-only, an I/O error, a file that is not
 a database) is ``LogUnavailableError``, as an unreachable broker is for the Kafka adapter: callers spool
 and retry instead of failing. An append either commits whole or leaves nothing (SQLite's transaction).
+
+Identity: a log is created with a random id (``log_meta`` row ``log_id``), written once and never
+changed, so a projection can tell "the log I was built from" from "another log", wherever the file
+was copied or moved. A log made before ids existed gets one the first time it is opened for writing.
+Records keep their headers (``ledger.record_headers``) in a column of their own.
+
+Readers open it with ``read_only=True``: nothing is created or changed (``ledger.sqlite_setup``), a
+missing file is ``LogMissingError``, and appending is refused.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import orjson
+
 from ledger.log.partitioning import partition_for
 from ledger.log.port import (
+    Headers,
     LogError,
     LogLostError,
+    LogMissingError,
     LogUnavailableError,
     Offsets,
     PendingRecord,
     Position,
     StoredRecord,
 )
-from ledger.sqlite_setup import create_schema, use_wal
+from ledger.sqlite_setup import MissingDatabase, ReadOnlyDatabase, create_schema, open_database, use_wal
 
-__all__ = ["SqliteLog", "DEFAULT_PARTITIONS"]
+__all__ = ["SqliteLog", "DEFAULT_PARTITIONS", "LogMissingError"]
 
 DEFAULT_PARTITIONS = 8
 _CHUNK = 2000
 _VERBS = {"open": "opened", "read": "read", "write": "written"}
+_DAMAGED = ("; the file may be truncated or damaged: restore it from a copy, and check the copy with "
+            "`caucus verify`")
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS log_meta (
@@ -51,6 +68,7 @@ CREATE TABLE IF NOT EXISTS log_records (
     event_id     TEXT    NOT NULL UNIQUE,
     value        BLOB    NOT NULL,
     timestamp_ms INTEGER NOT NULL,
+    headers      BLOB,                           -- JSON object of the record headers (name -> text)
     UNIQUE (partition, "offset")
 );
 CREATE TRIGGER IF NOT EXISTS log_records_no_update BEFORE UPDATE ON log_records
@@ -62,25 +80,53 @@ BEGIN SELECT RAISE(ABORT, 'log settings are fixed when the log is created'); END
 """
 
 
-class SqliteLog:
-    """An EventLog in a single SQLite file (see module docstring)."""
+def _missing(path: Path) -> LogMissingError:
+    return LogMissingError(
+        f"no event log at {path}: nothing has been recorded there yet (record events with `caucus import`, "
+        "`caucus report` or the intake first), or --data-dir / CAUCUS_DATA_DIR points elsewhere"
+    )
 
-    def __init__(self, path: str | Path, *, partitions: int | None = None, timeout: float = 30.0) -> None:
+
+class SqliteLog:
+    """An EventLog in a single SQLite file (see module docstring).
+
+    ``read_only``: open an existing log for reading only (LogMissingError if there is none).
+    ``create=False``: open an existing log for writing, but do not create one."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        partitions: int | None = None,
+        timeout: float = 30.0,
+        read_only: bool = False,
+        create: bool = True,
+    ) -> None:
         self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False)
-        except (OSError, sqlite3.Error) as exc:
-            raise LogUnavailableError(f"cannot open the embedded log at {self.path}: {exc}") from exc
+        self.read_only = read_only
         self._lock = threading.RLock()
+        self._ro: ReadOnlyDatabase | None = None
+        if (read_only or not create) and not self.path.is_file():
+            raise _missing(self.path)
+        try:
+            self._conn, self._ro = open_database(self.path, timeout, read_only=read_only)
+        except MissingDatabase:
+            raise _missing(self.path) from None
+        except (OSError, sqlite3.Error) as exc:
+            raise LogUnavailableError(f"cannot open the embedded log at {self.path}: {exc}{_hint(exc)}") from exc
         try:
             with self._io("open"):
-                use_wal(self._conn, timeout)
-                self._conn.execute("PRAGMA synchronous=FULL")
-                create_schema(self._conn, _SCHEMA)
-                self._partitions = self._settle_partitions(partitions)
+                if read_only:
+                    self._partitions, self.log_id = self._read_meta(partitions)
+                else:
+                    use_wal(self._conn, timeout)
+                    self._conn.execute("PRAGMA synchronous=FULL")
+                    create_schema(self._conn, _SCHEMA)
+                    self._add_headers_column()
+                    self._partitions, self.log_id = self._settle_meta(partitions)
+                self._has_headers = self._column_exists("headers")
         except BaseException:
-            self._conn.close()
+            self.close()
             raise
 
     @contextmanager
@@ -91,7 +137,32 @@ class SqliteLog:
         except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
             raise  # a bug or a broken invariant, not the file
         except sqlite3.Error as exc:
-            raise LogUnavailableError(f"the embedded log at {self.path} cannot be {_VERBS[what]}: {exc}") from exc
+            raise LogUnavailableError(f"the embedded log at {self.path} cannot be {_VERBS[what]}: {exc}{_hint(exc)}") from exc
+
+    def _column_exists(self, name: str) -> bool:
+        return any(row[1] == name for row in self._conn.execute("PRAGMA table_info(log_records)"))
+
+    def _add_headers_column(self) -> None:
+        """Logs made before record headers get the column (NULL for their old records)."""
+        if self._column_exists("headers"):
+            return
+        try:
+            create_schema(self._conn, "ALTER TABLE log_records ADD COLUMN headers BLOB")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column" not in str(exc).lower():  # another opener added it just now
+                raise
+
+    def _read_meta(self, wanted: int | None) -> tuple[int, str | None]:
+        try:
+            meta = dict(self._conn.execute("SELECT name, value FROM log_meta").fetchall())
+        except sqlite3.OperationalError as exc:
+            raise LogError(f"{self.path} is not an event log (no log_meta table): {exc}") from exc
+        if "partitions" not in meta:
+            raise LogError(f"{self.path} is not a complete event log: its partition count was never recorded")
+        count = int(meta["partitions"])
+        if wanted is not None and wanted != count:
+            raise LogError(f"the log at {self.path} has {count} partitions, not {wanted}; a log's partition count is fixed")
+        return count, meta.get("log_id")
 
     def _rollback(self) -> None:
         """Undo an open transaction; after an I/O error SQLite may have rolled back already."""
@@ -101,25 +172,31 @@ class SqliteLog:
             except sqlite3.Error:
                 pass  # the connection is unusable; the next statement says so
 
-    def _settle_partitions(self, wanted: int | None) -> int:
+    def _settle_meta(self, wanted: int | None) -> tuple[int, str]:
+        """The partition count and the log's id, both written once, by whoever creates the log."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                row = self._conn.execute("SELECT value FROM log_meta WHERE name='partitions'").fetchone()
-                if row is None:
+                meta = dict(self._conn.execute("SELECT name, value FROM log_meta").fetchall())
+                if "partitions" not in meta:
                     count = wanted or DEFAULT_PARTITIONS
                     if count < 1:
                         raise LogError(f"partitions must be at least 1, got {count}")
                     self._conn.execute("INSERT INTO log_meta VALUES ('partitions', ?)", (str(count),))
                 else:
-                    count = int(row[0])
+                    count = int(meta["partitions"])
                     if wanted is not None and wanted != count:
                         raise LogError(f"the log at {self.path} has {count} partitions, not {wanted}; a log's partition count is fixed")
+                log_id = meta.get("log_id")
+                if log_id is None:
+                    log_id = str(uuid.uuid4())
+                    self._conn.execute("INSERT INTO log_meta VALUES ('log_id', ?)", (log_id,))
+                    log.info("log %s at %s: id %s", "created" if "partitions" not in meta else "given", self.path, log_id)
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._rollback()
                 raise
-        return count
+        return count, log_id
 
     @property
     def partitions(self) -> int:
@@ -131,6 +208,8 @@ class SqliteLog:
     def append_batch(self, records: Sequence[PendingRecord]) -> list[Position]:
         if not records:
             return []
+        if self.read_only:
+            raise LogError(f"the log at {self.path} was opened read-only; nothing was appended")
         now_ms = int(time.time() * 1000)
         with self._lock, self._io("write"):
             conn = self._conn
@@ -153,9 +232,10 @@ class SqliteLog:
                     heads[part] += 1
                     known[rec.event_id] = pos
                     positions.append(pos)
-                    rows.append((part, pos.offset, rec.key, rec.event_id, rec.value, now_ms))
+                    rows.append((part, pos.offset, rec.key, rec.event_id, rec.value, now_ms, _headers_blob(rec.headers)))
                 conn.executemany(
-                    'INSERT INTO log_records (partition, "offset", key, event_id, value, timestamp_ms) VALUES (?, ?, ?, ?, ?, ?)',
+                    'INSERT INTO log_records (partition, "offset", key, event_id, value, timestamp_ms, headers) '
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
                 conn.execute("COMMIT")
@@ -220,20 +300,21 @@ class SqliteLog:
     def _scan(self, begin: dict[int, int], first_seq: int, top: int, max_records: int | None) -> Iterator[StoredRecord]:
         emitted = 0
         cursor_seq = first_seq - 1
+        headers = "headers" if self._has_headers else "NULL"
         while cursor_seq < top:
             with self._lock, self._io("read"):
                 rows = self._conn.execute(
-                    'SELECT seq, partition, "offset", key, value, timestamp_ms FROM log_records '
+                    f'SELECT seq, partition, "offset", key, value, timestamp_ms, {headers} FROM log_records '
                     "WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
                     (cursor_seq, top, _CHUNK),
                 ).fetchall()
             if not rows:
                 return
-            for seq, part, off, key, value, ts in rows:
+            for seq, part, off, key, value, ts, head in rows:
                 cursor_seq = seq
                 if off < begin.get(part, 0):
                     continue
-                yield StoredRecord(Position(part, off), key, value, ts)
+                yield StoredRecord(Position(part, off), key, value, ts, _headers_of(head) if head else ())
                 emitted += 1
                 if max_records is not None and emitted >= max_records:
                     return
@@ -262,10 +343,30 @@ class SqliteLog:
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._ro is not None:
+                self._ro.close()
+            else:
+                self._conn.close()
 
     def __enter__(self) -> SqliteLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _hint(exc: BaseException) -> str:
+    """A file SQLite cannot make sense of (not an I/O or locking error) is most likely damaged."""
+    damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
+    return _DAMAGED if damaged else ""
+
+
+def _headers_blob(headers: Headers) -> bytes | None:
+    """Headers as one JSON object; our header values are text (``ledger.record_headers``)."""
+    if not headers:
+        return None
+    return orjson.dumps({name: value.decode("utf-8", errors="replace") for name, value in headers})
+
+
+def _headers_of(blob: bytes) -> Headers:
+    return tuple((name, str(value).encode("utf-8")) for name, value in orjson.loads(blob).items())

@@ -64,7 +64,7 @@ def run_audit(
     """The audit of the serving projection, or of the log (as of ``cut``, or whole), and the election
     context it was computed under."""
     if cut is not None or whole_log:
-        log = open_log(settings)
+        log = open_log(settings, read_only=True)
         try:
             at = tally_as_of(log, cut, election_id=election_id)
         finally:
@@ -74,7 +74,7 @@ def run_audit(
         return audit_tallies(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta), at.context
     from projections.stores import open_store
 
-    store = open_store(settings)
+    store = open_store(settings, read_only=True)
     try:
         view = load_view(store, election_id=election_id)
         where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
@@ -210,7 +210,7 @@ def recount_package_command(
     try:
         trusted = _trusted_keys(settings, public_key)
         store = open_checkpoints(settings.data_dir, settings.database, create=False)
-        log = open_log(settings)
+        log = open_log(settings, read_only=True)
         try:
             result = build_package(
                 log, out, unit=unit, county=county, election_id=election, checkpoint_store=store, trusted=trusted,

@@ -54,8 +54,9 @@ def _trusted_keys(settings: Settings, given: list[Path] | None) -> list[Any]:
     from ledger.integrity.keys import ENV_PUBLIC_KEY, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, load_trusted_key
 
     paths = list(given or [])
-    if not paths and os.environ.get(ENV_PUBLIC_KEY):
-        paths = [Path(p) for p in os.environ[ENV_PUBLIC_KEY].split(os.pathsep) if p]
+    configured = settings.checkpoint_public_key or os.environ.get(ENV_PUBLIC_KEY)
+    if not paths and configured:
+        paths = [Path(p) for p in configured.split(os.pathsep) if p]
     if not paths:
         for name in (PUBLIC_KEY_FILE, PRIVATE_KEY_FILE):
             if (settings.data_dir / name).exists():
@@ -79,8 +80,8 @@ def _operational() -> Iterator[None]:
 
 
 @contextmanager
-def _log(settings: Settings) -> Iterator[EventLog]:
-    log = open_log(settings)
+def _log(settings: Settings, *, read_only: bool = False) -> Iterator[EventLog]:
+    log = open_log(settings, read_only=read_only)
     try:
         yield log
     finally:
@@ -114,7 +115,7 @@ def checkpoint_command(
 
     settings = settings_of(ctx)
     with _operational():
-        key_path = key or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
+        key_path = key or settings.checkpoint_key or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
         created = False
         if key_path is not None:
             signing = load_signing_key(key_path)
@@ -186,7 +187,7 @@ def verify_command(
         store = open_store(settings.data_dir, settings.database, create=False)
         try:
             began = time.perf_counter()
-            with _log(settings) as log:
+            with _log(settings, read_only=True) as log:
                 _scan, report = verify_log(log, store, trusted)
             elapsed = time.perf_counter() - began
             store_name = store.describe() if store is not None else "(none)"
@@ -254,7 +255,7 @@ def prove_command(
             raise NoTrustedKey("no public key to check the checkpoint's signature with: give --public-key PATH")
         store = open_store(settings.data_dir, settings.database, create=False)
         try:
-            with _log(settings) as log:
+            with _log(settings, read_only=True) as log:
                 scan = scan_log(log)
             rows = store.checkpoints() if store is not None else []
         finally:

@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
 def sources_for(settings: Settings) -> Sources:
     from projections.stores import open_store
 
-    return Sources(lambda: open_log(settings), lambda: open_store(settings), settings.describe_log())
+    return Sources(lambda: open_log(settings, read_only=True), lambda: open_store(settings, read_only=True), settings.describe_log())
 
 
 def diff_command(

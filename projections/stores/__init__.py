@@ -13,11 +13,13 @@ from projections.stores.port import ProjectionStore, SetInfo, SetNotFound, Store
 __all__ = ["open_store", "ProjectionStore", "SetInfo", "SetNotFound", "StoreError"]
 
 
-def open_store(settings: Settings) -> ProjectionStore:
+def open_store(settings: Settings, *, read_only: bool = False) -> ProjectionStore:
+    """``read_only``: for commands that only read; an embedded store is then neither created nor
+    changed (``StoreMissing`` if there is none)."""
     if settings.database:
         from projections.stores.postgres import PostgresStore
 
         return PostgresStore(settings.database)
     from projections.stores.sqlite import SqliteStore
 
-    return SqliteStore(settings.store_path)
+    return SqliteStore(settings.store_path, read_only=read_only)

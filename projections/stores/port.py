@@ -31,6 +31,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "SetNotFound",
+    "StoreMissing",
     "SetInfo",
     "UnitRow",
     "TallyRow",
@@ -54,6 +55,10 @@ class StoreError(RuntimeError):
 class StoreUnavailable(StoreError):
     """The database could not be reached (a restart, a network cut). Nothing of the interrupted
     transaction was committed, so the caller may retry it; the store reconnects on the next call."""
+
+
+class StoreMissing(StoreError):
+    """A reader asked for a projection store that does not exist; nothing was created."""
 
 
 class SetNotFound(StoreError):

@@ -14,6 +14,9 @@ GIL for the whole of a statement's step, so the thread never queues for the GIL 
 The WAL checkpoint after a batch (copying the batch's pages into the database file) runs on that
 thread too, instead of inside ``COMMIT``: the runner reads its next records from the log meanwhile,
 and every later use of the connection first waits for the checkpoint to finish.
+
+Readers (``read_only=True``: tally, trail, audit, diff...) open the file without creating or changing
+anything (``ledger.sqlite_setup``); a missing store is ``StoreMissing``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from ledger.sqlite_setup import use_wal
+from ledger.sqlite_setup import MissingDatabase, ReadOnlyDatabase, connect_private, use_wal
 from projections.stores._sql import (
     DATA_TABLES,
     EVENT_COLUMNS,
@@ -41,7 +44,7 @@ from projections.stores._sql import (
     set_info,
     upsert_statements,
 )
-from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, StoreError, chunks
+from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, StoreError, StoreMissing, chunks
 
 __all__ = ["SqliteStore"]
 
@@ -111,16 +114,32 @@ class _Tx(SqlReader):
 class SqliteStore:
     """A ProjectionStore in one SQLite file (see module docstring)."""
 
-    def __init__(self, path: str | Path, *, timeout: float = 60.0) -> None:
+    def __init__(self, path: str | Path, *, timeout: float = 60.0, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
+        self._ro: ReadOnlyDatabase | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False)
+            if str(path) == ":memory:":  # an empty store that leaves nothing behind (a tally replayed from the log)
+                self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                read_only = self.read_only = False
+            elif read_only:
+                self._ro = ReadOnlyDatabase(self.path, timeout)
+                self._conn = self._ro.conn
+            else:
+                self._conn = connect_private(self.path, timeout)
+        except MissingDatabase:
+            raise StoreMissing(
+                f"no projection store at {self.path}: run `caucus project` first (it builds the store from the log), "
+                "or --data-dir / --database points elsewhere"
+            ) from None
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the projection store at {self.path}: {exc}") from exc
         self._lock = threading.RLock()
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caucus-sqlite-io")
         self._checkpoint: Future[Any] | None = None
+        if read_only:
+            self._check_version()
+            return
         use_wal(self._conn, timeout)
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA cache_size=-32768")
@@ -143,6 +162,19 @@ class SqliteStore:
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+
+    def _check_version(self) -> None:
+        try:
+            row = self._conn.execute("SELECT value FROM proj_meta WHERE name = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise StoreError(f"{self.path} is not a projection store this code can read: {exc}") from exc
+        if row is None or row[0] != SCHEMA_VERSION:
+            self.close()
+            raise StoreError(
+                f"the projection store at {self.path} has schema version {row[0] if row else 'none'}, this code needs "
+                f"{SCHEMA_VERSION}; rebuild it with `caucus replay` into a new store"
+            )
 
     def describe(self) -> str:
         return f"sqlite:{self.path}"
@@ -242,6 +274,8 @@ class SqliteStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            raise StoreError(f"the projection store at {self.path} was opened read-only")
         with self._connection():
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -281,4 +315,7 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             self._io.shutdown(wait=True)  # a checkpoint under way finishes first
-            self._conn.close()
+            if self._ro is not None:
+                self._ro.close()
+            else:
+                self._conn.close()

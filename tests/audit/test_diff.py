@@ -177,7 +177,7 @@ def test_csv_and_table(caucus: Run, aud: ModuleType) -> None:
 @pytest.mark.parametrize(
     ("a", "b", "message"),
     [
-        ("live", "log", "no projection 'tally' is serving"),
+        ("live", "log", "no projection store at"),  # nothing was projected: the store was never created
         ("as-of:2020-02-05T12:00:00", "log", "no time zone"),
         ("bogus", "log", "unknown part 'bogus'"),
         ("log/live", "log", "names two sources"),

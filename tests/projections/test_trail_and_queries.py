@@ -99,7 +99,7 @@ def test_trail_shows_every_event_what_it_changed_and_the_tally_after(projected: 
     positions = [e.position for e in trail.entries]
     assert positions == sorted(positions) and len({p.partition for p in positions}) == 1
     opened, report, rejected, toss, recount = trail.entries
-    assert "attendance at opening: None -> 200" in opened.changes
+    assert "attendance at opening: none -> 200" in opened.changes
     assert "tie pending: 1 seat(s) among Biden, Sanders" in report.changes and not report.tally.settled
     assert "rejected submissions: 0 -> 1" in rejected.changes
     assert rejected.to_json()["details"]["errors"][0]["field"] == "final.Warren"
@@ -135,7 +135,7 @@ def test_trail_command_human_and_json(projected: tuple[Path, SqliteLog, Projecti
     assert human.exit_code == 0, human.output
     assert "TieBroken" in human.stdout and "tie settled" in human.stdout and "by idp via paper" in human.stdout
     missing = runner.invoke(_app(), ["--data-dir", str(data), "trail", "nope"], env={"CAUCUS_DATABASE": ""})
-    assert missing.exit_code == 1 and "no events for unit 'nope'" in missing.stderr
+    assert missing.exit_code == 2 and "no events for unit 'nope'" in missing.stderr  # a unit that is not there: a bad argument
 
 
 def test_tally_command_state_county_unit_and_rule_set(projected: tuple[Path, SqliteLog, ProjectionStore, int]) -> None:

@@ -1,0 +1,107 @@
+"""How the ``caucus`` command prints: consoles that fit, errors a program can parse, values a person can read.
+
+Why one module: every package prints tables and errors, and the contract must be the same
+everywhere (README, "Output"):
+
+- **Widths.** A table fits the terminal, or ``COLUMNS``, or 100 columns when the output is not a
+  terminal; cells wrap, they are never cut with an ellipsis. ``--wide`` (anywhere on the line)
+  lifts the limit: nothing wraps, lines are as long as their content.
+- **Errors.** A human gets ``error: MESSAGE`` on stderr. Under ``--json`` a program gets one JSON
+  document on stderr instead, ``{"error": {"message": ..., "exit_code": ..., "type": ...}}``: stdout
+  carries results only (empty after an error), stderr the error, the exit code says which happened.
+- **Values.** Human output never shows Python's spelling of a value (``None``, ``['a', 'b']``,
+  ``{'field': ...}``): ``text()`` spells them for people.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import typer
+from typer._click.core import Context  # typer carries its own copy of click: its contexts
+from typer._click.globals import get_current_context
+from rich.console import Console
+
+__all__ = ["set_wide", "is_wide", "console", "wants_json", "print_error", "text", "NONE", "DEFAULT_WIDTH"]
+
+DEFAULT_WIDTH = 100
+NONE = "-"
+_wide = False
+
+
+def set_wide(wide: bool) -> None:
+    global _wide
+    _wide = wide
+
+
+def is_wide() -> bool:
+    return _wide
+
+
+def _width(stderr: bool) -> int | None:
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        if stream.isatty():
+            return None  # rich asks the terminal
+    except (AttributeError, ValueError):
+        pass
+    return DEFAULT_WIDTH
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for people (see module docstring: fits, wraps, ``--wide`` for unlimited)."""
+    if _wide:
+        return Console(width=100_000, stderr=stderr, soft_wrap=True)
+    return Console(width=_width(stderr), stderr=stderr)
+
+
+def wants_json(ctx: Context | None = None) -> bool:
+    """True when the command being run was given ``--json``."""
+    ctx = ctx or get_current_context(silent=True)
+    while ctx is not None:
+        if ctx.params.get("as_json"):
+            return True
+        ctx = ctx.parent
+    return "--json" in sys.argv[1:]
+
+
+def print_error(message: str, code: int, *, as_json: bool, kind: str = "") -> None:
+    """The one way an error is printed (module docstring)."""
+    if as_json:
+        doc = {"error": {"message": message, "exit_code": code, "type": kind or _kind(code)}}
+        typer.echo(json.dumps(doc, sort_keys=True), err=True)
+    else:
+        typer.echo(f"error: {message}", err=True)
+
+
+def _kind(code: int) -> str:
+    return {1: "refused", 2: "operational"}.get(code, "error")
+
+
+def text(value: Any) -> str:
+    """A value as a person reads it: no ``None``, brackets or quotes."""
+    if value is None or value == "":
+        return NONE
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, Fraction):
+        return f"{value.numerator}/{value.denominator}" if value.denominator != 1 else str(value.numerator)
+    if isinstance(value, Decimal):
+        return f"{value:,}"
+    if isinstance(value, Mapping):
+        if {"field", "code", "message"} <= set(value):
+            return f"{value['field']}: {value['code']}: {value['message']}"
+        return "; ".join(f"{k}: {text(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value) if isinstance(value, (set, frozenset)) else value
+        return ", ".join(text(v) for v in items) if items else NONE
+    return str(value)

@@ -1,0 +1,61 @@
+"""Data files are private by default: the log, the stores, the intake's state and spool.
+
+Why here and not left to the umask: the usual umask (022) makes every file a process creates readable
+by every user of the machine, and these files hold every report, every refusal's raw input and the
+intake's view of who sent what. SQLite creates a database's ``-wal`` and ``-shm`` files with the
+database file's own permissions, so creating the database file first, with the mode chosen here, is
+enough for all three.
+
+The mode is 0600 unless configured (``file_mode`` = ``0640`` lets a group of readers, e.g. auditors'
+accounts, read the embedded files). ``set_file_mode`` is called once by the command line from the
+settings; library users get 0600.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["DEFAULT_FILE_MODE", "file_mode", "set_file_mode", "create_private", "check_file_mode"]
+
+DEFAULT_FILE_MODE = 0o600
+_mode = DEFAULT_FILE_MODE
+
+
+def check_file_mode(mode: int) -> int:
+    """The mode if it is one the ledger accepts for its data files, else ValueError saying why."""
+    if mode & ~0o777:
+        raise ValueError(f"{mode:#o} is not a permission mode (at most 0777)")
+    if mode & 0o007:
+        raise ValueError(f"{mode:04o} lets every user of the machine read or write the data: no permission for others is allowed")
+    if mode & 0o600 != 0o600:
+        raise ValueError(f"{mode:04o} does not let the owner read and write: the owner needs 6 (rw)")
+    if mode & 0o111:
+        raise ValueError(f"{mode:04o} makes data files executable")
+    return mode
+
+
+def set_file_mode(mode: int) -> None:
+    global _mode
+    _mode = check_file_mode(mode)
+
+
+def file_mode() -> int:
+    return _mode
+
+
+def create_private(path: Path) -> bool:
+    """Create ``path`` empty with the data-file mode unless it exists; True if it was created here.
+
+    ``O_EXCL`` so that two processes creating the same file at once do not both think they made it,
+    and an existing file (and its mode, which an operator may have chosen) is left as it is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _mode)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, _mode)  # the umask may have taken bits away from the mode asked for (0640 under 077)
+    finally:
+        os.close(fd)
+    return True

@@ -44,6 +44,14 @@ ChannelOption = typer.Option("phone", "--channel", help="How the result reached 
 ElectionOption = typer.Option(None, "--election", help="Election id (default: the election holding the unit).")
 OccurredOption = typer.Option(None, "--occurred-at", help="When it happened at the caucus, ISO 8601 with offset.")
 JsonOption = typer.Option(False, "--json", help="Print the receipt or the errors as JSON.")
+_JSON_HINT = " (an error as {\"error\": {...}} on stderr)"
+SpoolJson = typer.Option(False, "--json", help="Print the spool's state as JSON" + _JSON_HINT + ".")
+FlushJson = typer.Option(False, "--json", help="Print what was forwarded as JSON" + _JSON_HINT + ".")
+IssueJson = typer.Option(False, "--json", help="Print the credential and its token as JSON" + _JSON_HINT + ".")
+ListJson = typer.Option(False, "--json", help="Print the credentials as a JSON list" + _JSON_HINT + ".")
+RevokeJson = typer.Option(False, "--json", help="Print the revoked credential as JSON" + _JSON_HINT + ".")
+StatusJson = typer.Option(False, "--json", help="Print the intake's status as JSON" + _JSON_HINT + ".")
+RebuildJson = typer.Option(False, "--json", help="Print what the rebuild did as JSON" + _JSON_HINT + ".")
 UnitOption = typer.Option(None, "--unit", help="The reporting unit id.")
 FirstOption = typer.Option(None, "--first", help="First alignment: CANDIDATE=N (repeat, or comma-separate).")
 FinalOption = typer.Option(None, "--final", help="Final alignment: CANDIDATE=N.")
@@ -54,7 +62,7 @@ DigestOption = typer.Option(None, "--worksheet-digest", help="sha256:<hex> of th
 
 
 def credential_store(settings: Settings, path: Path | None) -> CredentialStore:
-    return CredentialStore(path or settings.data_dir / "credentials.json")
+    return CredentialStore(path or settings.credentials or settings.data_dir / "credentials.json")
 
 
 def _group(app: typer.Typer, name: str, help_text: str) -> typer.Typer:
@@ -146,7 +154,7 @@ def _submit(
         raise fail(f"--channel must be one of {', '.join(_CHANNELS)}, got {channel!r}")
     settings = settings_of(ctx)
     try:
-        sender: Credential | AuthFailure = credential_store(settings, credentials).authenticate(token)
+        sender: Credential | AuthFailure = credential_store(settings, credentials).authenticate(token or settings.token)
     except CredentialError as exc:
         raise fail(str(exc)) from exc
     if text is None:
@@ -353,7 +361,7 @@ def register(app: typer.Typer) -> None:
     # -- spool ----------------------------------------------------------------------------------------
 
     @spool_app.command("status")
-    def spool_status(ctx: typer.Context, as_json: bool = JsonOption) -> None:
+    def spool_status(ctx: typer.Context, as_json: bool = SpoolJson) -> None:
         """How many accepted events wait in the spool for the log."""
         intake = Intake.for_settings(settings_of(ctx))
         try:
@@ -364,7 +372,7 @@ def register(app: typer.Typer) -> None:
                                               + (f" (oldest {data['oldest']})" if data["oldest"] else "")))
 
     @spool_app.command("flush")
-    def spool_flush(ctx: typer.Context, as_json: bool = JsonOption) -> None:
+    def spool_flush(ctx: typer.Context, as_json: bool = FlushJson) -> None:
         """Forward spooled events to the log, in order; exit 2 if some remain because it is still unreachable."""
         try:
             with Intake.for_settings(settings_of(ctx)) as intake:
@@ -387,7 +395,7 @@ def register(app: typer.Typer) -> None:
         official: Optional[str] = typer.Option(None, "--official", help="Issue an official's credential to this person."),
         name: Optional[str] = typer.Option(None, "--name", help="The chair's name (for --unit)."),
         credentials: Optional[Path] = CredentialsOption,
-        as_json: bool = JsonOption,
+        as_json: bool = IssueJson,
     ) -> None:
         """Issue a credential. The token is printed once and not stored: hand it over now."""
         if (unit is None) == (official is None):
@@ -402,28 +410,37 @@ def register(app: typer.Typer) -> None:
                                      typer.echo(f"token (shown once): {token}")))
 
     @cred_app.command("list")
-    def cred_list(ctx: typer.Context, credentials: Optional[Path] = CredentialsOption, as_json: bool = JsonOption) -> None:
+    def cred_list(ctx: typer.Context, credentials: Optional[Path] = CredentialsOption, as_json: bool = ListJson) -> None:
         """List credentials (never their secrets)."""
+        store = credential_store(settings_of(ctx), credentials)
         try:
-            creds = credential_store(settings_of(ctx), credentials).list()
+            creds = store.list()
         except CredentialError as exc:
             raise fail(str(exc)) from exc
         data = [c.public() for c in creds]
-        emit(data, as_json, lambda: [typer.echo(f"{c.cred_id}  {c.role:<8} {c.actor:<40} issued {c.issued_at}"
-                                                + (f"  REVOKED {c.revoked_at}" if c.revoked_at else "")) for c in creds])
+
+        def human() -> None:
+            if not creds:
+                typer.echo(f"no credentials in {store.path}; issue one with `caucus credentials issue --unit UNIT` "
+                           "or `--official NAME`")
+            for c in creds:
+                typer.echo(f"{c.cred_id}  {c.role:<8} {c.actor:<40} issued {c.issued_at}"
+                           + (f"  REVOKED {c.revoked_at}" if c.revoked_at else ""))
+
+        emit(data, as_json, human)
 
     @cred_app.command("revoke")
     def cred_revoke(
         ctx: typer.Context,
         cred_id: str = typer.Argument(..., help="The credential id (as `credentials list` shows it)."),
         credentials: Optional[Path] = CredentialsOption,
-        as_json: bool = JsonOption,
+        as_json: bool = RevokeJson,
     ) -> None:
-        """Revoke a credential; its token stops working at once."""
+        """Revoke a credential; its token stops working at once. Exit 2 if there is no such credential."""
         try:
             cred = credential_store(settings_of(ctx), credentials).revoke(cred_id)
         except KeyError:
-            raise fail(f"no credential {cred_id!r}", 1) from None
+            raise fail(f"no credential {cred_id!r} (`caucus credentials list` shows their ids)") from None
         except CredentialError as exc:
             raise fail(str(exc)) from exc
         emit(cred.public(), as_json, lambda: typer.echo(f"revoked {cred.cred_id} ({cred.actor}) at {cred.revoked_at}"))
@@ -431,17 +448,31 @@ def register(app: typer.Typer) -> None:
     # -- intake state ---------------------------------------------------------------------------------
 
     @intake_app.command("status")
-    def intake_status(ctx: typer.Context, as_json: bool = JsonOption) -> None:
+    def intake_status(ctx: typer.Context, as_json: bool = StatusJson) -> None:
         """Where the intake's state stands against the log, and the spool."""
         try:
             with Intake.for_settings(settings_of(ctx)) as intake:
                 data = intake.status()
         except (LogError, SpoolError) as exc:
             raise fail(str(exc)) from exc
-        emit(data, as_json, None)
+
+        def human() -> None:
+            spool = data["spool"]
+            typer.echo(f"log:         {data['log']} ({'reachable' if data['reachable'] else 'NOT reachable'})")
+            if data["log_lost"]:
+                typer.echo(f"LOG LOST:    {data['log_lost']}")
+            elif data["last_log_error"]:
+                typer.echo(f"last error:  {data['last_log_error']}")
+            typer.echo(f"events:      {data['events_applied']:,} applied"
+                       + (f", up to {', '.join(f'{p}:{o}' for p, o in data['positions'].items())}" if data["positions"] else ""))
+            typer.echo(f"elections:   {', '.join(data['elections']) or 'none defined yet'}")
+            typer.echo(f"spool:       {spool['pending']} event(s) waiting in {spool['path']}"
+                       + (f" (oldest {spool['oldest']})" if spool.get("oldest") else ""))
+
+        emit(data, as_json, human)
 
     @intake_app.command("rebuild")
-    def intake_rebuild(ctx: typer.Context, as_json: bool = JsonOption) -> None:
+    def intake_rebuild(ctx: typer.Context, as_json: bool = RebuildJson) -> None:
         """Drop the intake's snapshot and fold the whole log again (after a log was lost and refilled)."""
         intake = Intake.for_settings(settings_of(ctx))
         try:
@@ -462,7 +493,10 @@ def register(app: typer.Typer) -> None:
         credentials: Optional[Path] = CredentialsOption,
         retry_seconds: float = typer.Option(5.0, "--retry-seconds", help="How often to retry forwarding the spool."),
     ) -> None:
-        """The HTTP intake (OpenAPI docs at /docs). Chairs and officials authenticate with a bearer token."""
+        """The HTTP intake (OpenAPI docs at /docs). Chairs and officials authenticate with a bearer token.
+
+        Also serves /metrics (Prometheus), /health (the intake's status) and /ready (200 only while the
+        log is reachable and not lost)."""
         import uvicorn
 
         from producers.http import create_app
@@ -474,7 +508,10 @@ def register(app: typer.Typer) -> None:
             raise fail(str(exc)) from exc
         try:
             app_ = create_app(intake, credential_store(settings, credentials), retry_seconds=retry_seconds)
-            uvicorn.run(app_, host=host, port=port)
+            typer.echo(f"intake for {settings.describe_log()} on http://{host}:{port} (API docs /docs; /metrics, /health, "
+                       "/ready); stop with Ctrl-C", err=True)
+            # log_config=None: uvicorn's messages go through the ledger's logging (--log-level, --log-format)
+            uvicorn.run(app_, host=host, port=port, log_config=None)
         finally:
             intake.close()
 

@@ -11,6 +11,9 @@ is recorded (already reported, already superseded, a tie already settled, key re
 1 MiB, 422 invalid, 503 (with ``Retry-After``) the log was lost, or neither the log nor the spool could
 be written: nothing was recorded. Every refusal is recorded before it is answered; no input, however
 malformed, is a 5xx (``producers.strict_json``). A background thread retries forwarding the spool and saves the state snapshot.
+
+``GET /receipts/{key}`` answers the command's sender and officials only (anyone else gets 404, as for
+an unknown key). ``/metrics`` (Prometheus) and ``/ready`` come from ``producers.intake_metrics``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ledger.log.port import LogError
 from producers.commands import CommandKind, json_schema
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
 from producers.intake import MAX_BODY, Intake
+from producers.intake_metrics import IntakeMetrics, instrument
 from producers.outcomes import Receipt, Submission
 from producers.spool import SpoolError
 
@@ -125,6 +129,7 @@ def create_app(
         version="1",
         lifespan=lifespan,
     )
+    metrics = IntakeMetrics(intake)
 
     def unavailable(exc: Exception) -> JSONResponse:
         """Neither the log nor the spool could keep the command: nothing was recorded, send it again."""
@@ -153,6 +158,7 @@ def create_app(
             )
         except (LogError, SpoolError, OSError) as exc:
             return unavailable(exc)
+        metrics.outcome(outcome)
         if isinstance(outcome, Receipt):
             return JSONResponse(outcome.to_json(), status_code=_STATUS[outcome.status])
         headers = {"WWW-Authenticate": 'Bearer realm="caucus"'} if outcome.category == "unauthenticated" else None
@@ -207,8 +213,8 @@ def create_app(
                 status_code=401,
                 headers={"WWW-Authenticate": 'Bearer realm="caucus"'},
             )
-        found = await run_in_threadpool(intake.lookup, idempotency_key)
-        if found is None:
+        found = await run_in_threadpool(intake.lookup, idempotency_key, sender)
+        if found is None:  # also when it is not this sender's: a receipt is its sender's and officials' only
             return JSONResponse({"status": "unknown", "idempotency_key": idempotency_key}, status_code=404)
         return JSONResponse(found.to_json(), status_code=200)
 
@@ -220,6 +226,7 @@ def create_app(
         status["status"] = "ok" if ok and writing else ("degraded" if ok else "log lost")
         return JSONResponse(status, status_code=200 if ok else 503)
 
+    instrument(app, intake, metrics)
     _publish_schema_defs(app)
     return app
 

@@ -61,7 +61,7 @@ from ledger.journal import Journal
 from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, Position
 from ledger.render import event_to_json
 from producers.commands import CommandKind, Parsed, claimable, parse_command
-from producers.credentials import AuthFailure, authorize
+from producers.credentials import AuthFailure, Credential, authorize
 from producers.intake_state import IntakeState, Layered, claimed_key, fingerprint, rejection_key
 from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submission, category_of
 from producers.rejections import MAX_RAW_INPUT, raw_record, recordable
@@ -555,8 +555,10 @@ class Intake:
 
     # -- queries -------------------------------------------------------------------------------------------
 
-    def lookup(self, key: str) -> Outcome | None:
-        """What became of the command sent with ``key``: its receipt, its last refusal, or None."""
+    def lookup(self, key: str, reader: Credential | None = None) -> Outcome | None:
+        """What became of the command sent with ``key``: its receipt, its last refusal, or None.
+        With ``reader``, None also when the command is not theirs: a receipt is shown to its sender
+        and to officials only (a chair may not learn what others sent, or that they sent it)."""
         with self._locked():
             try:
                 self._refresh()
@@ -564,6 +566,11 @@ class Intake:
                 pass  # answer from what is known
             view = self._view()
             claim = view.claim(key)
+            if reader is not None and reader.role != "official":
+                rejected = view.rejection(key)
+                owner = claim.actor if claim is not None else (rejected.sender if rejected is not None else "")
+                if owner != reader.actor:
+                    return None
             if claim is not None:
                 status: Literal["accepted", "spooled"] = "accepted" if claim.position is not None else "spooled"
                 if claim.position is None and self.state.claim(key) is not None:

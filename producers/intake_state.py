@@ -65,7 +65,8 @@ __all__ = [
     "SNAPSHOT_FORMAT",
 ]
 
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
+"""3: claims and refusals keep who sent them (receipts are shown to their sender and officials only)."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -158,6 +159,7 @@ class Claim:
     position: Position | None
     digest: str | None = None
     basis: tuple[str, Any] | None = None  # (actor, payload) until the digest is computed
+    actor: str = ""  # who sent the command: its receipt is theirs (and officials') to read
 
     def fingerprint(self) -> str:
         if self.digest is None:
@@ -175,6 +177,7 @@ class RejectionRecord:
     command: str
     errors: tuple[Problem, ...]
     position: Position | None
+    sender: str = ""
 
 
 class IntakeView(Protocol):
@@ -228,7 +231,7 @@ class IntakeState:
             if key in self.rejections and self.rejections[key].event_id == event.event_id:
                 return False
             claimed = claimed_key(key) if key.startswith(REJECTED_KEY_PREFIX) else key
-            record = RejectionRecord(claimed, event.event_id, payload.command, payload.errors, position)
+            record = RejectionRecord(claimed, event.event_id, payload.command, payload.errors, position, payload.sender)
             self.rejections[claimed] = record
             self.applied += 1
             return True
@@ -238,7 +241,8 @@ class IntakeState:
                 known.position = position
             return False
         self.claims[key] = Claim(
-            key, event.event_id, event.type, env.election_id, env.unit_id, position, basis=(env.actor, payload)
+            key, event.event_id, event.type, env.election_id, env.unit_id, position, basis=(env.actor, payload),
+            actor=env.actor,
         )
         self.applied += 1
         if isinstance(payload, ElectionDefined):
@@ -335,12 +339,13 @@ class IntakeState:
             "results": [[r.event_id, r.election_id, r.unit_id, r.type] for r in self.results.values()],
             "superseded": dict(self.superseded),
             "claims": [
-                [c.key, c.event_id, c.event_type, c.election_id, c.unit_id, c.fingerprint(), str(c.position)]
+                [c.key, c.event_id, c.event_type, c.election_id, c.unit_id, c.fingerprint(), str(c.position), c.actor]
                 for c in self.claims.values()
                 if c.position is not None
             ],
             "rejections": [
-                [r.key, r.event_id, r.command, [e.to_avro() for e in r.errors], None if r.position is None else str(r.position)]
+                [r.key, r.event_id, r.command, [e.to_avro() for e in r.errors], None if r.position is None else str(r.position),
+                 r.sender]
                 for r in self.rejections.values()
                 if r.position is not None
             ],
@@ -363,10 +368,10 @@ class IntakeState:
         state.results = {r[0]: ResultRecord(*r) for r in data["results"]}
         state.superseded = dict(data["superseded"])
         state.claims = {
-            c[0]: Claim(c[0], c[1], c[2], c[3], c[4], Position.parse(c[6]), digest=c[5]) for c in data["claims"]
+            c[0]: Claim(c[0], c[1], c[2], c[3], c[4], Position.parse(c[6]), digest=c[5], actor=c[7]) for c in data["claims"]
         }
         state.rejections = {
-            r[0]: RejectionRecord(r[0], r[1], r[2], tuple(Problem.from_avro(e) for e in r[3]), Position.parse(r[4]))
+            r[0]: RejectionRecord(r[0], r[1], r[2], tuple(Problem.from_avro(e) for e in r[3]), Position.parse(r[4]), r[5])
             for r in data["rejections"]
         }
         state.tosses = {t[0]: TossRecord(t[0], t[1], t[2], tuple(t[3]), t[4], tuple(t[5])) for t in data["tosses"]}

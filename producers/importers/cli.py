@@ -2,7 +2,12 @@
 
 A person at a terminal gets a progress bar and a readable summary; a program gets one JSON document
 (``--json``) and an exit code: 0 when everything usable was imported (what could not be mapped is
-listed), 1 when the input as a whole is unusable and nothing was appended.
+listed), 1 when the input as a whole is unusable and nothing was appended, 2 when ``--data`` is not a
+directory (nothing is opened or created then).
+
+No credential is needed: the importer writes only what the published releases say, with event ids
+derived from them, and names itself in each record's ``caucus-writer`` header (see
+``producers.direct_writes`` for the commands that do need an official).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from ledger.cli import emit, settings_of
+from ledger.cli import emit, fail, settings_of
 from ledger.config import open_log
 from ledger.journal import Journal
 from producers.importers.idp2020 import ELECTION_ID, ImportSummary, import_idp2020
@@ -41,7 +46,9 @@ def idp2020(
     """Import the party's 2020 releases: the election, each unit's first report, and every change
     between releases as a correction. Re-running appends nothing new."""
     settings = settings_of(ctx)
-    journal = None if dry_run else Journal(open_log(settings))
+    if not data.is_dir():
+        raise fail(f"--data {data}: not a directory (give the directory holding the 2020 Iowa files)")
+    journal = None if dry_run else Journal(open_log(settings), writer=f"importer:idp2020 ({election_id})")
     show_progress = not as_json and sys.stderr.isatty()
     try:
         with progress_bar(show_progress, "appending events") as progress:

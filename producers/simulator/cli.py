@@ -70,13 +70,21 @@ def stream_cmd(
 def write_cmd(
     ctx: typer.Context, seed: int = _SEED, units: int = _UNITS, ties: float = _TIES, corrections: float = _CORRECTIONS,
     malformed: float = _MALFORMED, duplicates: float = _DUPLICATES,
+    token: Optional[str] = typer.Option(None, "--token", envvar="CAUCUS_TOKEN", show_default=False,
+                                        help="An official's credential (env CAUCUS_TOKEN): writing without the intake needs one."),
+    credentials: Optional[Path] = typer.Option(None, "--credentials", envvar="CAUCUS_CREDENTIALS",
+                                               help="Credential store file (default: <data dir>/credentials.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:  # fmt: skip
-    """Append the events the intake would have recorded to the configured log (no intake needed).
+    """Append the events the intake would have recorded to the configured log, without the intake.
+    Needs an official's credential; each record names that official in its caucus-writer header.
     Event ids follow from the seed, so writing the same seed again appends nothing."""
-    events = election_events(generate(seed, _config(units, ties, corrections, malformed, duplicates)))
+    from producers.direct_writes import official_writer
+
     settings = settings_of(ctx)
-    journal = Journal(open_log(settings))
+    writer = official_writer(settings, token, credentials, "write a simulated election to the log")
+    events = election_events(generate(seed, _config(units, ties, corrections, malformed, duplicates)))
+    journal = Journal(open_log(settings), writer=writer)
     try:
         before = sum(journal.log.high_watermarks().values())
         with progress_bar(not as_json and sys.stderr.isatty(), "appending events") as progress:
@@ -127,7 +135,7 @@ def _target(ctx: typer.Context, url: str | None, token: str | None, concurrency:
     """HTTP when a URL is given; else the project's intake in this process, acting as an official
     (the operator already holds the log; corrections and tosses need an official's role)."""
     if url is not None:
-        return HttpTarget(url, token or os.environ.get("CAUCUS_INTAKE_TOKEN"), pool=concurrency), None
+        return HttpTarget(url, token or os.environ.get("CAUCUS_INTAKE_TOKEN") or settings_of(ctx).intake_token, pool=concurrency), None
     from producers.credentials import Credential
     from producers.intake import Intake
 

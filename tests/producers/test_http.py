@@ -106,8 +106,11 @@ def test_refusals_are_recorded_with_the_claimed_sender(defined: None, client: Te
 def test_receipts_health_and_docs(defined: None, client: TestClient, tokens: dict[str, dict[str, str]]) -> None:
     opened = _post(client, "/units/E01/open", {"attendance": 30}, tokens["official"], "a/b:c")
     assert opened.status_code == 201
-    found = client.get("/receipts/a/b:c", headers=tokens["chair"])
+    found = client.get("/receipts/a/b:c", headers=tokens["official"])
     assert found.status_code == 200 and found.json()["event_id"] == opened.json()["event_id"]
+    # a receipt is its sender's and officials': another chair learns nothing, not even that the key was used
+    not_theirs = client.get("/receipts/a/b:c", headers=tokens["chair"])
+    assert not_theirs.status_code == 404 and not_theirs.json() == {"status": "unknown", "idempotency_key": "a/b:c"}
     assert client.get("/receipts/unknown-key", headers=tokens["chair"]).status_code == 404
     assert client.get("/receipts/a/b:c").status_code == 401
     health = client.get("/health")
@@ -178,3 +181,15 @@ def test_caucus_serve_intake(tmp_path: Path, election: dict[str, Any]) -> None:
         server.terminate()
         server.wait(timeout=10)
     assert (tmp_path / "data" / "intake" / "embedded" / "state.json").exists()  # saved on shutdown
+
+
+def test_a_receipt_is_shown_to_its_sender_and_officials_only(defined: None, client: TestClient, store: CredentialStore,
+                                                             tokens: dict[str, dict[str, str]], fm5: dict[str, Any]) -> None:  # fmt: skip
+    _, other_token = store.issue("chair", unit_id="E01")
+    other = {"Authorization": f"Bearer {other_token}"}
+    assert _post(client, "/units/FM5/results", fm5, tokens["chair"], "mine").status_code == 201
+    assert _post(client, "/units/E01/open", {"attendance": 3}, tokens["chair"], "refused").status_code == 403
+    for key in ("mine", "refused"):  # an accepted command and a refused one
+        assert client.get(f"/receipts/{key}", headers=tokens["chair"]).status_code == 200, key
+        assert client.get(f"/receipts/{key}", headers=tokens["official"]).status_code == 200, key
+        assert client.get(f"/receipts/{key}", headers=other).status_code == 404, key

@@ -15,10 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from typer._click import exceptions as click_errors  # typer carries its own copy of click
+import typer
+from typer._click import (
+    exceptions as click_errors,  # typer carries its own copy of click
+)
 from typer._click.core import Command, Context
 from typer.core import TyperOption
-import typer
 
 from ledger.cli_output import print_error, set_wide, wants_json
 from ledger.config import Settings, open_log
@@ -164,7 +166,7 @@ def log_tail(
 ) -> None:
     """Show the newest events of the log, decoded."""
     from ledger.journal import Journal
-    from ledger.render import event_to_json, event_summary
+    from ledger.render import event_summary, event_to_json
 
     settings = settings_of(ctx)
     journal = Journal(open_log(settings, read_only=True))
@@ -242,6 +244,7 @@ def _register_plugins() -> None:
     import importlib
 
     for module in (
+        "ledger.config_cli",
         "producers.cli",
         "producers.importers.cli",
         "producers.simulator.cli",

@@ -24,9 +24,11 @@ from fractions import Fraction
 from typing import Any
 
 import typer
-from typer._click.core import Context  # typer carries its own copy of click: its contexts
-from typer._click.globals import get_current_context
 from rich.console import Console
+from typer._click.core import (
+    Context,  # typer carries its own copy of click: its contexts
+)
+from typer._click.globals import get_current_context
 
 __all__ = ["set_wide", "is_wide", "console", "wants_json", "print_error", "text", "NONE", "DEFAULT_WIDTH"]
 

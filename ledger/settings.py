@@ -32,6 +32,7 @@ name without ``CAUCUS_``) or in sections::
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tomllib
@@ -55,6 +56,9 @@ DEFAULT_CONFIG_FILE = "caucus.toml"
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
 _SECRET_WORDS = ("password", "secret", "token", "key_password")
+
+_OTHER_VARIABLES = {ENV_PREFIX + "CONFIG", ENV_PREFIX + "PG_DSN", ENV_PREFIX + "RUN_DIR"}
+"""Variables that are not settings: the configuration file itself, and the test and broker helpers'."""
 
 FLAGS = {
     "data_dir": "--data-dir", "kafka": "--kafka", "topic": "--topic", "database": "--database",
@@ -226,6 +230,8 @@ class LoadedSettings:
     model: CaucusSettings
     config_file: Path | None
     sources: Mapping[str, str]
+    unknown_variables: tuple[str, ...] = ()
+    """``CAUCUS_*`` variables that name no setting (a typo is otherwise silently ignored)."""
 
     def show(self) -> dict[str, dict[str, Any]]:
         """Every setting for ``caucus config show``: value (secrets masked), source, variable, option."""
@@ -312,7 +318,10 @@ def load_settings(
     try:
         from_env = _Env(environ)()
     except Exception as exc:  # noqa: BLE001 -- pydantic-settings raises plain errors for bad JSON in a variable
-        raise SettingsError(f"environment: {exc}") from None
+        found = re.search(r'field "(\w+)"', str(exc))
+        name = found.group(1) if found else "?"
+        raise SettingsError(f"invalid configuration: setting {name} (from env {ENV_PREFIX}{name.upper()}): not valid "
+                            'JSON; give an object such as {"request_timeout_ms": 30000}') from None
     layers.append(("env", from_env))
     layers.append(("flag", {k: v for k, v in (flags or {}).items() if v is not None}))
     merged: dict[str, Any] = {}
@@ -326,7 +335,11 @@ def load_settings(
         model = CaucusSettings.model_validate(merged)
     except ValidationError as exc:
         raise SettingsError(_explain(exc, merged, sources)) from None
-    return LoadedSettings(model.to_settings(), model, path, sources)
+    known = {ENV_PREFIX + name.upper() for name in CaucusSettings.model_fields} | _OTHER_VARIABLES
+    unknown = tuple(sorted(k for k in environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known))
+    for name in unknown:
+        logging.getLogger(__name__).warning("%s names no setting and is ignored (`caucus config show` lists them)", name)
+    return LoadedSettings(model.to_settings(), model, path, sources, unknown)
 
 
 def _explain(exc: ValidationError, merged: Mapping[str, Any], sources: Mapping[str, str]) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import hmac
 import json
 import os
@@ -44,6 +45,8 @@ __all__ = [
     "authorize",
     "TOKEN_PREFIX",
 ]
+
+log = logging.getLogger(__name__)
 
 Role = Literal["chair", "official"]
 TOKEN_PREFIX = "ckl_"
@@ -219,6 +222,7 @@ class CredentialStore:
                 issued_at=datetime.now(UTC).isoformat(timespec="seconds"),
             )
             entries[cred_id] = cred
+        log.info("issued %s credential %s (%s)", role, cred_id, cred.actor)
         return cred, f"{TOKEN_PREFIX}{cred_id}_{secret}"
 
     def revoke(self, cred_id: str) -> Credential:
@@ -229,6 +233,7 @@ class CredentialStore:
             if cred.revoked_at is None:
                 cred = replace(cred, revoked_at=datetime.now(UTC).isoformat(timespec="seconds"))
                 entries[cred_id] = cred
+                log.info("revoked credential %s (%s)", cred_id, cred.actor)
         return cred
 
 

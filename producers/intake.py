@@ -325,6 +325,7 @@ class Intake:
                     self._applied(event, position)
                     return "accepted", position
         self.spool.add(event)
+        log.warning("log out of reach (%s): %s %s kept in the spool", self.last_log_error, event.type, event.event_id)
         self._overlay.apply(event, None)
         self._overlay_stamp = self.spool.stamp
         return "spooled", None
@@ -551,6 +552,7 @@ class Intake:
         )
         status, position = self._write(event)
         recorded = event.payload.errors  # what was recorded is what the sender hears
+        log.info("refused %s from %s: %s", sub.kind.value, sender, ", ".join(f"{e.field} {e.code}" for e in recorded))
         return Refusal(recorded, category_of(recorded), event.event_id, "log" if status == "accepted" else "spool", position, claimable(key))
 
     # -- queries -------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ Lag, in two figures, because they answer different questions:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -27,6 +28,8 @@ from projections.runner import Progress, ProjectionRunner
 from projections.stores.port import Changes
 
 __all__ = ["RunnerObserver", "progress_line", "HISTORY_AFTER_SECONDS"]
+
+log = logging.getLogger(__name__)
 
 HISTORY_AFTER_SECONDS = 3600.0
 """Newer than this, the age of the newest applied event is shown in seconds; older, as a date."""
@@ -109,6 +112,8 @@ class RunnerObserver:
         self.last_progress = time.monotonic()
         self.log_error: str | None = None
         self._seen = (0, 0, 0, 0)
+        self._waiting = ""
+        self._was_caught_up = False
         self._source: Any = None
         self.lag_seconds.set_function(self._lag_now)
 
@@ -148,6 +153,14 @@ class RunnerObserver:
         return self
 
     def observe(self, p: Progress) -> None:
+        if p.waiting_for_store and (self.progress is None or self._waiting != p.waiting_for_store):
+            log.warning("the projection store is out of reach, retrying the batch: %s", p.waiting_for_store)
+        elif self._waiting and not p.waiting_for_store:
+            log.warning("the projection store is back")
+        self._waiting = p.waiting_for_store
+        if p.caught_up and not self._was_caught_up:
+            log.info("caught up with the log: %d events applied", p.applied)
+        self._was_caught_up = p.caught_up
         self.progress = p
         self.last_progress = time.monotonic()
         applied, dups, batches, outages = self._seen

@@ -21,6 +21,7 @@ set can be compared with others (``caucus diff set:tally-as-of live``) and dropp
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -46,6 +47,8 @@ __all__ = [
     "build_as_of",
     "replay_group",
 ]
+
+log = logging.getLogger(__name__)
 
 AS_OF_SUFFIX = "-as-of"
 CATCH_UP_BATCH = 200_000
@@ -257,6 +260,7 @@ def rebuild(
     elif promote:
         outcome.built = store.promote(built.set_id)
         outcome.promoted = True
+        log.info("projection %s v%d (set %d) now serves, built from %s", name, built.version, built.set_id, identity)
         if previous is not None:
             outcome.previous = store.get_set(previous.set_id)
     outcome.seconds = time.monotonic() - began

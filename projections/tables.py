@@ -14,7 +14,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from ledger.cli_output import text
-
 from projections.queries import TallyView
 from projections.tally import AreaTally, UnitTally
 from projections.trail import Trail, event_details

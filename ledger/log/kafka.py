@@ -32,6 +32,7 @@ the same way, positioned from the runner's store on every rebalance.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -76,6 +77,8 @@ _PRODUCER_STATE_ERRORS = (
     kafka_errors.InvalidProducerEpochError,
 )
 _UNREACHABLE_ERRORS = (kafka_errors.KafkaTimeoutError, kafka_errors.KafkaConnectionError)
+
+log = logging.getLogger(__name__)
 
 
 class _StaleTopicMetadata(Exception):
@@ -249,6 +252,7 @@ class KafkaLog:
             try:
                 provision_topic(self.bootstrap, self.topic, self._partitions, self.replication,
                                 client_options=self.client_options)
+                log.info("created topic %r on %s with %d partitions", self.topic, self.bootstrap, self._partitions)
                 self._verified = True
                 return
             except TopicPartitionMismatch:
@@ -282,6 +286,8 @@ class KafkaLog:
                     self._admin.delete_topics([self.topic], timeout_ms=self._ms, raise_errors=False)  # type: ignore[union-attr]
                 provision_topic(self.bootstrap, self.topic, self._partitions, self.replication,
                                 client_options=self.client_options)
+                log.warning("topic %r on %s came back with %d partitions and no records (the broker lost it); "
+                            "created it again with %d", self.topic, self.bootstrap, count, self._partitions)
                 return True
             except TopicPartitionMismatch:
                 if time.monotonic() > deadline:  # a client keeps re-creating it
@@ -678,6 +684,8 @@ class KafkaLog:
     def _replace_producer(self) -> None:
         """A new idempotent producer, after making sure the topic is there again and forgetting the
         positions of records the broker no longer holds (the snapshot does that)."""
+        log.warning("the broker at %s lost this producer's state; sending the failed records again with a new producer",
+                    self.bootstrap)
         old, self._producer = self._producer, None
         if old is not None:
             try:

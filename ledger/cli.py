@@ -26,7 +26,7 @@ from ledger.cli_output import print_error, set_wide, wants_json
 from ledger.config import Settings, open_log
 from ledger.log.port import LogError
 
-__all__ = ["app", "main", "settings_of", "emit", "fail", "JsonOption", "loaded_settings"]
+__all__ = ["app", "main", "command", "settings_of", "emit", "fail", "JsonOption", "loaded_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -239,9 +239,18 @@ def log_append(
     emit(out, as_json, lambda: [typer.echo(f"{o['position']:>10}  {o['type']:<18} {o['event_id']}") for o in out])
 
 
+_registered = False
+
+
 def _register_plugins() -> None:
-    """Each package contributes its commands; a package that is not there yet contributes none."""
+    """Each package contributes its commands; a package that is not there yet contributes none.
+    Once per process: ``main`` may be called more than once (tests run it in-process)."""
     import importlib
+
+    global _registered
+    if _registered:
+        return
+    _registered = True
 
     for module in (
         "ledger.config_cli",
@@ -303,15 +312,21 @@ def _operational_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def command() -> Command:
+    """The whole ``caucus`` command tree, every package's commands registered (tests walk it)."""
+    _register_plugins()
+    built = typer.main.get_command(app)
+    _tidy_help(built)
+    return built
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run ``caucus``: the README's contract (exit codes, JSON errors, no traceback for a user's error)."""
-    _register_plugins()
-    command = typer.main.get_command(app)
-    _tidy_help(command)
+    command_ = command()
     args = _hoist_wide(list(sys.argv[1:] if argv is None else argv))
     as_json = "--json" in args
     try:
-        code = command.main(args=args, prog_name="caucus", standalone_mode=False)
+        code = command_.main(args=args, prog_name="caucus", standalone_mode=False)
     except typer.Abort:
         typer.echo("interrupted", err=True)
         sys.exit(130)

@@ -22,7 +22,7 @@ from typer._click import (
 from typer._click.core import Command, Context
 from typer.core import TyperOption
 
-from ledger.cli_output import print_error, set_wide, wants_json
+from ledger.cli_output import print_error, set_args, set_wide, wants_json
 from ledger.config import Settings, open_log
 from ledger.log.port import LogError
 
@@ -324,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run ``caucus``: the README's contract (exit codes, JSON errors, no traceback for a user's error)."""
     command_ = command()
     args = _hoist_wide(list(sys.argv[1:] if argv is None else argv))
+    set_args(args)
     as_json = "--json" in args
     try:
         code = command_.main(args=args, prog_name="caucus", standalone_mode=False)

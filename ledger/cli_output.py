@@ -30,11 +30,18 @@ from typer._click.core import (
 )
 from typer._click.globals import get_current_context
 
-__all__ = ["set_wide", "is_wide", "console", "wants_json", "print_error", "text", "NONE", "DEFAULT_WIDTH"]
+__all__ = ["set_args", "set_wide", "is_wide", "console", "wants_json", "print_error", "text", "NONE", "DEFAULT_WIDTH"]
 
 DEFAULT_WIDTH = 100
 NONE = "-"
 _wide = False
+_args: list[str] | None = None
+
+
+def set_args(args: list[str]) -> None:
+    """The command line being run (``ledger.cli.main``), for errors raised before a command parsed it."""
+    global _args
+    _args = list(args)
 
 
 def set_wide(wide: bool) -> None:
@@ -73,7 +80,7 @@ def wants_json(ctx: Context | None = None) -> bool:
         if ctx.params.get("as_json"):
             return True
         ctx = ctx.parent
-    return "--json" in sys.argv[1:]
+    return "--json" in (_args if _args is not None else sys.argv[1:])
 
 
 def print_error(message: str, code: int, *, as_json: bool, kind: str = "") -> None:

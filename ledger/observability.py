@@ -66,7 +66,7 @@ def configure_logging(level: str = "WARNING", fmt: str = "text") -> None:
     root.addHandler(handler)
     root.setLevel(level)
     # kafka-python logs every reconnect attempt; the ledger reports what matters itself
-    logging.getLogger("kafka").setLevel(logging.WARNING if level == "DEBUG" else logging.ERROR)
+    logging.getLogger("kafka").setLevel(logging.WARNING if level == "DEBUG" else logging.CRITICAL)
 
 
 class Endpoint:

@@ -58,9 +58,10 @@ def progress_line(p: Progress, *, waiting_for_partitions: float | None = None, g
     if p.duplicates:
         done += f", {p.duplicates:,} duplicates dropped"
     if not p.assigned:
-        wait = "" if waiting_for_partitions is None else f" for {waiting_for_partitions:,.0f} s"
-        who = f" of group {group}" if group else ""
-        return f"{done}; holds no partition{wait}: waiting for the consumer group{who} to assign some"
+        # in steps of 5 s: the line changes (and is printed again) every 5 s, not every second
+        wait = "" if waiting_for_partitions is None else f" for {int(waiting_for_partitions) // 5 * 5} s"
+        who = f"consumer group {group}" if group else "the consumer group"
+        return f"{done}; holds no partition{wait}: waiting for {who} to assign some"
     lag = p.lag_events
     if lag is None:
         behind = "lag unknown until each partition has answered a fetch"

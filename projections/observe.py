@@ -159,9 +159,10 @@ class RunnerObserver:
         elif self._waiting and not p.waiting_for_store:
             log.warning("the projection store is back")
         self._waiting = p.waiting_for_store
-        if p.caught_up and not self._was_caught_up:
+        caught_up = self._is_caught_up(p)
+        if caught_up and not self._was_caught_up:
             log.info("caught up with the log: %d events applied", p.applied)
-        self._was_caught_up = p.caught_up
+        self._was_caught_up = caught_up
         self.progress = p
         self.last_progress = time.monotonic()
         applied, dups, batches, outages = self._seen

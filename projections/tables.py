@@ -28,7 +28,7 @@ def _order(area: AreaTally) -> list[str]:
 def area_table(area: AreaTally, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("candidate", "first", "final", "CDs", "SDE"):
-        table.add_column(col, justify="left" if col == "candidate" else "right")
+        table.add_column(col, justify="left" if col == "candidate" else "right", overflow="fold")
     for c in _order(area):
         table.add_row(c, f"{area.first.get(c, 0):,}", f"{area.final.get(c, 0):,}", f"{area.cds.get(c, 0):,}", f"{area.sde_display_sum.get(c, Decimal(0)):,.4f}")
     table.add_row(
@@ -88,7 +88,7 @@ def units_table(units: list[UnitTally], candidates: list[str], title: str, *, wi
 def unit_table(u: UnitTally, candidates: list[str]) -> Table:
     table = Table(title=f"{u.name or u.unit_id} ({u.unit_id})", title_justify="left")
     for col in ("candidate", "first", "final", "CDs reported", "CDs computed", "CDs", "SDE exact", "SDE"):
-        table.add_column(col, justify="left" if col == "candidate" else "right")
+        table.add_column(col, justify="left" if col == "candidate" else "right", overflow="fold")
     for c in candidates:
         exact = u.sde.get(c)
         table.add_row(

@@ -95,9 +95,10 @@ def diff_command(
 
 
 def _console() -> Console:
-    """The terminal's width on a terminal; wide enough for the tables when piped to a file."""
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
+    """The terminal's width, COLUMNS or 100 columns (``ledger.cli_output``); ``--wide`` for no limit."""
+    from ledger.cli_output import console
+
+    return console()
 
 
 def _cell(a: int | None, b: int | None) -> str:
@@ -140,7 +141,7 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
                   f"{s['counties_changed']:,} counties.", highlight=False)  # fmt: skip
     units = Table(title=f"units ({len(result.units)})", title_justify="left", show_lines=False)
     for col in ("county", "unit", "name", "candidate", "first", "final", "CDs", "SDE"):
-        units.add_column(col, justify="right" if col in ("first", "final", "CDs", "SDE") else "left")
+        units.add_column(col, justify="right" if col in ("first", "final", "CDs", "SDE") else "left", overflow="fold")
     for u in result.units:
         head = [escape(u.county_name or ""), escape(u.unit_id), escape(u.name or "?")]
         rows = [_row(c) for c in u.candidates]
@@ -158,7 +159,7 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
     if result.counties:
         counties = Table(title=f"effect on county totals ({len(result.counties)} counties)", title_justify="left")
         for col in ("county", "units changed", "reporting", "candidate", "first", "final", "CDs", "SDE (sum of displayed)"):
-            counties.add_column(col, justify="left" if col in ("county", "candidate") else "right")
+            counties.add_column(col, justify="left" if col in ("county", "candidate") else "right", overflow="fold")
         for area in result.counties:
             rep = _cell(*area.units_reporting)
             for i, c in enumerate(area.candidates or ()):
@@ -171,7 +172,7 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
     st = result.state
     state = Table(title=f"effect on state totals (units reporting {_cell(*st.units_reporting)})", title_justify="left")
     for col in ("candidate", "first", "final", "CDs", "SDE exact", "SDE (sum of displayed)"):
-        state.add_column(col, justify="left" if col == "candidate" else "right")
+        state.add_column(col, justify="left" if col == "candidate" else "right", overflow="fold")
     for c in st.candidates:
         assert c.sde_display_sum is not None
         state.add_row(escape(c.candidate), _cell(*c.first), _cell(*c.final), _cell(*c.cds), _sde_cell(*c.sde), _dec_cell(*c.sde_display_sum))

@@ -168,7 +168,7 @@ def test_csv_and_table(caucus: Run, aud: ModuleType) -> None:
     assert (sde["a"], sde["b"], sde["delta"], sde["a_exact"], sde["b_exact"]) == ("0.9000", "0.6000", "-0.3000", "9/10", "3/5")
     assert {r["level"] for r in rows} == {"unit", "county", "state"}
     assert any(r["unit_id"] == "late" and r["measure"] == "status" and r["b"] == "reported" for r in rows)
-    table = caucus("diff", f"as-of:{_iso(aud.T_NIGHT)}", "log")
+    table = caucus("diff", f"as-of:{_iso(aud.T_NIGHT)}", "log", env={"COLUMNS": "200"})  # wide: cells on one line
     assert table.exit_code == 1
     for text in ("DIFFERENT: 3 of 18", "Precinct corrected", "Precinct late", "effect on state totals", "Birch"):
         assert text in table.stdout

@@ -203,6 +203,10 @@ def test_human_output_fits_and_never_shows_python(ops: ModuleType, workspace: An
     units = json.loads(ops.in_process(["tally", "--county", "Polk", "--json"], at)[1])["units"]
     joined = re.sub(r"[│┃|\s]", "", out)
     assert all(u["unit_id"] in joined for u in units)  # every unit is listed, its id whole
+    for args in (["diff", "as-of:2020-02-08T06:28:00Z", "live"], ["tally", "--unit", workspace.corrected_unit]):
+        code, table, err = ops.in_process(args, at)
+        assert code in (0, 1), err
+        assert max(len(line) for line in table.splitlines()) <= 100 and "…" not in table, args
     code, wide, _ = ops.in_process(["tally", "--county", "Polk", "--wide"], at)
     assert code == 0 and "final/CDs/SDE" in wide and max(len(line) for line in wide.splitlines()) > 100 and "…" not in wide
     for args in (["trail", workspace.corrected_unit], ["intake", "status"], ["tally", "--unit", workspace.corrected_unit],

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ledger.integrity.checkpoints import Checkpoint, CheckpointFormatError, SignedCheckpoint
 from ledger.log.port import Position
-from ledger.sqlite_setup import ReadOnlyDatabase, connect_private, create_schema, use_wal
+from ledger.sqlite_setup import ReadOnlyDatabase, create_schema, open_database, use_wal
 
 __all__ = [
     "STORE_FILE",
@@ -156,11 +156,9 @@ class SqliteCheckpointStore:
         self.path = Path(path)
         self._ro: ReadOnlyDatabase | None = None
         try:
+            self._conn, self._ro = open_database(self.path, 30.0, read_only=read_only)
             if read_only:
-                self._ro = ReadOnlyDatabase(self.path, 30.0)
-                self._conn = self._ro.conn
                 return
-            self._conn = connect_private(self.path, 30.0)
             use_wal(self._conn, 30.0)
             create_schema(self._conn, self._SCHEMA)
         except (OSError, sqlite3.Error) as exc:

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from ledger.sqlite_setup import MissingDatabase, ReadOnlyDatabase, connect_private, use_wal
+from ledger.sqlite_setup import MissingDatabase, ReadOnlyDatabase, open_database, use_wal
 from projections.stores._sql import (
     DATA_TABLES,
     EVENT_COLUMNS,
@@ -122,11 +122,8 @@ class SqliteStore:
             if str(path) == ":memory:":  # an empty store that leaves nothing behind (a tally replayed from the log)
                 self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
                 read_only = self.read_only = False
-            elif read_only:
-                self._ro = ReadOnlyDatabase(self.path, timeout)
-                self._conn = self._ro.conn
             else:
-                self._conn = connect_private(self.path, timeout)
+                self._conn, self._ro = open_database(self.path, timeout, read_only=read_only)
         except MissingDatabase:
             raise StoreMissing(
                 f"no projection store at {self.path}: run `caucus project` first (it builds the store from the log), "

@@ -139,14 +139,18 @@ def project(
 def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: bool, group: str, batch_size: int, quiet: bool,
              projection: str, set_id: int | None, session_timeout_ms: int, feed: bool, catch_up_batch: int,
              no_partition_timeout: float) -> Progress:
+    try:
+        identity = log_identity(settings)  # first: no store is made for a log that is not there
+    except (StoreError, LogError) as exc:
+        raise fail(str(exc)) from exc
     with _store(settings) as store, _stop_on_signals() as stop:
         while True:  # once, unless `caucus replay` switches the serving set: then on with the new one
             try:
-                info = store.get_set(set_id) if set_id is not None else serving_set(store, settings, projection)
+                info = store.get_set(set_id) if set_id is not None else serving_set(store, settings, projection, identity=identity)
                 if set_id is not None:
                     from projections.wiring import check_source
 
-                    check_source(info, store, settings, log_identity(settings))
+                    check_source(info, store, settings, identity)
             except (StoreError, LogError) as exc:
                 raise fail(str(exc)) from exc
             watch = ServingWatch(store, info.name, info.set_id) if set_id is None else None

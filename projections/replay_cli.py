@@ -22,7 +22,7 @@ from projections.runner import Progress, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, StoreError
 from projections.tally import AreaTally
-from projections.wiring import open_existing_log
+from projections.wiring import log_identity, open_existing_log
 
 __all__ = ["register", "replay"]
 
@@ -64,6 +64,10 @@ def replay(
     if print_only and cut is None:
         raise fail("--print-only needs --as-of (a rebuild without it is what the stored projection is for)")
     say = (lambda p: None) if quiet else (lambda p: typer.echo(_line(p), err=True))
+    try:
+        log_identity(settings)  # the log must be there before a store is made for it
+    except (StoreError, LogError) as exc:
+        raise fail(str(exc)) from exc
     try:
         store = open_store(settings)
     except StoreError as exc:

@@ -122,6 +122,9 @@ def test_read_commands_in_an_empty_directory_create_nothing_and_exit_2(ops: Modu
         done = ops.ok(ops.run(args, cwd=tmp_path), 2)
         assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, (args, done.stderr)
         assert list(tmp_path.iterdir()) == [], f"`caucus {' '.join(args)}` created {list(tmp_path.iterdir())}"
+    for args in (["project", "--until-caught-up"], ["replay"]):  # they write, but need a log to write from
+        ops.ok(ops.run(args, cwd=tmp_path), 2)
+        assert list(tmp_path.iterdir()) == [], f"`caucus {' '.join(args)}` created {list(tmp_path.iterdir())}"
     assert "no event log at caucus-data/log.sqlite3" in ops.run(["verify"], cwd=tmp_path).stderr
     assert "no projection store at caucus-data/store.sqlite3" in ops.run(["tally"], cwd=tmp_path).stderr
 

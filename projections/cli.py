@@ -72,19 +72,19 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 
 
 def _printer(observer: RunnerObserver, group: str, repeat_after: float = 30.0) -> Callable[[Progress], None]:
-    """Progress lines on stderr: a line when it says something new, else one every ``repeat_after`` s."""
-    last = ["", 0.0]
+    """Progress lines on stderr: a line when the state changes (events applied, lag, partitions, a
+    wait), else one every ``repeat_after`` seconds (an idle runner does not print every second)."""
+    last: list[object] = [None, 0.0]
 
     def say(p: Progress) -> None:
-        line = progress_line(p, waiting_for_partitions=observer.waiting_for_partitions(), group=group)
+        waiting = observer.waiting_for_partitions()
+        state = (p.applied, p.lag_events, tuple(sorted(p.assigned)), p.waiting_for_store,
+                 None if waiting is None else int(waiting) // 5)
         now = time.monotonic()
-        key = line.split("; ", 1)[-1] if p.applied == last_applied[0] else line
-        if key != last[0] or now - float(last[1]) >= repeat_after:
-            typer.echo(line, err=True)
-            last[0], last[1] = key, now
-        last_applied[0] = p.applied
+        if state != last[0] or now - float(last[1]) >= repeat_after:  # type: ignore[arg-type]
+            typer.echo(progress_line(p, waiting_for_partitions=waiting, group=group), err=True)
+            last[0], last[1] = state, now
 
-    last_applied = [-1]
     return say
 
 

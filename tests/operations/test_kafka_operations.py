@@ -22,6 +22,8 @@ from ledger.record_headers import CONTENT_TYPE
 from producers.simulator import simulate_election
 
 pytestmark = pytest.mark.kafka
+FAST_JOIN = ("--session-timeout-ms", "2000")
+"""Tansu takes about half the session timeout to complete a group join (DESIGN.md): short, in tests only."""
 
 
 def _env(ops: ModuleType, data: Path, bootstrap: str, topic: str, **extra: str) -> dict[str, str]:
@@ -76,17 +78,17 @@ def test_a_store_follows_its_log_across_addresses_and_refuses_another_log(ops: M
     env = _env(ops, tmp_path / "data", kafka_bootstrap, unique_topic)
     token = _official(ops, tmp_path, env)
     ops.ok(ops.run(["simulate", "write", "--units", "12", "--token", token], cwd=tmp_path, env=env))
-    ops.ok(ops.run(["project", "--until-caught-up", "-q", "--group", f"g-{unique_topic}"], cwd=tmp_path, env=env))
+    ops.ok(ops.run(["project", "--until-caught-up", "-q", *FAST_JOIN, "--group", f"g-{unique_topic}"], cwd=tmp_path, env=env))
     # the same cluster by another address: the same log
     moved = {**env, "CAUCUS_KAFKA": _other_address(kafka_bootstrap)}
-    ops.ok(ops.run(["project", "--until-caught-up", "-q", "--group", f"g-{unique_topic}"], cwd=tmp_path, env=moved))
+    ops.ok(ops.run(["project", "--until-caught-up", "-q", *FAST_JOIN, "--group", f"g-{unique_topic}"], cwd=tmp_path, env=moved))
     # another topic is another log: refused, with the one instruction that works
     other = {**env, "CAUCUS_TOPIC": unique_topic + "-other"}
     ops.ok(ops.run(["simulate", "write", "--units", "5", "--seed", "7", "--token", token], cwd=tmp_path, env=other))
-    refused = ops.ok(ops.run(["project", "--until-caught-up", "-q", "--group", f"h-{unique_topic}"], cwd=tmp_path, env=other), 2)
+    refused = ops.ok(ops.run(["project", "--until-caught-up", "-q", *FAST_JOIN, "--group", f"h-{unique_topic}"], cwd=tmp_path, env=other), 2)
     assert "another log" in refused.stderr and "caucus replay --new-log" in refused.stderr
-    ops.ok(ops.run(["replay", "--new-log", "-q"], cwd=tmp_path, env=other))
-    ops.ok(ops.run(["project", "--until-caught-up", "-q", "--group", f"h-{unique_topic}"], cwd=tmp_path, env=other))
+    ops.ok(ops.run(["replay", "--new-log", "-q", *FAST_JOIN], cwd=tmp_path, env=other))
+    ops.ok(ops.run(["project", "--until-caught-up", "-q", *FAST_JOIN, "--group", f"h-{unique_topic}"], cwd=tmp_path, env=other))
 
 
 def test_every_record_carries_headers(kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
@@ -127,7 +129,7 @@ def test_group_offsets_mirror_the_stored_positions(ops: ModuleType, kafka_bootst
     group = f"g-{unique_topic}"
     token = _official(ops, tmp_path, env)
     ops.ok(ops.run(["simulate", "write", "--units", "20", "--token", token], cwd=tmp_path, env=env))
-    ops.ok(ops.run(["project", "--until-caught-up", "-q", "--group", group], cwd=tmp_path, env=env))
+    ops.ok(ops.run(["project", "--until-caught-up", "-q", *FAST_JOIN, "--group", group], cwd=tmp_path, env=env))
     stored = json.loads(ops.ok(ops.run(["projections", "--json"], cwd=tmp_path, env=env)).stdout)[0]["positions"]
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     try:

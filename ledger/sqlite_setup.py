@@ -14,7 +14,8 @@ closes; so when it had to create them, a second, read-write connection is opened
 and closed at once: SQLite removes both files when the last connection to the database closes, and
 leaves them alone while another process (a runner writing meanwhile) still has it open. Where the
 file cannot change at all (its directory or file is not writable, or the file system is read-only)
-the database is opened ``immutable=1``, which takes no locks and needs no ``-shm`` file.
+the database is opened ``immutable=1``, which takes no locks and needs no ``-shm`` file (a reader in a
+directory it may not write, while a writer works there, shares the writer's ``-shm`` instead).
 """
 
 from __future__ import annotations
@@ -71,15 +72,17 @@ def connect_private(path: Path, timeout: float) -> sqlite3.Connection:
 
 
 def _unchangeable(path: Path) -> bool:
-    """True when nobody can write ``path`` through this file system: a read-only mount, or a file
-    and directory without write permission (root ignores permissions, so for root only a read-only
-    mount counts)."""
+    """True when no process can be writing ``path`` now: a read-only file system, or a directory this
+    process may not write in which no writer has its ``-shm`` file (a writer has one while it works; a
+    reader that may not create one must then read the file as it is). Root ignores permissions, so for
+    root only a read-only mount counts. Where a writer is at work, the reader shares its ``-shm``."""
     try:
         if os.statvfs(path).f_flag & os.ST_RDONLY:
             return True
     except OSError:
         return False
-    return not os.access(path.parent, os.W_OK) and not os.access(path, os.W_OK)
+    shm = path.with_name(path.name + "-shm")
+    return not os.access(path.parent, os.W_OK) and not shm.exists()
 
 
 class ReadOnlyDatabase:

@@ -39,7 +39,8 @@ app = typer.Typer(
         "Use --kafka HOST:PORT for a Kafka log and --database postgresql://... for a PostgreSQL store "
         "(or CAUCUS_KAFKA / CAUCUS_DATABASE, or caucus.toml; see `caucus config show`).\n\n"
         "Exit codes: 0 done, 1 refused or differences found, 2 an operational error (bad arguments or "
-        "configuration, a backend unreachable, something missing). Under --json an error is printed as "
+        "configuration, a backend unreachable, something missing), 3 the log was lost or rewound. Under --json an "
+        "error is printed as "
         '{"error": {...}} on stderr.'
     ),
     no_args_is_help=True,

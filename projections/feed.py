@@ -50,6 +50,7 @@ from typing import Any
 from ledger.config import Settings
 from ledger.events import Event
 from ledger.log.port import EventLog, LogError, PendingRecord
+from ledger.record_headers import event_headers
 from projections.feed_events import FeedStamp, area_event, feed_codec, tally_version, unit_event
 from projections.reducers import ElectionState
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError
@@ -58,6 +59,7 @@ from projections.tally import ElectionContext, UnitTally, aggregate, aggregate_c
 __all__ = ["RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPublisher", "FeedStats", "publishing"]
 
 RESULTS_LOG_FILE = "results.sqlite3"
+FEED_WRITER = "projections:results-feed"
 
 
 def open_results_log(settings: Settings, *, read_only: bool = False) -> EventLog:
@@ -187,6 +189,11 @@ class FeedPublisher:
 
     # -- publishing ---------------------------------------------------------------------------
 
+    def _record(self, event: Event[Any]) -> PendingRecord:
+        """A feed record with the headers every record carries (``ledger.record_headers``)."""
+        value = self._codec.encode(event)
+        return PendingRecord(event.key, event.event_id, value, event_headers(event, value, FEED_WRITER))
+
     def flush(self) -> int:
         """Publish the pending keys' current tallies; returns how many records were appended.
         Failures leave the keys pending (and are reported to ``on_error``), never raised."""
@@ -202,7 +209,7 @@ class FeedPublisher:
                     return 0
             events = self._events()
             if events:
-                self.log.append_batch([PendingRecord(e.key, e.event_id, self._codec.encode(e)) for e in events])
+                self.log.append_batch([self._record(e) for e in events])
         except (LogError, StoreError, OSError) as exc:
             self.stats.failures += 1
             self.stats.last_error = f"{type(exc).__name__}: {exc}"

@@ -167,7 +167,6 @@ def log_tail(
 ) -> None:
     """Show the newest events of the log, decoded."""
     from ledger.journal import Journal
-    from ledger.render import event_summary, event_to_json
 
     settings = settings_of(ctx)
     journal = Journal(open_log(settings, read_only=True))
@@ -182,16 +181,33 @@ def log_tail(
         if limit:
             seen = seen[-limit:]
         for le in seen:
-            typer.echo(json.dumps(event_to_json(le), sort_keys=True) if as_json else event_summary(le))
+            typer.echo(_tail_line(le, as_json))
         if follow:
             position = dict(marks)
             try:
                 for le in journal.follow(position):
-                    typer.echo(json.dumps(event_to_json(le), sort_keys=True) if as_json else event_summary(le))
+                    typer.echo(_tail_line(le, as_json))
             except KeyboardInterrupt:
                 pass
     finally:
         journal.close()
+
+
+def _tail_line(le: Any, as_json: bool) -> str:
+    """One event for ``log tail``: its JSON (with the record's headers, which ``log append`` ignores),
+    or its summary, naming who wrote it when that was not the intake, the importer or the feed."""
+    from ledger.record_headers import WRITER, header_map
+    from ledger.render import event_summary, event_to_json
+
+    headers = header_map(le.headers)
+    if as_json:
+        doc = event_to_json(le)
+        if headers:
+            doc["record_headers"] = headers
+        return json.dumps(doc, sort_keys=True)
+    writer = headers.get(WRITER, "")
+    direct = writer.startswith(("official:", "chair:"))
+    return event_summary(le) + (f"  [written directly by {writer}]" if direct else "")
 
 
 @log_app.command("append")

@@ -12,7 +12,7 @@ from typing import Any
 
 from ledger.codec import Codec, default_codec
 from ledger.events import Event
-from ledger.log.port import EventLog, Offsets, PendingRecord, Position, StoredRecord
+from ledger.log.port import EventLog, Headers, Offsets, PendingRecord, Position, StoredRecord
 from ledger.record_headers import event_headers
 
 __all__ = ["Journal", "LoggedEvent"]
@@ -25,6 +25,7 @@ class LoggedEvent:
     position: Position
     event: Event[Any]
     raw: bytes
+    headers: Headers = ()
 
 
 class Journal:
@@ -50,7 +51,7 @@ class Journal:
     def _decoded(self, records: Iterator[StoredRecord]) -> Iterator[LoggedEvent]:
         decode = self.codec.decode
         for rec in records:
-            yield LoggedEvent(rec.position, decode(rec.value), rec.value)
+            yield LoggedEvent(rec.position, decode(rec.value), rec.value, rec.headers)
 
     def read(self, start: Offsets | None = None, *, max_records: int | None = None) -> Iterator[LoggedEvent]:
         return self._decoded(self.log.read(start, max_records=max_records))

@@ -182,7 +182,6 @@ def test_log_writes_without_an_official_are_refused(ops: ModuleType, workspace: 
     before = ops.in_process(["log", "info", "--json"], at)[1]
     code, _, err = ops.in_process(["log", "append", str(events)], at)
     assert code == 1 and "official's credential" in err
-    _, chair = ops.in_process(["credentials", "issue", "--unit", "1", "--json"], at)[1:]
     chair_token = json.loads(ops.in_process(["credentials", "issue", "--unit", "1", "--json"], at)[1])["token"]
     code, _, err = ops.in_process(["log", "append", str(events), "--token", chair_token], at)
     assert code == 1 and "is a chair" in err
@@ -191,6 +190,16 @@ def test_log_writes_without_an_official_are_refused(ops: ModuleType, workspace: 
     assert ops.in_process(["log", "info", "--json"], at)[1] == before  # nothing was written
     code, out, err = ops.in_process(["log", "append", str(events), "--token", workspace.official_token, "--json"], at)
     assert code == 0, err  # the event is already there: appending it again writes nothing, and says where it is
+    assert ops.in_process(["log", "info", "--json"], at)[1] == before
+    restored = json.loads(events.read_text())
+    restored.update(event_id="00000000-0000-4000-8000-000000000001", idempotency_key="restored-copy")
+    events.write_text(json.dumps(restored) + "\n")
+    code, out, err = ops.in_process(["log", "append", str(events), "--token", workspace.official_token, "--json"], at)
+    assert code == 0, err
+    newest = json.loads(ops.in_process(["log", "tail", "-n", "1", "--json"], at)[1])
+    assert newest["event_id"] == restored["event_id"]
+    assert newest["record_headers"]["caucus-writer"].startswith("official:Auditor#")
+    assert "written directly by official:Auditor#" in ops.in_process(["log", "tail", "-n", "1"], at)[1]
 
 
 @pytest.mark.slow

@@ -203,9 +203,10 @@ def test_log_append_refuses_hostile_lines_without_a_traceback(tmp_path: Path) ->
     line = {"type": "UnitOpened", "event_id": "x", "election_id": "\ud800", "unit_id": "u", "actor": "a", "channel": "app",
             "occurred_at": "2020-01-01T00:00:00+00:00", "recorded_at": "2020-01-01T00:00:00+00:00",
             "idempotency_key": "k", "payload": {"attendance": 3}}  # fmt: skip
+    _, token = CredentialStore(tmp_path / "data" / "credentials.json").issue("official", name="Restorer")  # direct writes need one
     for name, content in (("deep", DEEP_ARRAY), ("surrogate", json.dumps(line).encode()), ("bytes", b"\xff\n")):
         source = tmp_path / f"{name}.jsonl"
         source.write_bytes(content)
-        done = _caucus(tmp_path / "data", "log", "append", str(source))
+        done = _caucus(tmp_path / "data", "log", "append", str(source), "--token", token)
         assert done.returncode == 2 and done.stderr.startswith(b"error: "), (name, done.stderr[-400:])
         assert b"Traceback" not in done.stderr

@@ -16,12 +16,15 @@ from ledger.codec import MAGIC
 from ledger.events import Event
 from ledger.log.port import Headers
 
-__all__ = ["CONTENT_TYPE", "event_headers", "header_map"]
+__all__ = ["CONTENT_TYPE", "DERIVED", "event_headers", "header_map"]
 
 CONTENT_TYPE = "application/vnd.caucus.event+avro; encoding=single-object"
 EVENT_TYPE, FINGERPRINT, ELECTION, UNIT, CONTENT, WRITER = (
     "caucus-event-type", "caucus-schema-fingerprint", "caucus-election", "caucus-unit", "content-type", "caucus-writer",
 )
+DERIVED = frozenset({EVENT_TYPE, FINGERPRINT, ELECTION, UNIT, CONTENT})
+"""Headers that say again what the record's value says: a log that stores records itself (the embedded
+one) need not keep them; only the writer is not in the value."""
 
 
 def event_headers(event: Event[Any], value: bytes, writer: str = "") -> Headers:

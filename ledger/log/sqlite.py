@@ -13,7 +13,9 @@ and retry instead of failing. An append either commits whole or leaves nothing (
 Identity: a log is created with a random id (``log_meta`` row ``log_id``), written once and never
 changed, so a projection can tell "the log I was built from" from "another log", wherever the file
 was copied or moved. A log made before ids existed gets one the first time it is opened for writing.
-Records keep their headers (``ledger.record_headers``) in a column of their own.
+Records keep the headers that cannot be read from the record itself (who wrote it; see
+``ledger.record_headers.DERIVED``) in a column of their own: keeping the others would add half again to
+the file and halve the speed of a raw read, to repeat what each record's value already says.
 
 Readers open it with ``read_only=True``: nothing is created or changed (``ledger.sqlite_setup``), a
 missing file is ``LogMissingError``, and appending is refused.
@@ -28,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 import orjson
@@ -44,7 +47,14 @@ from ledger.log.port import (
     Position,
     StoredRecord,
 )
-from ledger.sqlite_setup import MissingDatabase, ReadOnlyDatabase, create_schema, open_database, use_wal
+from ledger.record_headers import DERIVED
+from ledger.sqlite_setup import (
+    MissingDatabase,
+    ReadOnlyDatabase,
+    create_schema,
+    open_database,
+    use_wal,
+)
 
 __all__ = ["SqliteLog", "DEFAULT_PARTITIONS", "LogMissingError"]
 
@@ -301,6 +311,7 @@ class SqliteLog:
         emitted = 0
         cursor_seq = first_seq - 1
         headers = "headers" if self._has_headers else "NULL"
+        parsed: dict[bytes, Headers] = {}
         while cursor_seq < top:
             with self._lock, self._io("read"):
                 rows = self._conn.execute(
@@ -314,7 +325,15 @@ class SqliteLog:
                 cursor_seq = seq
                 if off < begin.get(part, 0):
                     continue
-                yield StoredRecord(Position(part, off), key, value, ts, _headers_of(head) if head else ())
+                if head:
+                    found = parsed.get(head)  # a few writers write every record: parse each once
+                    if found is None:
+                        found = _headers_of(head)
+                        if len(parsed) < 1024:
+                            parsed[head] = found
+                    yield StoredRecord(Position(part, off), key, value, ts, found)
+                else:
+                    yield StoredRecord(Position(part, off), key, value, ts)
                 emitted += 1
                 if max_records is not None and emitted >= max_records:
                     return
@@ -362,10 +381,14 @@ def _hint(exc: BaseException) -> str:
 
 
 def _headers_blob(headers: Headers) -> bytes | None:
-    """Headers as one JSON object; our header values are text (``ledger.record_headers``)."""
-    if not headers:
-        return None
-    return orjson.dumps({name: value.decode("utf-8", errors="replace") for name, value in headers})
+    """The headers the value does not repeat, as one JSON object (header values are text)."""
+    kept = tuple(item for item in headers if item[0] not in DERIVED)
+    return _blob(kept) if kept else None
+
+
+@lru_cache(maxsize=1024)
+def _blob(kept: Headers) -> bytes:
+    return orjson.dumps({name: value.decode("utf-8", errors="replace") for name, value in kept})
 
 
 def _headers_of(blob: bytes) -> Headers:

@@ -86,8 +86,10 @@ def _with_defaults(type_name: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def event_summary(item: LoggedEvent) -> str:
-    """One line a person can scan: position, time, type, unit, actor."""
+    """One line a person can scan: position, time, type, election/unit, actor. An event that names no
+    election (a submission refused before it could be attributed) says so: no tally counts it."""
     e = item.event
     when = e.recorded_at.strftime("%Y-%m-%d %H:%M:%S")
-    unit = e.unit_id or "(election)"
-    return f"{str(item.position):>9}  {when}  {e.type:<18} {unit:<24} {e.envelope.actor} via {e.envelope.channel.value}"
+    election = e.envelope.election_id or "(no election)"
+    where = f"{election}/{e.unit_id}" if e.unit_id else election
+    return f"{str(item.position):>9}  {when}  {e.type:<18} {where:<30} {e.envelope.actor} via {e.envelope.channel.value}"

@@ -24,7 +24,8 @@ A cut says which records count:
 
 Duplicates (a producer retry that landed twice) are dropped by event id, as the runner drops them.
 Memory holds one state per unit and per election and, for dedupe, the ids of each unit's events; never
-event bodies. ``unit_ids`` narrows the fold to some units (a recount package, one trail).
+event bodies. ``units`` narrows the fold to some units (a recount package, one trail). Units are
+keyed by (election id, unit id); an event that names no election is counted, never folded.
 """
 
 from __future__ import annotations
@@ -37,7 +38,17 @@ from typing import Any
 
 from ledger.codec import Codec, CodecError, default_codec
 from ledger.log.port import EventLog
-from projections.reducers import ElectionState, UnitState, apply_election, apply_unit, is_election_event
+from ledger.timestamps import iso_text
+from projections.reducers import (
+    ElectionState,
+    UnitState,
+    apply_election,
+    apply_unit,
+    elections_defining,
+    is_election_event,
+    is_unattributed,
+)
+from projections.stores.port import EventRow
 from projections.tally import (
     AreaTally,
     ElectionContext,
@@ -175,13 +186,14 @@ class AsOfState:
     ``p`` that was read inside the cut (what a projection at this moment would store)."""
 
     cut: Cut
-    units: dict[str, UnitState] = field(default_factory=dict)
+    units: dict[tuple[str, str], UnitState] = field(default_factory=dict)  # by (election id, unit id)
     elections: dict[str, ElectionState] = field(default_factory=dict)
     positions: dict[int, int] = field(default_factory=dict)
     high_watermarks: dict[int, int] = field(default_factory=dict)
     applied: int = 0
     duplicates: int = 0
     outside: int = 0
+    unattributed: list[EventRow] = field(default_factory=list)  # events that name no election
     newest_recorded_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -190,6 +202,7 @@ class AsOfState:
             "applied": self.applied,
             "duplicates_dropped": self.duplicates,
             "records_outside_cut": self.outside,
+            "unattributed": len(self.unattributed),
             "positions": {str(p): o for p, o in sorted(self.positions.items())},
             "high_watermarks": {str(p): o for p, o in sorted(self.high_watermarks.items())},
             "newest_recorded_at": None if self.newest_recorded_at is None else self.newest_recorded_at.isoformat(),
@@ -226,13 +239,13 @@ def replay(
     log: EventLog,
     cut: Cut | None = None,
     *,
-    unit_ids: Collection[str] | None = None,
+    units: Collection[tuple[str, str]] | None = None,
     codec: Codec | None = None,
 ) -> AsOfState:
     """Fold the log's records inside ``cut`` (default: all) into unit and election states.
 
     Reads up to the high watermarks as they stand when the call begins. ``unit_ids`` keeps only those
-    units (election-wide events are always folded). Raises ``AsOfError`` for a cut the log cannot
+    units, named by (election id, unit id) (election-wide events are always folded). Raises ``AsOfError`` for a cut the log cannot
     answer and for a record that cannot be decoded (named by position).
     """
     cut = cut or Cut(rest=None)
@@ -240,8 +253,8 @@ def replay(
     marks = log.high_watermarks()
     out = AsOfState(cut=cut, high_watermarks=dict(marks))
     start = _start_offsets(cut, marks, log.partitions)
-    seen: dict[str, set[str]] = {}
-    wanted = None if unit_ids is None else set(unit_ids)
+    seen: dict[tuple[str, str], set[str]] = {}
+    wanted = None if units is None else set(units)
     for rec in log.read(start):
         p, off = rec.position.partition, rec.position.offset
         if off >= marks.get(p, 0):
@@ -258,10 +271,14 @@ def replay(
             out.outside += 1
             continue
         out.positions[p] = off + 1
-        election = is_election_event(event)
-        if not election and wanted is not None and event.unit_id not in wanted:
+        if is_unattributed(event):
+            # names no election: part of no state (see ``is_unattributed``), listed for the audit
+            out.unattributed.append(EventRow(event.event_id, event.unit_id, "", p, off, event.type, iso_text(event.recorded_at)))
             continue
-        key = f"election:{event.envelope.election_id}" if election else event.unit_id
+        election = is_election_event(event)
+        key = (event.envelope.election_id, event.unit_id)
+        if not election and wanted is not None and key not in wanted:
+            continue
         ids = seen.setdefault(key, set())
         if event.event_id in ids:
             out.duplicates += 1
@@ -274,22 +291,30 @@ def replay(
             eid = event.envelope.election_id
             out.elections[eid] = apply_election(out.elections.get(eid), event)
         else:
-            out.units[event.unit_id] = apply_unit(out.units.get(event.unit_id), event)
+            out.units[key] = apply_unit(out.units.get(key), event)
     return out
 
 
-def select_election(elections: Mapping[str, ElectionState], wanted: str | None) -> str:
-    """The election to tally: the one asked for, else the only one defined inside the cut."""
+def select_election(elections: Mapping[str, ElectionState], wanted: str | None, *, unit: str | None = None,
+                    where: str = "inside the cut") -> str:
+    """The election to tally: the one asked for, else the only one defined, else (when a unit is
+    named) the only one that defines that unit. Raises ``AsOfError`` naming the choices."""
     if wanted is not None:
         if wanted not in elections:
             known = ", ".join(sorted(e for e in elections if e)) or "none"
-            raise AsOfError(f"election {wanted!r} has no events inside the cut (elections there: {known})")
+            raise AsOfError(f"election {wanted!r} is unknown: it has no events {where} (elections: {known})")
         return wanted
     defined = sorted(e for e, s in elections.items() if s.definition is not None)
     if len(defined) == 1:
         return defined[0]
     if not defined:
-        raise AsOfError("no election is defined inside the cut (no ElectionDefined event recorded by then)")
+        raise AsOfError(f"no election is defined {where} (no ElectionDefined event)")
+    if unit is not None:
+        holding = elections_defining(elections, unit)
+        if len(holding) == 1:
+            return holding[0]
+        if holding:
+            raise AsOfError(f"unit {unit!r} is defined in several elections ({', '.join(holding)}); choose one with --election")
     raise AsOfError(f"the log holds several elections ({', '.join(defined)}); choose one with --election")
 
 
@@ -323,13 +348,14 @@ def tally_as_of(
     election_id: str | None = None,
     rule_set: str | None = None,
     codec: Codec | None = None,
+    unit: str | None = None,
 ) -> AsOfTally:
     """Every unit tally of one election as it stood at ``cut``, under the election's rule set or
     ``rule_set``. Units without events inside the cut have no tally (they were not reporting)."""
     state = replay(log, cut, codec=codec)
-    chosen = select_election(state.elections, election_id)
+    chosen = select_election(state.elections, election_id, unit=unit)
     ctx = election_context(state.elections[chosen], chosen, rule_set=rule_set)
     if ctx.rules_error:
         raise AsOfError(ctx.rules_error)
-    units = {uid: compute_unit_tally(s, ctx) for uid, s in state.units.items() if s.election_id == chosen}
+    units = {uid: compute_unit_tally(s, ctx) for (eid, uid), s in state.units.items() if eid == chosen}
     return AsOfTally(state, ctx, units)

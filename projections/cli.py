@@ -216,7 +216,7 @@ def tally(
                 log = open_existing_log(settings)
             try:
                 view = load_view(store, set_name=projection, election_id=election, rule_set=rule_set,
-                                 as_of=cut if log is not None else None, log=log)
+                                 as_of=cut if log is not None else None, log=log, unit=unit)
             finally:
                 if log is not None:
                     log.close()
@@ -263,6 +263,8 @@ def tally(
 def trail(
     ctx: typer.Context,
     unit: str = typer.Argument(..., help="Unit id (or an unambiguous name)."),
+    election: Optional[str] = typer.Option(
+        None, "--election", help="Election id; needed only when several elections define the unit."),
     as_json: bool = JsonOption,
     rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Tallies under another rule set."),
     projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True),
@@ -277,22 +279,22 @@ def trail(
     with _store(settings, read_only=True) as store:
         try:
             info = resolve_set(store, projection)
+            view = load_view(store, set_id=info.set_id, election_id=election, unit=unit)
             try:
-                view = load_view(store, set_id=info.set_id)
                 unit_id = find_unit(view, unit)
             except QueryError:
-                unit_id = unit
+                unit_id = unit  # not in the definition: its refused submissions may still be in the log
             log = open_existing_log(settings)
             try:
                 with store.reader(info.set_id) as reader:
-                    result = unit_trail(log, reader, unit_id, rule_set=rule_set)
+                    result = unit_trail(log, reader, view.context.election_id, unit_id, rule_set=rule_set)
             finally:
                 log.close()
         except (QueryError, LogError, CodecError) as exc:
             raise fail(str(exc)) from exc
-    if not result.entries:
-        raise fail(f"no events for unit {unit_id!r} in {settings.describe_log()} (give a unit id, or a name "
-                   "`caucus tally --county C` lists)", code=2)
+    if not result.entries and not result.unattributed:
+        raise fail(f"no events for unit {unit_id!r} of election {result.election_id!r} in {settings.describe_log()} "
+                   "(give a unit id, or a name `caucus tally --county C` lists)", code=2)
     emit(result.to_json(), as_json, lambda: print_trail(cli_console(), result))
 
 

@@ -53,7 +53,7 @@ from ledger.log.port import EventLog, LogError, PendingRecord
 from ledger.record_headers import event_headers
 from projections.feed_events import FeedStamp, area_event, feed_codec, tally_version, unit_event
 from projections.reducers import ElectionState
-from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError
+from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError, UnitKey
 from projections.tally import ElectionContext, UnitTally, aggregate, aggregate_counties, election_context
 
 __all__ = ["RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPublisher", "FeedStats", "publishing"]
@@ -105,7 +105,7 @@ class FeedStats:
 
 @dataclass
 class _Pending:
-    units: set[str] = field(default_factory=set)
+    units: set[UnitKey] = field(default_factory=set)  # (election id, unit id)
     everything: bool = False
 
     def __bool__(self) -> bool:
@@ -143,11 +143,11 @@ class FeedPublisher:
         self._runner: Any = None
         self._pending = _Pending(everything=True)
         self._last_flush = float("-inf")
-        self._tallies: dict[str, UnitTally] = {}
+        self._tallies: dict[UnitKey, UnitTally] = {}
         self._contexts: dict[str, ElectionContext] = {}
         self._revisions: dict[str, str] = {}
         self._election_events: dict[str, int] = {}
-        self._unit_events: dict[str, int] = {}
+        self._unit_events: dict[UnitKey, int] = {}
         self._expected: dict[int, int] | None = None  # positions of the last snapshot, plus our own commits since
 
     # -- hooks --------------------------------------------------------------------------------
@@ -161,8 +161,8 @@ class FeedPublisher:
         """The runner's after-commit hook: note what changed; publish now if the runner is caught up."""
         # Units whose tally changed, and units whose state changed without changing the tally (their
         # version moves all the same: publishing them keeps a republished copy at the same version).
-        self._pending.units.update(row.unit_id for row in changes.tallies)
-        self._pending.units.update(row.unit_id for row in changes.units)
+        self._pending.units.update((row.election_id, row.unit_id) for row in changes.tallies)
+        self._pending.units.update((row.election_id, row.unit_id) for row in changes.units)
         if changes.elections:
             self._pending.everything = True  # definition or certification: every area's sums may move
         if self._expected is not None:
@@ -234,27 +234,30 @@ class FeedPublisher:
                 self._election_events = {e: s.events for e, s in elections.items()}
                 self._revisions = revisions
             wanted = None if reload else pending.units
-            rows = r.tallies() if wanted is None else r.tallies(unit_ids=wanted)
+            rows = r.tallies() if wanted is None else r.tallies(keys=wanted)
             states = r.unit_states() if wanted is None else r.unit_states(wanted)
         if reload:
             self._tallies, self._unit_events = {}, {}
-        for uid, row in rows.items():
-            self._tallies[uid] = UnitTally.loads(row.tally)
-        for uid, srow in states.items():
-            self._unit_events[uid] = int(json.loads(srow.state).get("events", 0))
+        for key, row in rows.items():
+            self._tallies[key] = UnitTally.loads(row.tally)
+        for key, srow in states.items():
+            self._unit_events[key] = int(json.loads(srow.state).get("events", 0))
         changed = set(rows)
         self._expected = dict(positions)
         stamp = FeedStamp.of(self.info.name, self.info.version, self.info.rule_set, positions)
         at = datetime.now(UTC)
         out: list[Event[Any]] = []
-        for uid in sorted(changed):
-            t = self._tallies[uid]
-            version = tally_version(self._election_events.get(t.election_id, 0), self._unit_events.get(uid, 0))
+        for key in sorted(changed):
+            t = self._tallies[key]
+            ctx = self._contexts.get(t.election_id)
+            if ctx is None or not ctx.defined or t.unit_id not in ctx.units:
+                continue  # a unit no definition lists (refusals naming an unknown unit): counted in no tally
+            version = tally_version(self._election_events.get(t.election_id, 0), self._unit_events.get(key, 0))
             out.append(unit_event(t, stamp.at(version), at))
         by_election: dict[str, list[UnitTally]] = {}
         for t in self._tallies.values():
             by_election.setdefault(t.election_id, []).append(t)
-        touched = {self._tallies[u].election_id for u in changed}
+        touched = {e for e, _ in changed}
         for eid, tallies in sorted(by_election.items()):
             ctx = self._contexts.get(eid)
             if ctx is None or not ctx.defined or (eid not in touched and not reload):
@@ -263,13 +266,13 @@ class FeedPublisher:
             if reload:
                 counties = aggregate_counties(ctx, tallies)
             else:
-                moved = {ctx.county_of(u) for u in changed if self._tallies[u].election_id == eid}
+                moved = {ctx.county_of(u) for e, u in changed if e == eid}
                 counties = {c: aggregate(ctx, tallies, c) for c in sorted(x for x in moved if x is not None and x in ctx.counties)}
             unit_events: dict[str, int] = {}
             for t in tallies:
                 county = ctx.county_of(t.unit_id)
                 if county is not None:
-                    unit_events[county] = unit_events.get(county, 0) + self._unit_events.get(t.unit_id, 0)
+                    unit_events[county] = unit_events.get(county, 0) + self._unit_events.get((eid, t.unit_id), 0)
             for cid, county in counties.items():
                 version = tally_version(e_events, unit_events.get(cid, 0))
                 out.append(area_event(county, stamp.at(version), at, election_id=eid, kind="county", certified=ctx.certified))

@@ -42,12 +42,14 @@ def _wanted(event: Event[Any], unit: str | None, county: str | None, election: s
     return False
 
 
-def _resolve(settings: Any, county: str | None, unit: str | None, election: str | None) -> tuple[str | None, str | None]:
+def _resolve(settings: Any, county: str | None, unit: str | None, election: str | None) -> tuple[str | None, str | None, str | None]:
     """Check --county, --unit and --election against the serving projection's election (a name becomes
     its id), so a typo stops at once instead of following a feed that never matches. Without a
-    projection store to ask (a subscriber on another machine), they are taken as given."""
+    projection store to ask (a subscriber on another machine), they are taken as given. A unit or
+    county is one election's: that election is followed (the only one defining the unit, unless
+    --election names it)."""
     if county is None and unit is None and election is None:
-        return county, unit
+        return county, unit, election
     from projections.queries import QueryError, find_county, find_unit, load_view
     from projections.stores import open_store
     from projections.stores.port import StoreError
@@ -55,14 +57,15 @@ def _resolve(settings: Any, county: str | None, unit: str | None, election: str 
     try:
         store = open_store(settings, read_only=True)
     except StoreError:
-        return county, unit
+        return county, unit, election
     try:
-        view = load_view(store, election_id=election)
-        return (find_county(view.context, county) if county else None, find_unit(view, unit) if unit else None)
+        view = load_view(store, election_id=election, unit=unit)
+        return (find_county(view.context, county) if county else None, find_unit(view, unit) if unit else None,
+                view.context.election_id)
     except QueryError as exc:
         raise fail(str(exc)) from exc
     except StoreError:
-        return county, unit
+        return county, unit, election
     finally:
         store.close()
 
@@ -91,7 +94,7 @@ def subscribe(
             return True
         return until_idle is not None and time.monotonic() - last_seen >= until_idle
 
-    county, unit = _resolve(settings, county, unit, election)
+    county, unit, election = _resolve(settings, county, unit, election)
     try:
         log = open_results_log(settings, read_only=True)
     except LogMissingError:

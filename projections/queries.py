@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.log.port import EventLog
-from projections.asof import AsOfError, Cut, tally_as_of
+from projections.asof import AsOfError, Cut, select_election, tally_as_of
 from projections.reducers import ElectionState, UnitState
 from projections.stores.port import ProjectionStore, SetInfo, StoreReader
 from projections.tally import (
@@ -111,18 +111,12 @@ def resolve_set(store: ProjectionStore, name: str = DEFAULT_SET, set_id: int | N
     return info
 
 
-def choose_election(elections: dict[str, ElectionState], wanted: str | None) -> str:
-    if wanted is not None:
-        if wanted not in elections:
-            known = ", ".join(sorted(elections)) or "none"
-            raise QueryError(f"election {wanted!r} is not in the projection (elections: {known})")
-        return wanted
-    defined = [e for e, s in elections.items() if s.definition is not None]
-    if len(defined) == 1:
-        return defined[0]
-    if not defined:
-        raise QueryError("no election has been defined in the projected log yet (no ElectionDefined event)")
-    raise QueryError(f"the log holds several elections ({', '.join(sorted(defined))}); choose one with --election")
+def choose_election(elections: dict[str, ElectionState], wanted: str | None, *, unit: str | None = None) -> str:
+    """The election asked for, else the only one defined, else the only one defining ``unit``."""
+    try:
+        return select_election(elections, wanted, unit=unit, where="in the projection")
+    except AsOfError as exc:
+        raise QueryError(str(exc)) from None
 
 
 def tallies_from_states(states: Iterable[UnitState], ctx: ElectionContext) -> dict[str, UnitTally]:
@@ -130,14 +124,14 @@ def tallies_from_states(states: Iterable[UnitState], ctx: ElectionContext) -> di
     return {s.unit_id: compute_unit_tally(s, ctx) for s in states}
 
 
-def _read(reader: StoreReader, info: SetInfo, election_id: str | None, rule_set: str | None) -> TallyView:
+def _read(reader: StoreReader, info: SetInfo, election_id: str | None, rule_set: str | None, unit: str | None) -> TallyView:
     elections = {e: ElectionState.loads(row.state) for e, row in reader.elections().items()}
-    chosen = choose_election(elections, election_id)
+    chosen = choose_election(elections, election_id, unit=unit)
     positions = {p: row.next_offset for p, row in reader.positions().items()}
     own = election_context(elections[chosen], chosen, rule_set=info.rule_set)
     if rule_set is None or rule_set == own.rule_set_name:
         rows = reader.tallies(election_id=chosen)
-        units = {uid: UnitTally.loads(row.tally) for uid, row in rows.items()}
+        units = {uid: UnitTally.loads(row.tally) for (_, uid), row in rows.items()}
         return TallyView(info, own, units, positions)
     ctx = election_context(elections[chosen], chosen, rule_set=rule_set)
     if ctx.rules_error:
@@ -154,6 +148,7 @@ def view_as_of(
     election_id: str | None = None,
     rule_set: str | None = None,
     log: EventLog | None = None,
+    unit: str | None = None,
 ) -> TallyView:
     """The view as it stood at ``as_of``: a time (events recorded at or before it, inclusive) or a
     ``Cut`` (log positions, or both), folded from the log by ``projections.asof`` with the same
@@ -164,7 +159,7 @@ def view_as_of(
         raise QueryError("--as-of replays the log, but no log was given")
     cut = as_of if isinstance(as_of, Cut) else Cut(at=as_of)
     try:
-        at = tally_as_of(log, cut, election_id=election_id, rule_set=rule_set or (info.rule_set if info else None))
+        at = tally_as_of(log, cut, election_id=election_id, rule_set=rule_set or (info.rule_set if info else None), unit=unit)
     except AsOfError as exc:
         raise QueryError(str(exc)) from exc
     stand_in = SetInfo(
@@ -184,13 +179,16 @@ def load_view(
     rule_set: str | None = None,
     as_of: datetime | Cut | None = None,
     log: EventLog | None = None,
+    unit: str | None = None,
 ) -> TallyView:
+    """``unit``: a unit the caller names; with no ``election_id`` and several elections, the only
+    election that defines it is chosen."""
     if as_of is not None:
         info = store.get_set(set_id) if set_id is not None else store.serving(set_name)
-        return view_as_of(store, info, as_of, election_id=election_id, rule_set=rule_set, log=log)
+        return view_as_of(store, info, as_of, election_id=election_id, rule_set=rule_set, log=log, unit=unit)
     info = resolve_set(store, set_name, set_id)
     with store.reader(info.set_id) as reader:
-        return _read(reader, info, election_id, rule_set)
+        return _read(reader, info, election_id, rule_set, unit)
 
 
 def find_county(ctx: ElectionContext, text: str) -> str:

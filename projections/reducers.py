@@ -7,13 +7,16 @@ serves the live runner, the paper trail (which replays one unit) and tests.
 
 Two kinds of state, because events are keyed two ways (see ``Envelope.key``):
 
-* ``UnitState``: everything keyed by a unit id (reports, corrections, openings, coin tosses,
-  rejected submissions, unit-level certification). A unit's events share one partition, so they
-  arrive in order.
+* ``UnitState``: everything keyed by a unit (reports, corrections, openings, coin tosses,
+  rejected submissions, unit-level certification). A unit is identified by (election id, unit id):
+  one log may hold several elections whose unit ids overlap. A unit's events share one partition
+  (the partition key is the unit id), so they arrive in order.
 * ``ElectionState``: events with no unit id (the election definition, election-wide certification,
   submissions rejected before a unit could be named). They live in their own partition, in no
   order relative to the units; the tallies (``projections.tally``) combine both kinds, so nothing
   here depends on which partition was read first.
+
+An event that names no election (``is_unattributed``) becomes no state at all.
 
 Dedupe by ``event_id`` happens before an event reaches a reducer: the runner asks the store which
 ids it has processed (memory stays bounded by the number of units); ``Projection`` below does the
@@ -55,6 +58,8 @@ __all__ = [
     "UnitFold",
     "apply_election",
     "is_election_event",
+    "is_unattributed",
+    "elections_defining",
     "Projection",
     "canonical_json",
 ]
@@ -453,6 +458,29 @@ def is_election_event(event: Event[Any]) -> bool:
     return not event.unit_id
 
 
+def elections_defining(elections: Mapping[str, ElectionState], unit: str) -> list[str]:
+    """The defined elections that list ``unit`` (by id, name or short name, case and spacing
+    ignored): a unit named without an election belongs to the only one of these, if there is one."""
+    want = " ".join(unit.split()).casefold()
+    out = []
+    for eid, state in elections.items():
+        defn = state.definition
+        if defn is not None and any(
+            u.unit_id == unit or want in {" ".join(u.name.split()).casefold(), (u.short_name or "").casefold()}
+            for u in defn.units
+        ):
+            out.append(eid)
+    return sorted(out)
+
+
+def is_unattributed(event: Event[Any]) -> bool:
+    """An event that names no election (a submission refused before it could be attributed: no
+    credential, a body that did not parse). It stays in the log and the event index, and the audit
+    lists it, but it is folded into no state: were it a unit's first event, it would otherwise
+    decide which election the unit's later reports count for."""
+    return not event.envelope.election_id
+
+
 def apply_election(state: ElectionState | None, event: Event[Any]) -> ElectionState:
     """Fold one election-keyed event into the election's state. A later ``ElectionDefined`` for
     the same election replaces the earlier definition (a corrected apportionment, say)."""
@@ -477,10 +505,11 @@ class Projection:
     so that its memory is bounded by the number of units rather than events.
     """
 
-    units: dict[str, UnitState] = field(default_factory=dict)
+    units: dict[tuple[str, str], UnitState] = field(default_factory=dict)  # by (election id, unit id)
     elections: dict[str, ElectionState] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
     duplicates: int = 0
+    unattributed: list[Event[Any]] = field(default_factory=list)
 
     def apply(self, event: Event[Any]) -> bool:
         """Apply ``event``; False (and nothing changes) if its id was applied before."""
@@ -488,11 +517,14 @@ class Projection:
             self.duplicates += 1
             return False
         self.seen.add(event.event_id)
-        if is_election_event(event):
-            eid = event.envelope.election_id
+        eid = event.envelope.election_id
+        if is_unattributed(event):
+            self.unattributed.append(event)
+        elif is_election_event(event):
             self.elections[eid] = apply_election(self.elections.get(eid), event)
         else:
-            self.units[event.unit_id] = apply_unit(self.units.get(event.unit_id), event)
+            key = (eid, event.unit_id)
+            self.units[key] = apply_unit(self.units.get(key), event)
         return True
 
     def apply_all(self, events: Iterable[Event[Any]]) -> int:

@@ -16,6 +16,10 @@ Exactly once, in four rules:
 4. **Dedupe by event id.** An event whose id the set already holds (a producer retry that landed at
    another offset) advances the position but changes nothing.
 
+Identity: a unit is (election id, unit id); a log may hold elections whose unit ids overlap, so every
+cache, fold and row here is keyed by both. An event that names no election (a submission refused
+before it could be attributed) is indexed (dedupe, the audit's list) and folded into nothing.
+
 Election-wide events (the definition, certification) sit in their own partition, in no order with
 the units. A unit's tally is computed from the unit's state and the election state as committed
 when the unit's batch commits (read under the lock); a batch that changes an election recomputes
@@ -57,6 +61,7 @@ from projections.stores.port import (
     StoreTx,
     StoreUnavailable,
     TallyRow,
+    UnitKey,
     UnitRow,
 )
 from projections.tally import ElectionContext, compute_unit_tally, context_key, election_context
@@ -194,9 +199,9 @@ class ProjectionRunner:
         self._next: dict[int, int] = {}
         self._known: dict[int, int] = {}  # the highest stored position seen per partition, kept when revoked
         self._targets: dict[int, int] = {}
-        self._units: dict[str, UnitState] = {}
-        self._tally_hashes: dict[str, int] = {}  # of the stored tally text, to skip unchanged writes
-        self._units_of: dict[int, set[str]] = defaultdict(set)
+        self._units: dict[UnitKey, UnitState] = {}
+        self._tally_hashes: dict[UnitKey, int] = {}  # of the stored tally text, to skip unchanged writes
+        self._units_of: dict[int, set[UnitKey]] = defaultdict(set)
         self._contexts: dict[str, ElectionContext] = {}
         self._elections: dict[str, ElectionState] = {}
         self._last_report = 0.0
@@ -225,9 +230,9 @@ class ProjectionRunner:
             self._forget(p)
 
     def _forget(self, partition: int) -> None:
-        for uid in self._units_of.pop(partition, set()):
-            self._units.pop(uid, None)
-            self._tally_hashes.pop(uid, None)
+        for key in self._units_of.pop(partition, set()):
+            self._units.pop(key, None)
+            self._tally_hashes.pop(key, None)
 
     def _note_recorded(self, at: datetime) -> None:
         if self.progress.newest_recorded_at is None or at > self.progress.newest_recorded_at:
@@ -441,24 +446,24 @@ class ProjectionRunner:
             waiting = (chunk, tx.index_begin(chunk.rows))
         if waiting is not None:
             self._fold_chunk(tx, *waiting, folded, revisions)
-        units.update((uid, (p, fold.state())) for uid, (p, fold) in folded.folds.items())
+        units.update((key, (p, fold.state())) for key, (p, fold) in folded.folds.items())
         folded.folds.clear()
         positions = {p: PositionRow(p, off + 1, at.isoformat()) for p, (off, at) in last.items()}
         changes.positions = list(positions.values())
         changes.elections = [ElectionRow(e, s.revision or "", s.dumps()) for e, s in elections.items()]
-        changes.units = [UnitRow(uid, st.election_id, p, st.dumps()) for uid, (p, st) in units.items()]
+        changes.units = [UnitRow(st.unit_id, st.election_id, p, st.dumps()) for p, st in units.values()]
 
         def context(eid: str) -> ElectionContext:
             state = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
             return self._context(state, eid)
 
-        tallies: dict[str, TallyRow] = {}
-        for uid, (_, st) in units.items():
+        tallies: dict[UnitKey, TallyRow] = {}
+        for key, (_, st) in units.items():
             row = tally_row(st, context(st.election_id))
             digest = hash((row.context, row.tally))
-            folded.tally_hashes[uid] = digest
-            if self._tally_hashes.get(uid) != digest:  # e.g. a toss for a tie this result does not have
-                tallies[uid] = row
+            folded.tally_hashes[key] = digest
+            if self._tally_hashes.get(key) != digest:  # e.g. a toss for a tie this result does not have
+                tallies[key] = row
         for eid in elections:
             before_key = context_key(self._election_state(tx, eid, revisions), self.rule_set)
             ctx = context(eid)
@@ -478,7 +483,7 @@ class ProjectionRunner:
         memory of ours: every earlier chunk's rows are in the index, in this transaction, before
         that chunk's rows are looked up, so the index reports it as held."""
         rows: list[EventRow] = []
-        runs: dict[str, tuple[int, list[Event[Any]]]] = {}
+        runs: dict[UnitKey, tuple[int, list[Event[Any]]]] = {}
         elections: list[Event[Any]] = []
         newest: datetime | None = None
         done: set[str] = set()
@@ -503,11 +508,14 @@ class ProjectionRunner:
                 if newest is None or at > newest:
                     newest = at
                 if not uid:  # an election-wide event (``is_election_event``)
-                    add_election(ev)
-                elif uid in runs:
-                    runs[uid][1].append(ev)
+                    if eid:
+                        add_election(ev)
+                elif not eid:
+                    pass  # attributed to no election (``is_unattributed``): indexed and shown, never folded
+                elif (eid, uid) in runs:
+                    runs[eid, uid][1].append(ev)
                 else:
-                    runs[uid] = (p, [ev])
+                    runs[eid, uid] = (p, [ev])
         except CodecError as exc:
             assert rec is not None
             raise RunnerError(f"the record at {rec.position} (key {rec.key!r}) cannot be decoded: {exc}") from exc
@@ -530,27 +538,27 @@ class ProjectionRunner:
             elections[eid] = apply_election(before, ev)
         runs = chunk.runs
         missing = runs.keys() - cached.keys() - folds.keys()
-        loaded = {uid: UnitState.loads(row.state) for uid, row in tx.unit_states(missing).items()} if missing else {}
-        for uid, (p, run) in runs.items():
-            if uid in folds:
-                folds[uid][1].add(run)
+        loaded = {key: UnitState.loads(row.state) for key, row in tx.unit_states(missing).items()} if missing else {}
+        for key, (p, run) in runs.items():
+            if key in folds:
+                folds[key][1].add(run)
             else:
-                folds[uid] = (p, UnitFold(cached.get(uid) or loaded.get(uid)).add(run))
+                folds[key] = (p, UnitFold(cached.get(key) or loaded.get(key)).add(run))
         folded.applied += len(chunk.rows)
         if chunk.newest is not None and (folded.newest is None or chunk.newest > folded.newest):
             folded.newest = chunk.newest
 
-    def _recompute_election(self, tx: StoreReader, ctx: ElectionContext, skip: dict[str, Any]) -> dict[str, TallyRow]:
+    def _recompute_election(self, tx: StoreReader, ctx: ElectionContext, skip: dict[UnitKey, Any]) -> dict[UnitKey, TallyRow]:
         """Every stored unit of the election against its new context; only changed tallies."""
         existing = tx.tallies(election_id=ctx.election_id)
-        out: dict[str, TallyRow] = {}
-        for uid, row in tx.unit_states(election_id=ctx.election_id).items():
-            if uid in skip:
+        out: dict[UnitKey, TallyRow] = {}
+        for key, row in tx.unit_states(election_id=ctx.election_id).items():
+            if key in skip:
                 continue
             new = tally_row(UnitState.loads(row.state), ctx)
-            old = existing.get(uid)
+            old = existing.get(key)
             if old is None or old.tally != new.tally or old.context != new.context:
-                out[uid] = new
+                out[key] = new
         return out
 
     def _commit_local(self, changes: Changes, folded: _Folded, skipped: int) -> None:
@@ -558,11 +566,11 @@ class ProjectionRunner:
             self._next[row.partition] = row.next_offset
             self._known[row.partition] = max(self._known.get(row.partition, 0), row.next_offset)
         owned = self.source.assigned()
-        for uid, (p, st) in folded.units.items():
+        for key, (p, st) in folded.units.items():
             if p in owned:
-                self._units[uid] = st
-                self._units_of[p].add(uid)
-                self._tally_hashes[uid] = folded.tally_hashes[uid]
+                self._units[key] = st
+                self._units_of[p].add(key)
+                self._tally_hashes[key] = folded.tally_hashes[key]
         self._elections.update(folded.elections)
         self.progress.applied += folded.applied
         self.progress.duplicates += folded.duplicates
@@ -577,18 +585,18 @@ class _Chunk:
     """A decoded chunk as the fold takes it (see ``ProjectionRunner._decode_chunk``)."""
 
     rows: list[EventRow]
-    runs: dict[str, tuple[int, list[Event[Any]]]]
+    runs: dict[UnitKey, tuple[int, list[Event[Any]]]]
     elections: list[Event[Any]]
     newest: datetime | None
 
     def without(self, held: set[str]) -> _Chunk:
         """The chunk less the events the index already held. Rare (a producer retry that landed at
         another offset), so the grouping is simply redone."""
-        runs: dict[str, tuple[int, list[Event[Any]]]] = {}
-        for uid, (p, run) in self.runs.items():
+        runs: dict[UnitKey, tuple[int, list[Event[Any]]]] = {}
+        for key, (p, run) in self.runs.items():
             keep = [ev for ev in run if ev.event_id not in held]
             if keep:
-                runs[uid] = (p, keep)
+                runs[key] = (p, keep)
         elections = [ev for ev in self.elections if ev.event_id not in held]
         times = [ev.recorded_at for ev in elections] + [ev.recorded_at for _, run in runs.values() for ev in run]
         return _Chunk([r for r in self.rows if r.event_id not in held], runs, elections, max(times, default=None))
@@ -602,7 +610,7 @@ class _Folded:
     duplicates: int = 0
     indexed: int = 0
     newest: datetime | None = None
-    folds: dict[str, tuple[int, UnitFold]] = field(default_factory=dict)  # while the batch's chunks are folded
-    units: dict[str, tuple[int, UnitState]] = field(default_factory=dict)  # then the states they built
+    folds: dict[UnitKey, tuple[int, UnitFold]] = field(default_factory=dict)  # while the batch's chunks are folded
+    units: dict[UnitKey, tuple[int, UnitState]] = field(default_factory=dict)  # then the states they built
     elections: dict[str, ElectionState] = field(default_factory=dict)
-    tally_hashes: dict[str, int] = field(default_factory=dict)
+    tally_hashes: dict[UnitKey, int] = field(default_factory=dict)

@@ -132,9 +132,9 @@ def print_unit(console: Console, view: TallyView, u: UnitTally) -> None:
 
 
 def print_trail(console: Console, trail: Trail) -> None:
+    console.print(f"unit {trail.unit_id} of election {trail.election_id}", highlight=False)
     if not trail.entries:
-        console.print(f"no events for unit {trail.unit_id!r} in the log")
-        return
+        console.print(f"no events for unit {trail.unit_id!r} of election {trail.election_id!r} in the log", highlight=False)
     for e in trail.entries:
         env = e.event.envelope
         flag = "" if e.projected else "  [not projected yet]"
@@ -154,3 +154,12 @@ def print_trail(console: Console, trail: Trail) -> None:
         t = e.tally
         won = ", ".join(f"{c} {t.cds[c]} CD / {t.sde_display.get(c, Decimal(0)):.4f}" for c in t.cds if t.cds[c])
         console.print(f"    tally: {t.status}{' (' + t.stage + ')' if t.stage else ''}; {won or 'no delegates'}", highlight=False)
+    if trail.unattributed:
+        console.print(f"{len(trail.unattributed)} submission(s) for unit {trail.unit_id} refused before they named an election "
+                      "(kept in the log, part of no unit's state):", highlight=False)
+        for u in trail.unattributed:
+            env = u.event.envelope
+            console.print(f"  {u.position}  {env.recorded_at:%Y-%m-%d %H:%M:%S}  {u.event.type}  by {env.actor} via "
+                          f"{env.channel.value}", highlight=False)
+            for problem in event_details(u.event).get("errors") or ():
+                console.print(f"    error: {escape(text(problem))}", highlight=False)

@@ -34,7 +34,7 @@ from projections.reducers import ElectionState, TossNote, UnitState, apply_unit
 from projections.stores.port import StoreReader
 from projections.tally import ElectionContext, UnitTally, compute_unit_tally, election_context
 
-__all__ = ["TrailEntry", "Trail", "unit_trail", "describe_changes", "toss_outcome", "ignored_because"]
+__all__ = ["TrailEntry", "UnattributedEntry", "Trail", "unit_trail", "describe_changes", "toss_outcome", "ignored_because"]
 
 
 @dataclass(frozen=True)
@@ -65,13 +65,41 @@ class TrailEntry:
 
 
 @dataclass(frozen=True)
-class Trail:
-    unit_id: str
-    election_id: str | None
-    entries: tuple[TrailEntry, ...]
+class UnattributedEntry:
+    """A record that names the unit but no election (refused before it could be attributed)."""
+
+    position: Position
+    event: Event[Any]
+    projected: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"unit_id": self.unit_id, "election_id": self.election_id, "events": [e.to_json() for e in self.entries]}
+        env = self.event.envelope
+        return {
+            "position": str(self.position),
+            "projected": self.projected,
+            "event_id": env.event_id,
+            "type": self.event.type,
+            "actor": env.actor,
+            "channel": env.channel.value,
+            "recorded_at": env.recorded_at.isoformat(),
+            "details": event_details(self.event),
+        }
+
+
+@dataclass(frozen=True)
+class Trail:
+    unit_id: str
+    election_id: str
+    entries: tuple[TrailEntry, ...]
+    unattributed: tuple[UnattributedEntry, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unit_id": self.unit_id,
+            "election_id": self.election_id,
+            "events": [e.to_json() for e in self.entries],
+            "unattributed": [e.to_json() for e in self.unattributed],
+        }
 
 
 def event_details(event: Event[Any]) -> dict[str, Any]:
@@ -227,18 +255,13 @@ def _read_tail(log: EventLog, partition: int, start_offset: int, marks: dict[int
     return [r for r in log.read(start) if r.key == key]
 
 
-def unit_trail(
-    log: EventLog,
-    reader: StoreReader,
-    unit_id: str,
-    *,
-    codec: Codec | None = None,
-    rule_set: str | None = None,
-    context: ElectionContext | None = None,
-) -> Trail:
-    codec = codec or default_codec()
-    rows = reader.events_for(unit_id)
-    marks = log.high_watermarks()
+def _unit_records(
+    log: EventLog, reader: StoreReader, codec: Codec, election_id: str, unit_id: str, marks: dict[int, int]
+) -> list[tuple[StoredRecord, Event[Any], bool]]:
+    """The unit's records of one election in log order: those the index names, then those beyond the
+    projection's stored position (``projected`` False). The partition key is the unit id alone, so
+    records of other elections that share the unit id are read past, never taken."""
+    rows = reader.events_for(election_id, unit_id)
     partition = rows[0].partition if rows else partition_for(unit_id, log.partitions)
     records = _read_positions(log, partition, [r.offset for r in rows], marks) if rows else []
     stored = reader.positions()
@@ -247,15 +270,32 @@ def unit_trail(
     indexed = {r.offset for r in rows}
     events = [(rec, _decode(codec, rec), True) for rec in records]
     events += [(rec, _decode(codec, rec), False) for rec in tail if rec.position.offset not in indexed]
+    events = [item for item in events if item[1].envelope.election_id == election_id and item[1].unit_id == unit_id]
     events.sort(key=lambda item: item[0].position)
+    return events
 
-    election_id = events[0][1].envelope.election_id if events else None
+
+def unit_trail(
+    log: EventLog,
+    reader: StoreReader,
+    election_id: str,
+    unit_id: str,
+    *,
+    codec: Codec | None = None,
+    rule_set: str | None = None,
+    context: ElectionContext | None = None,
+) -> Trail:
+    """The trail of unit ``unit_id`` of election ``election_id``. Submissions for the unit that were
+    refused before they could be attributed to any election are listed apart (``unattributed``):
+    they are in the log, but part of no unit's state."""
+    codec = codec or default_codec()
+    marks = log.high_watermarks()
+    events = _unit_records(log, reader, codec, election_id, unit_id, marks)
+    loose = _unit_records(log, reader, codec, "", unit_id, marks) if election_id else []
     if context is None:
-        state: ElectionState | None = None
-        if election_id is not None:
-            row = reader.elections().get(election_id)
-            state = ElectionState.loads(row.state) if row else None
-        context = election_context(state, election_id or "", rule_set=rule_set)
+        row = reader.elections().get(election_id)
+        state = ElectionState.loads(row.state) if row else None
+        context = election_context(state, election_id, rule_set=rule_set)
     entries = []
     prev_state: UnitState | None = None
     prev_tally: UnitTally | None = None
@@ -269,4 +309,5 @@ def unit_trail(
         changes = describe_changes(prev_state, new_state, prev_tally, tally, event=event)
         entries.append(TrailEntry(rec.position, event, projected, changes, new_state, tally))
         prev_state, prev_tally = new_state, tally
-    return Trail(unit_id, election_id, tuple(entries))
+    unattributed = tuple(UnattributedEntry(rec.position, event, projected) for rec, event, projected in loose)
+    return Trail(unit_id, election_id, tuple(entries), unattributed)

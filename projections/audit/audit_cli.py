@@ -26,7 +26,7 @@ from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditReport, au
 from projections.audit.tie_checks import TIE_CODES
 from projections.caucus_math import CHECK_CODES, CaucusMathError
 from projections.queries import QueryError, find_county, load_view
-from projections.stores.port import StoreError
+from projections.stores.port import EventRow, StoreError
 from projections.tally import ElectionContext
 
 __all__ = ["register", "audit_command", "recount_package_command", "run_audit", "print_report"]
@@ -60,9 +60,9 @@ def run_audit(
     whole_log: bool = False,
     election_id: str | None = None,
     rule_set: str | None = None,
-) -> tuple[AuditReport, ElectionContext]:
-    """The audit of the serving projection, or of the log (as of ``cut``, or whole), and the election
-    context it was computed under."""
+) -> tuple[AuditReport, ElectionContext, list[EventRow]]:
+    """The audit of the serving projection, or of the log (as of ``cut``, or whole), the election
+    context it was computed under, and the events that name no election (part of no unit's state)."""
     if cut is not None or whole_log:
         log = open_log(settings, read_only=True)
         try:
@@ -71,17 +71,39 @@ def run_audit(
             log.close()
         where = f"{settings.describe_log()}: " + (cut.describe() if cut is not None else "the whole log")
         meta = {"as_of": at.state.to_json()}
-        return audit_tallies(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta), at.context
+        report = audit_tallies(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta)
+        return report, at.context, at.state.unattributed
     from projections.stores import open_store
 
     store = open_store(settings, read_only=True)
     try:
         view = load_view(store, election_id=election_id)
         where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
+        with store.reader(view.set.set_id) as reader:
+            loose = reader.unattributed()
     finally:
         store.close()
     meta = {"projection": view.meta()}
-    return audit_tallies(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta), view.context
+    return audit_tallies(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta), view.context, loose
+
+
+def unattributed_json(rows: list[EventRow]) -> list[dict[str, Any]]:
+    return [{"position": f"{r.partition}:{r.offset}", "event_id": r.event_id, "unit_id": r.unit_key, "type": r.type,
+             "recorded_at": r.recorded_at} for r in rows]
+
+
+def print_unattributed(rows: list[EventRow]) -> None:
+    """Submissions refused before they named an election: the log keeps them, no tally counts them."""
+    if not rows:
+        return
+    by_unit: dict[str, int] = {}
+    for r in rows:
+        by_unit[r.unit_key or "(no unit)"] = by_unit.get(r.unit_key or "(no unit)", 0) + 1
+    typer.echo("")
+    typer.echo(f"UNATTRIBUTED ({len(rows)}): events that name no election (submissions refused before they could be "
+               "attributed); kept in the log, part of no unit's state")
+    for unit, n in sorted(by_unit.items()):
+        typer.echo(f"  unit {unit}: {n}")
 
 
 def audit_command(
@@ -116,7 +138,7 @@ def audit_command(
     settings = settings_of(ctx)
     try:
         cut = parse_cut(as_of) if as_of else None
-        report, context = run_audit(settings, cut=cut, whole_log=whole_log, election_id=election, rule_set=rule_set)
+        report, context, loose = run_audit(settings, cut=cut, whole_log=whole_log, election_id=election, rule_set=rule_set)
         county_id = find_county(context, county) if county is not None else None
     except (AsOfError, QueryError, StoreError, LogError, CaucusMathError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
@@ -128,7 +150,13 @@ def audit_command(
     else:
         data = shown.to_json()
         data["filters"] = {"severity": severities, "code": codes, "county": county_id}
-        emit(data, as_json, lambda: print_report(shown, filtered=bool(severities or codes or county_id)))
+        data["unattributed"] = unattributed_json(loose)
+
+        def human() -> None:
+            print_report(shown, filtered=bool(severities or codes or county_id))
+            print_unattributed(loose)
+
+        emit(data, as_json, human)
     raise typer.Exit(ERRORS if shown.has_errors else CLEAN)
 
 

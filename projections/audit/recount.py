@@ -48,7 +48,7 @@ from ledger.integrity.store import CheckpointStore
 from ledger.integrity.verify import trusted_checkpoints
 from ledger.log.port import EventLog, Position
 from ledger.render import event_to_json
-from projections.reducers import ElectionState, UnitState, apply_election, apply_unit, is_election_event
+from projections.reducers import ElectionState, UnitState, apply_election, apply_unit, is_election_event, is_unattributed
 from projections.tally import ElectionContext, UnitTally, compute_unit_tally, election_context, fraction_text
 from projections.trail import describe_changes, event_details
 
@@ -259,6 +259,11 @@ def _trail(unit_id: str, events: Sequence[PackagedEvent], ctx: ElectionContext) 
             steps.append(entry)
             continue
         seen.add(env.event_id)
+        if is_unattributed(pe.event):
+            entry["changes"] = []
+            md.append("- refused before it named an election: kept with the unit, part of no unit's state\n")
+            steps.append(entry)
+            continue
         state_before = state
         state = apply_unit(state, pe.event)
         tally = compute_unit_tally(state, ctx)

@@ -18,10 +18,12 @@ from projections.stores.port import (
     PositionRow,
     SetInfo,
     TallyRow,
+    UnitKey,
     UnitRow,
 )
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+"""2: units, tallies and the event index are keyed by (election id, unit id)."""
 
 # {id} is the identity column type; {big} the 64-bit integer type.
 SCHEMA = """
@@ -65,9 +67,8 @@ CREATE TABLE IF NOT EXISTS proj_unit_states (
     election_id TEXT NOT NULL,
     part        INTEGER NOT NULL,
     state       TEXT NOT NULL,
-    PRIMARY KEY (set_id, unit_id)
+    PRIMARY KEY (set_id, election_id, unit_id)
 );
-CREATE INDEX IF NOT EXISTS proj_unit_states_by_election ON proj_unit_states (set_id, election_id);
 CREATE TABLE IF NOT EXISTS proj_unit_tallies (
     set_id      {big} NOT NULL,
     unit_id     TEXT NOT NULL,
@@ -76,7 +77,7 @@ CREATE TABLE IF NOT EXISTS proj_unit_tallies (
     status      TEXT NOT NULL,
     context     TEXT NOT NULL,
     tally       TEXT NOT NULL,
-    PRIMARY KEY (set_id, unit_id)
+    PRIMARY KEY (set_id, election_id, unit_id)
 );
 CREATE INDEX IF NOT EXISTS proj_unit_tallies_by_county ON proj_unit_tallies (set_id, election_id, county_id);
 CREATE TABLE IF NOT EXISTS proj_events (
@@ -90,7 +91,7 @@ CREATE TABLE IF NOT EXISTS proj_events (
     recorded_at TEXT NOT NULL,
     PRIMARY KEY (set_id, event_id)
 );
-CREATE INDEX IF NOT EXISTS proj_events_by_unit ON proj_events (set_id, unit_key, part, log_offset);
+CREATE INDEX IF NOT EXISTS proj_events_by_unit ON proj_events (set_id, election_id, unit_key, part, log_offset);
 """
 
 EVENT_COLUMNS = "set_id, event_id, unit_key, election_id, part, log_offset, type, recorded_at"
@@ -99,6 +100,22 @@ EVENT_COLUMNS = "set_id, event_id, unit_key, election_id, part, log_offset, type
 DATA_TABLES = ("proj_positions", "proj_elections", "proj_unit_states", "proj_unit_tallies", "proj_events")
 
 SET_COLUMNS = "set_id, name, version, state, source, rule_set, params, created_at, promoted_at"
+
+
+def version_mismatch(found: str, where: str, rebuild: str) -> str:
+    """The one instruction for a store written by another layout: a projection holds nothing the
+    log does not, so it is rebuilt rather than migrated."""
+    return (
+        f"the projection store {where} has schema version {found}, this code needs {SCHEMA_VERSION} "
+        f"(units are now keyed by election and unit); it holds nothing that is not in the log: {rebuild}"
+    )
+
+
+def schema_statements() -> tuple[str, list[str]]:
+    """The meta table's statement (run first, so the version can be checked before anything else is
+    created) and the rest."""
+    stmts = [s for s in SCHEMA.split(";") if s.strip()]
+    return stmts[0], stmts[1:]
 
 
 def now_text() -> str:
@@ -137,24 +154,21 @@ class SqlReader:
         rows = self._q(self._sql("SELECT election_id, revision FROM proj_elections WHERE set_id = ?"), (self.set_id,))
         return {e: r for e, r in rows}
 
-    def unit_states(self, unit_ids: Iterable[str] | None = None, *, election_id: str | None = None) -> dict[str, UnitRow]:
+    def unit_states(self, keys: Iterable[UnitKey] | None = None, *, election_id: str | None = None) -> dict[UnitKey, UnitRow]:
         base = "SELECT unit_id, election_id, part, state FROM proj_unit_states WHERE set_id = ?"
         params: list[Any] = [self.set_id]
         if election_id is not None:
             base += " AND election_id = ?"
             params.append(election_id)
-        if unit_ids is None:
+        if keys is None:
             rows = self._q(self._sql(base), params)
         else:
-            ids = list(dict.fromkeys(unit_ids))
-            if not ids:
-                return {}
-            rows = self._q_in(self._sql(base + " AND unit_id {in}"), params, ids, "unit_id")
-        return {u: UnitRow(u, e, int(p), s) for u, e, p, s in rows}
+            rows = self._keyed(base, params, keys)
+        return {(e, u): UnitRow(u, e, int(p), s) for u, e, p, s in rows}
 
     def tallies(
-        self, *, election_id: str | None = None, county_id: str | None = None, unit_ids: Iterable[str] | None = None
-    ) -> dict[str, TallyRow]:
+        self, *, election_id: str | None = None, county_id: str | None = None, keys: Iterable[UnitKey] | None = None
+    ) -> dict[UnitKey, TallyRow]:
         base = "SELECT unit_id, election_id, county_id, status, context, tally FROM proj_unit_tallies WHERE set_id = ?"
         params: list[Any] = [self.set_id]
         if election_id is not None:
@@ -163,14 +177,21 @@ class SqlReader:
         if county_id is not None:
             base += " AND county_id = ?"
             params.append(county_id)
-        if unit_ids is None:
+        if keys is None:
             rows = self._q(self._sql(base), params)
         else:
-            ids = list(dict.fromkeys(unit_ids))
-            if not ids:
-                return {}
-            rows = self._q_in(self._sql(base + " AND unit_id {in}"), params, ids, "unit_id")
-        return {r[0]: TallyRow(*r) for r in rows}
+            rows = self._keyed(base, params, keys)
+        return {(r[1], r[0]): TallyRow(*r) for r in rows}
+
+    def _keyed(self, base: str, params: list[Any], keys: Iterable[UnitKey]) -> list[tuple[Any, ...]]:
+        """Rows of the given (election, unit) keys: matched by unit id in the database (the list
+        adapters take is of single values), then kept only where the election matches too."""
+        wanted = set(keys)
+        if not wanted:
+            return []
+        ids = sorted({u for _, u in wanted})
+        rows = self._q_in(self._sql(base + " AND unit_id {in}"), params, ids, "unit_id")
+        return [r for r in rows if (r[1], r[0]) in wanted]  # rows begin with unit id, election id
 
     def processed(self, event_ids: Sequence[str]) -> set[str]:
         ids = list(dict.fromkeys(event_ids))
@@ -179,13 +200,23 @@ class SqlReader:
         rows = self._q_in(self._sql("SELECT event_id FROM proj_events WHERE set_id = ? AND event_id {in}"), [self.set_id], ids, "event_id")
         return {r[0] for r in rows}
 
-    def events_for(self, unit_key: str) -> list[EventRow]:
+    def events_for(self, election_id: str, unit_key: str) -> list[EventRow]:
         rows = self._q(
             self._sql(
                 "SELECT event_id, unit_key, election_id, part, log_offset, type, recorded_at FROM proj_events "
-                "WHERE set_id = ? AND unit_key = ? ORDER BY part, log_offset"
+                "WHERE set_id = ? AND election_id = ? AND unit_key = ? ORDER BY part, log_offset"
             ),
-            (self.set_id, unit_key),
+            (self.set_id, election_id, unit_key),
+        )
+        return [EventRow(e, k, el, int(p), int(o), t, r) for e, k, el, p, o, t, r in rows]
+
+    def unattributed(self) -> list[EventRow]:
+        rows = self._q(
+            self._sql(
+                "SELECT event_id, unit_key, election_id, part, log_offset, type, recorded_at FROM proj_events "
+                "WHERE set_id = ? AND election_id = '' ORDER BY part, log_offset"
+            ),
+            (self.set_id,),
         )
         return [EventRow(e, k, el, int(p), int(o), t, r) for e, k, el, p, o, t, r in rows]
 
@@ -200,12 +231,12 @@ def upsert_statements(ph: str) -> dict[str, str]:
     return {
         "units": (
             f"INSERT INTO proj_unit_states (set_id, unit_id, election_id, part, state) VALUES ({p}, {p}, {p}, {p}, {p}) "
-            "ON CONFLICT (set_id, unit_id) DO UPDATE SET election_id = excluded.election_id, part = excluded.part, state = excluded.state"
+            "ON CONFLICT (set_id, election_id, unit_id) DO UPDATE SET part = excluded.part, state = excluded.state"
         ),
         "tallies": (
             f"INSERT INTO proj_unit_tallies (set_id, unit_id, election_id, county_id, status, context, tally) "
             f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}) "
-            "ON CONFLICT (set_id, unit_id) DO UPDATE SET election_id = excluded.election_id, county_id = excluded.county_id, "
+            "ON CONFLICT (set_id, election_id, unit_id) DO UPDATE SET county_id = excluded.county_id, "
             "status = excluded.status, context = excluded.context, tally = excluded.tally"
         ),
         "elections": (

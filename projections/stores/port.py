@@ -17,7 +17,8 @@ Why this shape:
 
 The processed-event ids and the event index are one table: a row per processed event (its id,
 the unit it touched, where it sits in the log, its type and time). The id is its primary key,
-which is the dedupe; the (unit, position) index finds a unit's paper trail.
+which is the dedupe; the (election, unit, position) index finds a unit's paper trail. Units are
+identified by (election id, unit id) everywhere: one log may hold elections whose unit ids overlap.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "SetNotFound",
     "StoreMissing",
     "SetInfo",
+    "UnitKey",
     "UnitRow",
     "TallyRow",
     "ElectionRow",
@@ -76,6 +78,10 @@ class SetInfo:
     params: str
     created_at: str
     promoted_at: str | None
+
+
+UnitKey = tuple[str, str]
+"""(election id, unit id): a unit's identity. Elections in one log may share unit ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,18 +157,26 @@ class StoreReader(Protocol):
         """election id -> revision, without the (large) definitions."""
         ...
 
-    def unit_states(self, unit_ids: Iterable[str] | None = None, *, election_id: str | None = None) -> dict[str, UnitRow]: ...
+    def unit_states(self, keys: Iterable[UnitKey] | None = None, *, election_id: str | None = None) -> dict[UnitKey, UnitRow]:
+        """Unit states by (election id, unit id): all, those of ``keys``, or one election's."""
+        ...
 
     def tallies(
-        self, *, election_id: str | None = None, county_id: str | None = None, unit_ids: Iterable[str] | None = None
-    ) -> dict[str, TallyRow]: ...
+        self, *, election_id: str | None = None, county_id: str | None = None, keys: Iterable[UnitKey] | None = None
+    ) -> dict[UnitKey, TallyRow]: ...
 
     def processed(self, event_ids: Sequence[str]) -> set[str]:
         """Those of ``event_ids`` already applied to this set."""
         ...
 
-    def events_for(self, unit_key: str) -> list[EventRow]:
-        """Index rows of the events that touched ``unit_key``, in log order."""
+    def events_for(self, election_id: str, unit_key: str) -> list[EventRow]:
+        """Index rows of the events of one election that touched ``unit_key``, in log order
+        (``election_id`` "" finds the refusals that named no election)."""
+        ...
+
+    def unattributed(self) -> list[EventRow]:
+        """Index rows of the events that name no election (submissions refused before they could be
+        attributed), in log order: kept and shown, part of no unit's state."""
         ...
 
     def event_count(self) -> int: ...

@@ -35,14 +35,15 @@ from ledger.sqlite_setup import MissingDatabase, ReadOnlyDatabase, open_database
 from projections.stores._sql import (
     DATA_TABLES,
     EVENT_COLUMNS,
-    SCHEMA,
     SCHEMA_VERSION,
     SET_COLUMNS,
     SqlReader,
     change_rows,
     now_text,
+    schema_statements,
     set_info,
     upsert_statements,
+    version_mismatch,
 )
 from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, StoreError, StoreMissing, chunks
 
@@ -50,6 +51,8 @@ __all__ = ["SqliteStore"]
 
 _UPSERTS = upsert_statements("?")
 # A chunk of event-index rows arrives as one JSON array of EventRow arrays (?2); ?1 is the set id.
+_REBUILD = "remove {path} (and its -wal/-shm files) and run `caucus project --until-caught-up` to rebuild it from the log"
+
 _JSON_ROWS = "SELECT ?1, " + ", ".join(f"json_extract(value, '$[{i}]')" for i in range(7)) + " FROM json_each(?2)"
 _HELD_JSON = "SELECT event_id FROM proj_events WHERE set_id = ?1 AND event_id IN (SELECT json_extract(value, '$[0]') FROM json_each(?2))"
 _INSERT_JSON = f"INSERT INTO proj_events ({EVENT_COLUMNS}) {_JSON_ROWS} WHERE true ON CONFLICT (set_id, event_id) DO NOTHING"
@@ -144,17 +147,15 @@ class SqliteStore:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                for stmt in SCHEMA.format(id="INTEGER PRIMARY KEY", big="INTEGER").split(";"):
-                    if stmt.strip():
-                        self._conn.execute(stmt)
+                meta, rest = schema_statements()
+                self._conn.execute(meta)
                 row = self._conn.execute("SELECT value FROM proj_meta WHERE name = 'schema_version'").fetchone()
+                if row is not None and row[0] != SCHEMA_VERSION:
+                    raise StoreError(version_mismatch(row[0], f"at {self.path}", _REBUILD.format(path=self.path)))
+                for stmt in rest:
+                    self._conn.execute(stmt.format(id="INTEGER PRIMARY KEY", big="INTEGER"))
                 if row is None:
                     self._conn.execute("INSERT INTO proj_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-                elif row[0] != SCHEMA_VERSION:
-                    raise StoreError(
-                        f"the projection store at {self.path} has schema version {row[0]}, this code needs "
-                        f"{SCHEMA_VERSION}; rebuild it with `caucus replay` into a new store"
-                    )
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -168,10 +169,7 @@ class SqliteStore:
             raise StoreError(f"{self.path} is not a projection store this code can read: {exc}") from exc
         if row is None or row[0] != SCHEMA_VERSION:
             self.close()
-            raise StoreError(
-                f"the projection store at {self.path} has schema version {row[0] if row else 'none'}, this code needs "
-                f"{SCHEMA_VERSION}; rebuild it with `caucus replay` into a new store"
-            )
+            raise StoreError(version_mismatch(row[0] if row else "none", f"at {self.path}", _REBUILD.format(path=self.path)))
 
     def describe(self) -> str:
         return f"sqlite:{self.path}"

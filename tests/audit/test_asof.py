@@ -67,8 +67,9 @@ def test_a_time_includes_the_events_recorded_at_exactly_that_time(ledger: Any, a
         night = tally_as_of(log, Cut(at=aud.T_NIGHT))
     finally:
         log.close()
-    assert "late" not in before.units and before.units["corrected"].stage is None
-    assert "late" in at.units and at.units["corrected"].stage == "recanvass"
+    e = aud.ELECTION
+    assert (e, "late") not in before.units and before.units[e, "corrected"].stage is None
+    assert (e, "late") in at.units and at.units[e, "corrected"].stage == "recanvass"
     assert at.applied - before.applied == 2 and at.outside == 1  # the toss of day 3 is outside
     # On caucus night the tie is pending and the corrected unit shows the 6 delegates it reported.
     assert night.units["tie"].pending and sum(night.units["corrected"].cds.values()) == 6
@@ -87,7 +88,7 @@ def test_recorded_at_decides_not_log_order(ledger: Any, aud: ModuleType) -> None
         state = replay(log, Cut(at=aud.T_NIGHT))
     finally:
         log.close()
-    assert "spooled" in state.units and "spooled-2" not in state.units
+    assert (aud.ELECTION, "spooled") in state.units and (aud.ELECTION, "spooled-2") not in state.units
 
 
 def test_positions_cut(ledger: Any, aud: ModuleType) -> None:
@@ -124,9 +125,9 @@ def test_duplicates_are_dropped_by_event_id(ledger: Any, aud: ModuleType) -> Non
     finally:
         log.close()
     assert state.duplicates == 1
-    assert state.units["corrected"].stage == "recanvass"
+    assert state.units[aud.ELECTION, "corrected"].stage == "recanvass"
     ctx = election_context(state.elections[aud.ELECTION], aud.ELECTION)
-    assert sum(compute_unit_tally(state.units["corrected"], ctx).cds.values()) == 5
+    assert sum(compute_unit_tally(state.units[aud.ELECTION, "corrected"], ctx).cds.values()) == 5
 
 
 def test_no_election_inside_the_cut(ledger: Any, aud: ModuleType) -> None:
@@ -145,10 +146,10 @@ def test_no_election_inside_the_cut(ledger: Any, aud: ModuleType) -> None:
 def test_unit_filter_keeps_memory_to_the_units_asked_for(ledger: Any, aud: ModuleType) -> None:
     log = ledger.log()
     try:
-        state = replay(log, unit_ids={"tie", "late"})
+        state = replay(log, units={(aud.ELECTION, "tie"), (aud.ELECTION, "late")})
     finally:
         log.close()
-    assert set(state.units) == {"tie", "late"} and aud.ELECTION in state.elections
+    assert set(state.units) == {(aud.ELECTION, "tie"), (aud.ELECTION, "late")} and aud.ELECTION in state.elections
 
 
 def _corrections(ledger: Any) -> list[Any]:

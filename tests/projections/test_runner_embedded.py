@@ -98,7 +98,7 @@ def test_duplicates_within_one_batch_are_applied_once(
         expected.apply(e)
     with store.reader(sid) as r:
         assert r.event_count() == len(events)
-        states = {uid: row.state for uid, row in r.unit_states().items()}
+        states = {key: row.state for key, row in r.unit_states().items()}
     assert states == {uid: st.dumps() for uid, st in expected.units.items()}
 
 

@@ -227,8 +227,8 @@ def test_trail_reads_the_unit_back_from_the_topic(
     log = KafkaLog(kafka_bootstrap, unique_topic, partitions=PARTS)
     try:
         with store.reader(sid) as r:
-            trail = unit_trail(log, r, unit)
-            stored = r.tallies(unit_ids=[unit])[unit].tally
+            trail = unit_trail(log, r, "e1", unit)
+            stored = r.tallies(keys=[("e1", unit)])["e1", unit].tally
     finally:
         log.close()
     assert [e.event.event_id for e in trail.entries] == [e.event_id for e in events if e.unit_id == unit]

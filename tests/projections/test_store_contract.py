@@ -73,14 +73,54 @@ def test_write_and_read_back_everything(open_store: Open) -> None:
         assert r.election_revisions() == {"e1": "rev-120"}
         assert r.elections()["e1"].state == '{"election_id":"e1"}'
         assert len(r.unit_states()) == 120
-        assert set(r.unit_states(["u1", "u5", "nope"])) == {"u1", "u5"}
+        assert set(r.unit_states([("e1", "u1"), ("e1", "u5"), ("e1", "nope"), ("e2", "u1")])) == {("e1", "u1"), ("e1", "u5")}
         assert len(r.unit_states(election_id="e1")) == 120 and r.unit_states(election_id="e2") == {}
-        assert set(r.tallies(county_id="c1")) == {f"u{i}" for i in range(120) if i % 3 == 1}
-        assert r.tallies(unit_ids=["u7"])["u7"].tally == '{"t":"u7"}'
+        assert set(r.tallies(county_id="c1")) == {("e1", f"u{i}") for i in range(120) if i % 3 == 1}
+        assert r.tallies(keys=[("e1", "u7")])["e1", "u7"].tally == '{"t":"u7"}'
         assert r.processed([f"ev-{i}" for i in range(110, 130)]) == {f"ev-{i}" for i in range(110, 120)}
         assert r.processed([]) == set()
-        assert [e.offset for e in r.events_for("u3")] == [3]
+        assert [e.offset for e in r.events_for("e1", "u3")] == [3]
+        assert r.events_for("e2", "u3") == []
         assert r.event_count() == 120
+
+
+def test_two_elections_with_the_same_unit_ids_keep_their_own_rows(open_store: Open) -> None:
+    """Identity is (election id, unit id): rows of one election never replace another's."""
+    store = open_store()
+    sid = store.create_set("tally", source="s").set_id
+    with store.transaction(sid) as tx:
+        tx.write(_changes(5, election="e1"))
+    second = _changes(3, election="e2", start=100)
+    second.units = [UnitRow(f"u{i}", "e2", 0, f'{{"e2":{i}}}') for i in range(3)]
+    second.tallies = [TallyRow(f"u{i}", "e2", "c0", "corrected", "ctx-e2", f'{{"e2":{i}}}') for i in range(3)]
+    second.events = [EventRow(f"e2-ev-{i}", f"u{i}", "e2", 0, 200 + i, "ResultCorrected", "2020-02-04T19:00:00+00:00")
+                     for i in range(3)]
+    with store.transaction(sid) as tx:
+        tx.write(second)
+    with store.reader(sid) as r:
+        assert len(r.unit_states()) == 8 and len(r.tallies()) == 8
+        assert r.unit_states([("e1", "u1")])["e1", "u1"].state == '{"unit":"u1","v":1}'
+        assert r.unit_states([("e2", "u1")])["e2", "u1"].state == '{"e2":1}'
+        assert set(r.unit_states(election_id="e1")) == {("e1", f"u{i}") for i in range(5)}
+        assert set(r.tallies(election_id="e2")) == {("e2", f"u{i}") for i in range(3)}
+        assert r.tallies(keys=[("e1", "u2"), ("e2", "u2")])["e1", "u2"].tally == '{"t":"u2"}'
+        assert r.tallies(keys=[("e1", "u2"), ("e2", "u2")])["e2", "u2"].tally == '{"e2":2}'
+        assert [e.event_id for e in r.events_for("e1", "u2")] == ["ev-2"]
+        assert [e.event_id for e in r.events_for("e2", "u2")] == ["e2-ev-2"]
+        assert r.unattributed() == []
+
+
+def test_events_that_name_no_election_are_listed_apart(open_store: Open) -> None:
+    store = open_store()
+    sid = store.create_set("tally", source="s").set_id
+    ch = _changes(2)
+    ch.events.append(EventRow("refused-1", "u1", "", 0, 50, "SubmissionRejected", "2020-02-03T19:00:00+00:00"))
+    with store.transaction(sid) as tx:
+        tx.write(ch)
+    with store.reader(sid) as r:
+        assert [e.event_id for e in r.unattributed()] == ["refused-1"]
+        assert [e.event_id for e in r.events_for("", "u1")] == ["refused-1"]
+        assert [e.event_id for e in r.events_for("e1", "u1")] == ["ev-1"]
 
 
 def test_lists_longer_than_a_query_chunk(open_store: Open) -> None:
@@ -91,7 +131,7 @@ def test_lists_longer_than_a_query_chunk(open_store: Open) -> None:
     with store.reader(sid) as r:
         ids = [f"ev-{i}" for i in range(1400)]
         assert len(r.processed(ids)) == 1300
-        assert len(r.unit_states([f"u{i}" for i in range(1300)])) == 1300
+        assert len(r.unit_states([("e1", f"u{i}") for i in range(1300)])) == 1300
 
 
 def test_upserts_replace_rows_and_positions(open_store: Open) -> None:
@@ -107,8 +147,8 @@ def test_upserts_replace_rows_and_positions(open_store: Open) -> None:
     with store.transaction(sid) as tx:
         tx.write(later)
     with store.reader(sid) as r:
-        assert r.unit_states(["u1"])["u1"].state == '{"v":2}'
-        assert r.tallies(unit_ids=["u1"])["u1"] == TallyRow("u1", "e1", "c9", "corrected", "ctx2", '{"t":2}')
+        assert r.unit_states([("e1", "u1")])["e1", "u1"].state == '{"v":2}'
+        assert r.tallies(keys=[("e1", "u1")])["e1", "u1"] == TallyRow("u1", "e1", "c9", "corrected", "ctx2", '{"t":2}')
         assert {p: row.next_offset for p, row in r.positions().items()} == {0: 9, 3: 4}
 
 
@@ -225,7 +265,7 @@ def test_index_new_records_events_and_names_those_already_held(open_store: Open)
         assert tx.index_new(rows(range(0, 5))) == set(), "sets do not share processed ids"
     with store.reader(sid) as r:
         assert r.event_count() == 3030
-        held = {e.event_id: e.offset for e in r.events_for("u0")}
+        held = {e.event_id: e.offset for e in r.events_for("e1", "u0")}
         assert held["ev-2996"] == 2996, "a duplicate leaves the first index row as it was"
         assert held["ev-3003"] == 13_003
     with pytest.raises(RuntimeError), store.transaction(sid) as tx:

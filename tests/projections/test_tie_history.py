@@ -67,7 +67,7 @@ def test_tally_trail_and_audit_agree_on_a_log_with_contradicting_tosses(support:
     before = before_tally = None
     for event in _history(support):
         projection.apply(event)
-        after = projection.units["u1"]
+        after = projection.units["e1", "u1"]
         tally = compute_unit_tally(after, ctx)
         changes = describe_changes(before, after, before_tally, tally, event=event)
         steps.append((event.event_id, changes, dict(tally.cds)))
@@ -82,7 +82,7 @@ def test_tally_trail_and_audit_agree_on_a_log_with_contradicting_tosses(support:
     assert any("names second as the toss it supersedes, which is not the toss that stood" in c for c in lines["wrong-target"])
     assert any(c.startswith("tie redrawn by an official") and "the box was open" in c for c in lines["redraw"])
     assert any(c.startswith("toss ignored") and "settled by toss redraw" in c for c in lines["stale"])
-    final = compute_unit_tally(projection.units["u1"], ctx)
+    final = compute_unit_tally(projection.units["e1", "u1"], ctx)
     assert final.ties_applied == ("redraw",)
     report = audit_tallies(ctx, [final])
     found = [(f.code, f.severity, f.message.split()[1]) for f in report.findings if f.code.startswith("TIE_")]

@@ -93,7 +93,7 @@ def projected(support: ModuleType, tmp_path: Path) -> tuple[Path, SqliteLog, Pro
 def test_trail_shows_every_event_what_it_changed_and_the_tally_after(projected: tuple[Path, SqliteLog, ProjectionStore, int]) -> None:
     _, log, store, sid = projected
     with store.reader(sid) as r:
-        trail = unit_trail(log, r, "u1")
+        trail = unit_trail(log, r, "e1", "u1")
     assert [e.event.event_id for e in trail.entries] == ["open", "report", "rejected", "toss", "recount"]
     assert all(e.projected for e in trail.entries)
     positions = [e.position for e in trail.entries]
@@ -110,7 +110,7 @@ def test_trail_shows_every_event_what_it_changed_and_the_tally_after(projected: 
     assert recount.to_json()["details"]["reason"] == "recount of preference cards"
     assert "first Warren: 100 -> 99" in recount.changes
     with store.reader(sid) as r:
-        stored = json.loads(r.tallies(unit_ids=["u1"])["u1"].tally)
+        stored = json.loads(r.tallies(keys=[("e1", "u1")])["e1", "u1"].tally)
     assert recount.tally.to_json() == stored, "the last step of the trail is the projected tally"
 
 
@@ -119,7 +119,7 @@ def test_trail_includes_events_not_projected_yet(projected: tuple[Path, SqliteLo
     late = support.ev(UnitOpened(201), unit_id="u1", event_id="late", at=support.T0 + timedelta(days=30))
     Journal(log).append(late)
     with store.reader(sid) as r:
-        trail = unit_trail(log, r, "u1")
+        trail = unit_trail(log, r, "e1", "u1")
     assert [(e.event.event_id, e.projected) for e in trail.entries][-2:] == [("recount", True), ("late", False)]
 
 
@@ -170,7 +170,7 @@ def test_queries_explain_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(QueryError, match="run `caucus project` first"):
         load_view(store)
     store.ensure_serving("tally", source="x")
-    with pytest.raises(QueryError, match="no election has been defined"):
+    with pytest.raises(QueryError, match="no election is defined"):
         load_view(store)
     store.close()
 

@@ -1,0 +1,225 @@
+"""A unit's identity is (election id, unit id) (DESIGN.md, correctness rules).
+
+Two regressions, both driven through the ``caucus`` commands a chair, an operator and an auditor use:
+
+* a submission refused before it named an election (no credential) used to become the unit's first
+  event, so its election id ("") decided where the unit's later, accepted report counted: nowhere;
+* two elections in one log that share unit ids used to fold into one state per unit id.
+
+Each election's tally in a shared log must equal its tally in a log that holds it alone, on the embedded
+backends and on Kafka + PostgreSQL, for the live projection and ``--as-of`` alike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import ledger.cli
+
+Caucus = Callable[..., tuple[int, Any]]
+
+ELECTION = {
+    "election_id": "e2020", "name": "Identity test", "rule_set": "idp-2020", "candidates": ["Adams", "Baker"],
+    "counties": [{"county_id": "c", "name": "C", "sde_ratio": "1/10"}],
+    "units": [{"unit_id": f"20000{i}", "name": f"Unit {i}", "county_id": "c", "delegates": 2} for i in range(1, 5)],
+}  # fmt: skip
+FAR_FUTURE = "2999-01-01T00:00:00Z"
+
+
+def _cli(data_dir: Path, monkeypatch: pytest.MonkeyPatch, *backend: str) -> Caucus:
+    ledger.cli._register_plugins()
+    runner = CliRunner()
+    for name in ("CAUCUS_TOKEN", "CAUCUS_KAFKA", "CAUCUS_DATABASE", "CAUCUS_TOPIC", "CAUCUS_RESULTS_TOPIC"):
+        monkeypatch.delenv(name, raising=False)
+
+    def run(*args: str) -> tuple[int, Any]:
+        result = runner.invoke(ledger.cli.app, ["--data-dir", str(data_dir), *backend, *args])
+        assert "Traceback" not in result.output, result.output
+        try:
+            return result.exit_code, json.loads(result.stdout)
+        except ValueError:
+            return result.exit_code, result.output
+
+    return run
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Caucus]:
+    """A fresh embedded data directory per name."""
+    return lambda name: _cli(tmp_path / name, monkeypatch)
+
+
+def _official(caucus: Caucus) -> str:
+    code, cred = caucus("credentials", "issue", "--official", "Pat", "--json")
+    assert code == 0
+    return str(cred["token"])
+
+
+def _define(caucus: Caucus, tmp_path: Path, token: str) -> None:
+    path = tmp_path / "election.json"
+    path.write_text(json.dumps(ELECTION))
+    assert caucus("define", str(path), "--token", token)[0] == 0
+
+
+def _report(caucus: Caucus, *token: str, first: str = "Adams=20,Baker=10", final: str = "Adams=20,Baker=10") -> tuple[int, Any]:
+    return caucus("report", "--unit", "200002", "--attendance", "30", "--first", first, "--final", final, *token, "--json")
+
+
+def _tally(caucus: Caucus, *args: str) -> dict[str, Any]:
+    code, shown = caucus("tally", "--json", *args)
+    assert code == 0, shown
+    return dict(shown)
+
+
+def _numbers(area: dict[str, Any]) -> dict[str, Any]:
+    """What a tally says, without where it was read from."""
+    return {k: area[k] for k in ("first", "final", "cds", "sde_display_sum", "sde", "units_reporting", "units_defined") if k in area}
+
+
+def test_a_refusal_before_attribution_keeps_no_report_out_of_the_count(workspace: Callable[[str], Caucus], tmp_path: Path) -> None:
+    caucus = workspace("refused-first")
+    official = _official(caucus)
+    _define(caucus, tmp_path, official)
+    code, chair = caucus("credentials", "issue", "--unit", "200002", "--name", "Chair", "--json")
+    assert code == 0
+    # Refused before it could be attributed: no credential at all.
+    code, refused = _report(caucus)
+    assert code == 1 and refused["errors"]
+    code, accepted = _report(caucus, "--token", chair["token"])
+    assert code == 0 and accepted["status"] == "accepted", accepted
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    state = _tally(caucus)["state"]
+    assert state["units_reporting"] == 1 and state["cds"] == {"Adams": 1, "Baker": 1}
+    unit = _tally(caucus, "--unit", "200002")["unit"]
+    assert unit["status"] == "reported" and unit["cds"] == {"Adams": 1, "Baker": 1}
+    # The refusal is kept and shown: in the trail (apart) and in the audit.
+    code, trail = caucus("trail", "200002", "--json")
+    assert code == 0 and [e["type"] for e in trail["events"]] == ["ResultReported"]
+    assert [e["type"] for e in trail["unattributed"]] == ["SubmissionRejected"]
+    code, audit = caucus("audit", "--json")
+    assert [(u["unit_id"], u["type"]) for u in audit["unattributed"]] == [("200002", "SubmissionRejected")]
+
+
+def test_refusals_around_a_report_and_a_correction_change_no_tally(workspace: Callable[[str], Caucus], tmp_path: Path) -> None:
+    """The same accepted history with and without refusals before, between and after: the same tallies."""
+    tallies = []
+    for name, refuse in (("plain", False), ("hostile", True)):
+        caucus = workspace(name)
+        official = _official(caucus)
+        _define(caucus, tmp_path, official)
+        if refuse:
+            assert _report(caucus)[0] == 1  # no credential: names no election
+            assert _report(caucus, "--token", "not-a-token")[0] == 1
+        code, report = _report(caucus, "--token", official)
+        assert code == 0
+        if refuse:
+            assert _report(caucus, "--token", official, "--first", "Adams=-1")[0] == 1
+        code, corrected = caucus("correct", "--unit", "200002", "--supersedes", report["event_id"], "--first", "Adams=25,Baker=5",
+                                 "--final", "Adams=25,Baker=5", "--attendance", "30", "--reason", "recount", "--stage", "recount", "--authority", "county chair",
+                                 "--token", official, "--json")
+        assert code == 0, corrected
+        if refuse:
+            assert _report(caucus)[0] == 1
+        assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+        state, unit = _tally(caucus)["state"], _tally(caucus, "--unit", "200002")["unit"]
+        assert unit["status"] == "corrected"
+        as_of = _tally(caucus, "--as-of", FAR_FUTURE)["state"]
+        assert _numbers(as_of) == _numbers(state)
+        tallies.append((_numbers(state), {k: unit[k] for k in ("first", "final", "cds", "status", "stage")}))
+    assert tallies[0] == tallies[1]
+
+
+def _simulated(caucus: Caucus, token: str, seed: int, units: int) -> None:
+    code, out = caucus("simulate", "write", "--seed", str(seed), "--units", str(units), "--token", token, "--json")
+    assert code == 0, out
+
+
+def _election_tallies(caucus: Caucus, election: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    live = _tally(caucus, "--election", election)
+    as_of = _tally(caucus, "--election", election, "--as-of", FAR_FUTURE)
+    return _numbers(live["state"]), _numbers(as_of["state"])
+
+
+def _check_elections_apart(shared: Caucus, alone: Callable[[int], Caucus]) -> None:
+    token = _official(shared)
+    for seed in (1, 2):
+        _simulated(shared, token, seed, 50)
+    assert shared("project", "--until-caught-up", "--quiet")[0] == 0
+    for seed in (1, 2):
+        solo = alone(seed)
+        _simulated(solo, _official(solo), seed, 50)
+        assert solo("project", "--until-caught-up", "--quiet")[0] == 0
+        expected, expected_as_of = _election_tallies(solo, f"sim-{seed}")
+        assert expected == expected_as_of
+        assert expected["units_reporting"] > 40, "the simulated election reports most of its units"
+        live, as_of = _election_tallies(shared, f"sim-{seed}")
+        assert live == expected, f"sim-{seed} in a shared log"
+        assert as_of == expected, f"sim-{seed} as of now in a shared log"
+        unit = _tally(shared, "--election", f"sim-{seed}", "--unit", "100001")["unit"]
+        assert unit == _tally(solo, "--election", f"sim-{seed}", "--unit", "100001")["unit"]
+    code, ambiguous = shared("tally", "--unit", "100001")
+    assert code == 2 and "sim-1" in str(ambiguous) and "sim-2" in str(ambiguous)
+    code, unknown = shared("tally", "--election", "nope")
+    assert code == 2 and "unknown" in str(unknown)
+
+
+def test_two_elections_sharing_unit_ids_keep_their_own_tallies(workspace: Callable[[str], Caucus]) -> None:
+    _check_elections_apart(workspace("shared"), lambda seed: workspace(f"alone-{seed}"))
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+def test_two_elections_sharing_unit_ids_on_kafka_and_postgres(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kafka_bootstrap: str, pg_dsn: str
+) -> None:
+    import uuid
+
+    import psycopg
+
+    made: list[str] = []
+
+    def backend(name: str) -> Caucus:
+        db = f"ident_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {db}")
+        made.append(db)
+        url = pg_dsn.rsplit("/", 1)[0] + f"/{db}"
+        topic = f"ident-{uuid.uuid4().hex[:8]}"
+        return _cli(tmp_path / name, monkeypatch, "--kafka", kafka_bootstrap, "--topic", topic, "--database", url)
+
+    try:
+        _check_elections_apart(backend("shared"), lambda seed: backend(f"alone-{seed}"))
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            for db in made:
+                conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+@pytest.mark.slow
+def test_the_demo_and_a_simulated_election_in_one_log(workspace: Callable[[str], Caucus]) -> None:
+    """The issue's repro: ``caucus demo`` then ``simulate write --units 100`` in the same data directory."""
+    shared, alone = workspace("demo-shared"), workspace("demo-alone")
+    for caucus in (shared, alone):
+        code, out = caucus("demo", "--json")
+        assert code == 0, out
+    _simulated(shared, _official(shared), 1, 100)
+    assert shared("project", "--until-caught-up", "--quiet")[0] == 0
+    assert alone("project", "--until-caught-up", "--quiet")[0] == 0
+    demo = _tally(alone)["election_id"]
+    assert _election_tallies(shared, demo) == _election_tallies(alone, demo)
+    solo = workspace("sim-alone")
+    _simulated(solo, _official(solo), 1, 100)
+    assert solo("project", "--until-caught-up", "--quiet")[0] == 0
+    assert _election_tallies(shared, "sim-1") == _election_tallies(solo, "sim-1")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("CAUCUS_CONFIG", raising=False)
+    yield

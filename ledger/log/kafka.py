@@ -279,6 +279,14 @@ class KafkaLog:
             probe.close()
         if any(marks.values()):
             return False
+        # Our own idle producer is the client that keeps re-creating the topic (its metadata names it):
+        # let it go first; the next append makes a new one (``_send``).
+        old, self._producer = self._producer, None
+        if old is not None:
+            try:
+                old.close(timeout=0)
+            except Exception:  # noqa: BLE001 -- it was left idle by a broker that lost its state
+                pass
         deadline = time.monotonic() + self._timeout
         while True:
             try:

@@ -92,6 +92,9 @@ def _global(
     except SettingsError as exc:
         raise fail(str(exc), kind="configuration") from None
     configure_logging(loaded.model.log_level, loaded.model.log_format)
+    # Warned once logging is set up, so the warning takes the configured format and level.
+    for name in loaded.unknown_variables:
+        log.warning("%s names no setting and is ignored (`caucus config show` lists them)", name)
     set_file_mode(loaded.settings.file_mode)
     ctx.meta[_LOADED_KEY] = loaded
     ctx.obj = loaded.settings

@@ -32,7 +32,6 @@ name without ``CAUCUS_``) or in sections::
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import tomllib
@@ -57,8 +56,9 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
 _SECRET_WORDS = ("password", "secret", "token", "key_password")
 
-_OTHER_VARIABLES = {ENV_PREFIX + "CONFIG", ENV_PREFIX + "PG_DSN", ENV_PREFIX + "RUN_DIR"}
-"""Variables that are not settings: the configuration file itself, and the test and broker helpers'."""
+_OTHER_VARIABLES = {ENV_PREFIX + "CONFIG", ENV_PREFIX + "PG_DSN", ENV_PREFIX + "RUN_DIR", ENV_PREFIX + "KEY_HOME"}
+"""Variables that are not settings: the configuration file itself, the signing key's home (kept out of
+every configuration a data directory may carry), and the test and broker helpers'."""
 
 FLAGS = {
     "data_dir": "--data-dir", "kafka": "--kafka", "topic": "--topic", "database": "--database",
@@ -109,7 +109,7 @@ class CaucusSettings(BaseSettings):
     credentials: Path | None = Field(None, description="Credential store file (default: DATA_DIR/credentials.json).")
     token: SecretStr | None = Field(None, description="Your credential, for commands that submit or write.")
     intake_token: SecretStr | None = Field(None, description="An official's token for `caucus simulate send --url`.")
-    checkpoint_key: Path | None = Field(None, description="Ed25519 signing key for checkpoints (default: DATA_DIR/checkpoint-key.pem).")
+    checkpoint_key: Path | None = Field(None, description="Ed25519 signing key for checkpoints (default: checkpoint-key.pem in CAUCUS_KEY_HOME, else ~/.config/caucus; never the data directory).")
     checkpoint_public_key: str | None = Field(None, description="Public keys to trust when verifying, paths separated by ':'.")
 
     @field_validator("log_level", mode="before")
@@ -337,8 +337,6 @@ def load_settings(
         raise SettingsError(_explain(exc, merged, sources)) from None
     known = {ENV_PREFIX + name.upper() for name in CaucusSettings.model_fields} | _OTHER_VARIABLES
     unknown = tuple(sorted(k for k in environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known))
-    for name in unknown:
-        logging.getLogger(__name__).warning("%s names no setting and is ignored (`caucus config show` lists them)", name)
     return LoadedSettings(model.to_settings(), model, path, sources, unknown)
 
 

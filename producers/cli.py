@@ -394,15 +394,21 @@ def register(app: typer.Typer) -> None:
         unit: Optional[str] = typer.Option(None, "--unit", help="Issue a chair's credential for this unit."),
         official: Optional[str] = typer.Option(None, "--official", help="Issue an official's credential to this person."),
         name: Optional[str] = typer.Option(None, "--name", help="The chair's name (for --unit)."),
+        election: Optional[str] = typer.Option(
+            None, "--election", help="The election the chair reports for (for --unit). Without it the credential "
+            "is refused once a second election has the same unit id."),
         credentials: Optional[Path] = CredentialsOption,
         as_json: bool = IssueJson,
     ) -> None:
         """Issue a credential. The token is printed once and not stored: hand it over now."""
         if (unit is None) == (official is None):
             raise fail("give exactly one of --unit UNIT or --official NAME")
+        if election is not None and unit is None:
+            raise fail("--election scopes a chair's credential: give it with --unit")
         store = credential_store(settings_of(ctx), credentials)
         try:
-            cred, token = store.issue("chair" if unit else "official", unit_id=unit, name=official or name)
+            cred, token = store.issue("chair" if unit else "official", unit_id=unit, name=official or name,
+                                      election_id=election)
         except CredentialError as exc:
             raise fail(str(exc)) from exc
         data = {**cred.public(), "token": token}

@@ -19,21 +19,20 @@ Every event records its actor as ``chair:<unit>#<id>`` or ``official:<name>#<id>
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import hmac
 import json
-import os
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from ledger.events import Problem
+from ledger.files import lock_beside, replace_secret_file
 from producers.commands import CommandKind
 
 __all__ = [
@@ -68,6 +67,9 @@ class Credential:
     digest: str
     issued_at: str
     revoked_at: str | None = None
+    #: A chair reports for one unit of one election: unit ids repeat across elections, so a credential
+    #: for "unit 7" alone would let a chair report into every election that has a unit 7.
+    election_id: str | None = None
 
     @property
     def actor(self) -> str:
@@ -81,6 +83,7 @@ class Credential:
             "role": self.role,
             "name": self.name,
             "unit_id": self.unit_id,
+            "election_id": self.election_id,
             "actor": self.actor,
             "issued_at": self.issued_at,
             "revoked_at": self.revoked_at,
@@ -174,36 +177,32 @@ class CredentialStore:
 
     @contextmanager
     def _locked(self) -> Iterator[dict[str, Credential]]:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(self.path.with_name(self.path.name + ".lock"), "a")
-        except OSError as exc:
-            raise CredentialError(f"cannot lock the credential store {self.path}: {exc}") from exc
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with ExitStack() as held:
+            try:
+                held.enter_context(lock_beside(self.path))
+            except OSError as exc:
+                raise CredentialError(f"cannot lock the credential store {self.path}: {exc}") from exc
             self._cache = None
             entries = dict(self._load())
             yield entries
             self._write(entries)
 
     def _write(self, entries: dict[str, Credential]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
         body = json.dumps({"format": 1, "credentials": [asdict(c) for c in entries.values()]}, indent=1)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(body)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
+            replace_secret_file(self.path, body)
         except OSError as exc:
             raise CredentialError(f"cannot write the credential store {self.path}: {exc}") from exc
         self._cache = None
 
-    def issue(self, role: Role, *, unit_id: str | None = None, name: str | None = None) -> tuple[Credential, str]:
+    def issue(
+        self, role: Role, *, unit_id: str | None = None, name: str | None = None, election_id: str | None = None
+    ) -> tuple[Credential, str]:
         """A new credential and its token. The token is returned once; only its digest is kept."""
         if role == "chair" and not unit_id:
             raise ValueError("a chair's credential needs the unit it reports for")
+        if role == "official" and election_id:
+            raise ValueError("an official's credential is not scoped to an election")
         if role == "official" and not name:
             raise ValueError("an official's credential needs the official's name")
         secret = secrets.token_urlsafe(32)
@@ -217,6 +216,7 @@ class CredentialStore:
                 role=role,
                 name=name or f"chair of {unit_id}",
                 unit_id=unit_id if role == "chair" else None,
+                election_id=election_id if role == "chair" else None,
                 salt=salt.hex(),
                 digest=_digest(salt, secret),
                 issued_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -252,6 +252,32 @@ def authorize(credential: Credential, kind: CommandKind, unit_id: str | None) ->
             "unit_id",
             "WRONG_UNIT",
             f"this credential reports for unit {credential.unit_id!r} only, not for {unit_id or '(no unit given)'!r}",
+        )
+    return None
+
+
+def election_scope(credential: Credential, election_id: str, holders: Sequence[str]) -> Problem | None:
+    """None if a chair's credential may report into ``election_id`` (``holders``: every election that
+    has the credential's unit), else why not. A credential scoped to an election reports there only; an
+    unscoped one (issued without ``--election``) only while a single election has its unit, since
+    otherwise nothing says which of them its chair was trusted with."""
+    if credential.role != "chair":
+        return None
+    if credential.election_id is not None:
+        if credential.election_id == election_id:
+            return None
+        return Problem(
+            "election_id",
+            "WRONG_ELECTION",
+            f"this credential reports for unit {credential.unit_id!r} of election {credential.election_id!r} only, "
+            f"not of {election_id!r}",
+        )
+    if len(holders) > 1:
+        return Problem(
+            "authorization",
+            "AMBIGUOUS_CREDENTIAL",
+            f"unit {credential.unit_id!r} belongs to several elections ({', '.join(holders)}) and this credential "
+            "names none of them; issue the chair a credential with --election",
         )
     return None
 

@@ -186,3 +186,13 @@ def test_a_running_intake_recovers_from_a_lost_log_when_it_is_rebuilt(ops: Modul
     finally:
         err = _stop(server)
     assert "rebuilt by another process" in err
+
+
+def test_an_unknown_variable_is_warned_in_the_configured_log_format(ops: ModuleType, tmp_path: Path) -> None:
+    """The warning about a mistyped ``CAUCUS_*`` variable comes after logging is set up, so a JSON log
+    stays JSON (a plain-text line first would break a collector parsing stderr)."""
+    env = ops.clean_env(CAUCUS_DATA_DIR=str(tmp_path / "data"), CAUCUS_DATABSE="postgresql://typo")
+    done = ops.ok(ops.run(["--log-format", "json", "config", "show"], cwd=tmp_path, env=env))
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+    warned = [line for line in lines if "CAUCUS_DATABSE" in line["message"]]
+    assert len(warned) == 1 and warned[0]["level"] == "WARNING", done.stderr

@@ -61,7 +61,7 @@ from ledger.journal import Journal
 from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, Position
 from ledger.render import event_to_json
 from producers.commands import CommandKind, Parsed, claimable, parse_command
-from producers.credentials import AuthFailure, Credential, authorize
+from producers.credentials import AuthFailure, Credential, authorize, election_scope
 from producers.intake_state import IntakeState, Layered, claimed_key, fingerprint, rejection_key
 from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submission, category_of
 from producers.rejections import MAX_RAW_INPUT, raw_record, recordable
@@ -454,7 +454,13 @@ class Intake:
             return refuse((*parsed.errors, *precheck(parsed.data, self._view())), actor)
         command = parsed.command
         view = self._view()
-        election_id, problems = resolve_election(command, view)
+        claim = view.claim(command.idempotency_key)
+        if claim is not None and claim.election_id and getattr(command, "election_id", "") is None:
+            # A retry that names no election is about the election its original went to, even if
+            # another election with the same unit was defined since (which would make it ambiguous).
+            election_id, problems = claim.election_id, ()
+        else:
+            election_id, problems = resolve_election(command, view)
         if election_id is None:
             return refuse(problems, actor)
         payload, problems = to_payload(command, actor)
@@ -496,6 +502,10 @@ class Intake:
                 actor,
                 election_id,
             )
+        # Checked only for a new write: a duplicate above repeats a receipt, it writes nothing.
+        out_of_scope = election_scope(credential, election_id, view.elections_of_unit(command.unit_id))
+        if out_of_scope is not None:
+            return refuse((out_of_scope,), actor, election_id)
         verdict = check(command, payload, election_id, view)
         if verdict.errors:
             return refuse(verdict.errors, actor, election_id)

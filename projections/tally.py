@@ -409,8 +409,11 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
             weight = unit.sde_weight
         elif county is not None:
             weight = delegates * county.sde_ratio
+        # RULES §8: a satellite's candidate SDE is weight x CDs / D. Only a satellite's *reported*
+        # delegates are shared over what it reported: three 2020 satellites reported one more than the
+        # attendance table gives (§17.4) and their published SDEs split the weight over that total.
         awarded = sum(official.values())
-        divisor = awarded if (unit.delegates is None and awarded > 0) else delegates
+        divisor = awarded if (unit.delegates is None and cds_source == "reported" and awarded > 0) else delegates
     if weight is not None and result is not None:
         per_cd = weight / divisor if divisor else Fraction(0)
         sde = {c: (per_cd * n if n else _ZERO) for c, n in official.items()}

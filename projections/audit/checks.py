@@ -207,6 +207,13 @@ def satellite_headcount(ctx: ElectionContext, t: UnitTally) -> int | None:
     return int(implied) if implied.denominator == 1 else None
 
 
+def _satellite_attendance(ctx: ElectionContext, t: UnitTally) -> int | None:
+    """What a satellite's D table is checked against: its headcount, or else the attendance its D was
+    computed from (so a satellite that reported more delegates than that D gives is still flagged)."""
+    headcount = satellite_headcount(ctx, t)
+    return headcount if headcount is not None else t.attendance
+
+
 def audit_unit(t: UnitTally, ctx: ElectionContext, rules: RuleSet) -> tuple[list[AuditFinding], str | None]:
     """The findings of one unit's current result, or why it could not be checked."""
     if not t.reporting:
@@ -222,7 +229,7 @@ def audit_unit(t: UnitTally, ctx: ElectionContext, rules: RuleSet) -> tuple[list
             first=t.first,
             final=t.final,
             reported=t.cds_reported,
-            satellite_attendance=satellite_headcount(ctx, t) if sat else None,
+            satellite_attendance=_satellite_attendance(ctx, t) if sat else None,
         )
     except CaucusMathError as exc:
         return [], f"cannot be checked: {exc}"

@@ -368,6 +368,7 @@ def allocate(
     no_majority: NoMajorityRule = "plurality",
     recompute_threshold_at_final: bool = False,
     worksheet_decimals: int | None = None,
+    check_totals: bool = True,
 ) -> Allocation:
     """Compute a unit's delegates under explicitly given rule options.
 
@@ -377,7 +378,10 @@ def allocate(
 
     Raises :class:`CaucusMathError` for input no caucus can produce: negative or
     non-integer counts, an overcount (first-alignment total above T), a final
-    total above T (§4.4: nobody new is admitted).
+    total above T (§4.4: nobody new is admitted). ``check_totals=False`` computes
+    such input anyway, with T as given: the auditor must say what the rules give
+    for a published result that breaks §4.4 (RULES §1, §12: T stays the
+    denominator), not refuse to look at it.
     """
     d = delegates if type(delegates) is int and delegates >= 0 else _check_unit_int("delegates", delegates)
     first_c = validate_counts("first", first)
@@ -388,13 +392,13 @@ def allocate(
         t = sum_first
     else:
         t = attendance if type(attendance) is int and attendance >= 0 else _check_unit_int("attendance", attendance)
-        if sum_first > t:
+        if sum_first > t and check_totals:
             raise CaucusMathError(
                 "first",
                 f"first-alignment total {sum_first} exceeds the {t} attendees counted at the start (overcount)",
                 "RULES §2 step 3",
             )
-    if sum_final > t:
+    if sum_final > t and check_totals:
         raise CaucusMathError(
             "final",
             f"final-alignment total {sum_final} exceeds the {t} attendees counted at the start; "

@@ -12,23 +12,25 @@ code                       rule                                               se
 =========================  =================================================  ==========================
 ``OVERCOUNT``              first-alignment total <= T (when T is known)       error
 ``FINAL_GT_FIRST``         final total <= first total (§4.4)                   error
-``SATELLITE_DELEGATES``    a satellite's D matches the attendance table (§8)  warn
+``SATELLITE_DELEGATES``    a satellite's D (and the delegates it reported)     warn
+                           match the attendance table (§8, §17.4)
 ``LOCKED_GROUP_SHRANK``    a first-viable group does not shrink (§4.2)        error; warn on the threshold
 ``TOO_MANY_VIABLE``        #viable at final <= D (§4.5 shown)                  warn
-``DELEGATE_TOTAL``         reported delegates add up to D                     error
+``DELEGATE_TOTAL``         reported delegates add up to D (to 0 when D >= 2    error
+                           and no group is viable at the final alignment)
 ``NONVIABLE_AWARDED``      no delegate to a group below the threshold         error
-``ALLOCATION``             reported = some outcome of §5/§6                   error; soft for D = 1;
-                                                                              ambiguous if only another
-                                                                              reading of an [OPEN] rule fits
+``ALLOCATION``             reported = some outcome of §4.5/§5/§6 (every tie   error; soft for D = 1;
+                           outcome, either reading of the §4.5 cut)           ambiguous if only the 2016
+                                                                              leftover lot fits
 ``MORE_VOTES_FEWER_DELS``  a larger group never gets fewer delegates           info
 =========================  =================================================  ==========================
 
 Published data do not include T, so unless the caller knows it the
-first-alignment total stands in; where that makes a verdict uncertain (a locked
-group sitting exactly on the threshold) the finding is a ``warn``.  When a unit
-reports more final than first-alignment votes, the larger total is used as the
-denominator for everything recomputed here, the finding says so, and verdicts
-that depend on that choice are ``warn`` instead of ``error``.
+first-alignment total stands in (RULES §1, §12), also when the final total
+exceeds it: that is a FINAL_GT_FIRST error, and "the final total used as the
+denominator" is a likely cause the ALLOCATION finding names, not a reading it
+accepts. Where the unknown T makes a verdict uncertain (a locked group sitting
+exactly on the threshold) the finding is a ``warn``.
 
 Each finding names a ``likely_cause`` when a known mistake reproduces the
 reported numbers: the final total used as denominator, delegates computed from
@@ -160,12 +162,8 @@ def check_unit(
                 likely_cause="a first- or final-alignment count entered wrongly, or people admitted late",
             )
         )
-    t_eff = max(t, sum_first, sum_final)
-    denominator_note = (
-        f" (denominator {t_eff}: the larger of the two totals, since they are inconsistent)"
-        if t_eff != t
-        else ""
-    )
+    # RULES §1, §12: the auditor's T is the attendance when known, else the first-alignment total, even
+    # when the final total exceeds it; "the final total used as denominator" is then a likely cause.
 
     if satellite_attendance is not None:
         table_d = satellite_delegates(satellite_attendance)
@@ -177,6 +175,16 @@ def check_unit(
                     f"by the attendance table, not {d} (RULES §8)",
                     expected=table_d, reported=d,
                     likely_cause="attendance recorded differently from the alignment counts",
+                )
+            )
+        elif rep_c is not None and sum(rep_c.values()) not in (0, d):
+            findings.append(
+                Finding(
+                    "SATELLITE_DELEGATES", Severity.WARN,
+                    f"a satellite with {satellite_attendance} attendees elects {table_d} delegates by the attendance "
+                    f"table, but reported {sum(rep_c.values())} (RULES §8, §17.4)",
+                    expected=table_d, reported=sum(rep_c.values()),
+                    likely_cause="the satellite's delegates taken from another attendance band",
                 )
             )
 
@@ -191,12 +199,12 @@ def check_unit(
             )
         return _sorted(findings)
 
-    thr = _threshold(t_eff, d)
+    thr = _threshold(t, d)
     final_thr = _threshold(sum_final, d) if rules.recompute_threshold_at_final else thr
 
     # One-delegate units elect as a whole (§7): nothing there is shared by viability, so no lock check.
     if rules.lock_viable_groups and d >= 2:
-        findings.extend(_lock_findings(first_s, final_s, d, thr, t_inferred, denominator_note))
+        findings.extend(_lock_findings(first_s, final_s, rep_c, d, thr, t_inferred))
 
     viable_final = [k for k in names if final_s[k] and final_s[k] >= final_thr]
     if d >= 2 and len(viable_final) > d:
@@ -213,42 +221,40 @@ def check_unit(
         return _sorted(findings)
     rep_s = Counts({k: rep_c.get(k, 0) for k in names})
     total = sum(rep_s.values())
-    outcomes = rules.outcomes(delegates=d, attendance=t_eff, first=first_s, final=final_s)
-    causes = _likely_causes(rules, d, t_eff, first_s, final_s, rep_s, outcomes)
+    outcomes = _legal(rules, d, t, first_s, final_s)
+    causes = _likely_causes(rules, d, t, first_s, final_s, rep_s, outcomes)
 
-    if total != d:
+    # Every legal outcome hands out all D delegates, except when no group is viable at the final
+    # alignment: then none can be awarded (§4.3) and D stays unallocated. A one-delegate unit elects its
+    # delegate as a whole and must award exactly one (§7), whoever it goes to.
+    due = {d} if d == 1 else ({sum(o.values()) for o in outcomes} or {d})
+    if total not in due:
+        owed = d if d in due else min(due)
         findings.append(
             Finding(
                 "DELEGATE_TOTAL", Severity.ERROR,
-                f"{total} delegates reported for a unit that elects {d}",
-                expected=d, reported=total, likely_cause=causes,
+                f"{total} delegates reported for a unit that elects {d}" if owed == d else
+                f"{total} delegates reported for a unit that elects {d} but where no group is viable at the "
+                f"final alignment, so {owed} can be awarded (RULES §4.3)",
+                expected=owed, reported=total, likely_cause=causes,
             )
         )
     if d >= 2:
-        # With inconsistent totals the threshold depends on which total is right.
-        lenient_thr = min(final_thr, _threshold(t, d))
         for k in names:
             if rep_s[k] and not (final_s[k] and final_s[k] >= final_thr):
                 was = " (it was viable at the first alignment)" if first_s[k] >= thr and first_s[k] else ""
-                unsure = final_s[k] >= lenient_thr and final_s[k] > 0
                 findings.append(
                     Finding(
-                        "NONVIABLE_AWARDED", Severity.WARN if unsure else Severity.ERROR,
-                        f"{k} has {final_s[k]} at the final alignment, below the threshold of {final_thr}"
-                        f"{denominator_note}, but was reported {rep_s[k]} delegate(s){was}",
+                        "NONVIABLE_AWARDED", Severity.ERROR,
+                        f"{k} has {final_s[k]} at the final alignment, below the threshold of {final_thr}, "
+                        f"but was reported {rep_s[k]} delegate(s){was}",
                         candidate=k, expected=0, reported=rep_s[k],
-                        likely_cause=(
-                            f"viable with the first-alignment total ({t}) as attendance" if unsure
-                            else "viability taken from the first alignment" if was
-                            else causes
-                        ),
+                        likely_cause="viability taken from the first alignment" if was else causes,
                     )
                 )
 
     if rep_s not in outcomes:
-        findings.append(
-            _allocation_finding(rules, d, t_eff, first_s, final_s, rep_s, outcomes, causes, denominator_note)
-        )
+        findings.append(_allocation_finding(rules, d, t, first_s, final_s, rep_s, outcomes, causes))
 
     for a, b in permutations(names, 2):
         if final_s[a] > final_s[b] and rep_s[a] < rep_s[b]:
@@ -270,18 +276,19 @@ def _sorted(findings: list[Finding]) -> list[Finding]:
 def _lock_findings(
     first_s: dict[str, int],
     final_s: dict[str, int],
+    reported: Mapping[str, int] | None,
     d: int,
     thr: int,
     t_inferred: bool,
-    denominator_note: str,
 ) -> list[Finding]:
     """§4.2: a group viable at the first alignment may only grow, unless §4.5 dissolved it.
 
-    A locked group is excused when §4.5 could have dissolved it: counting every
-    locked group at its first size (it could not legally be smaller) and every
-    other group at its final size, more groups would be viable than delegates
-    and this group is among the smallest (any of a tied block at the cut, since
-    either reading of the tie rule may have been applied).
+    A locked group that shrank is excused only if it really was dissolved (nobody left in it at the
+    final count, or no delegates for it) and §4.5 required that: counting every locked group at its
+    first size (it could not legally be smaller) and every other group at its final size, more groups
+    would be viable than delegates and this group is among the smallest (any of a tied block at the
+    cut, since the lot may have fallen on any of them). A group that kept members and won delegates
+    was not dissolved, so the lock was broken.
     """
     locked = [k for k, v in first_s.items() if v and v >= thr]
     if not locked:
@@ -292,7 +299,10 @@ def _lock_findings(
     dissolvable_up_to = candidates[excess - 1] if excess > 0 else -1
     out: list[Finding] = []
     for k in locked:
-        if final_s[k] >= first_s[k] or pre[k] <= dissolvable_up_to:
+        if final_s[k] >= first_s[k]:
+            continue
+        dissolved = final_s[k] == 0 or (reported.get(k, 0) == 0 if reported is not None else final_s[k] < thr)
+        if dissolved and pre[k] <= dissolvable_up_to:
             continue
         borderline = first_s[k] == thr
         severity = Severity.WARN if borderline and t_inferred else Severity.ERROR
@@ -300,17 +310,31 @@ def _lock_findings(
             "the group sat exactly on the threshold; if the worksheet's attendance exceeded the "
             "first-alignment total it was not viable and could realign"
             if borderline and t_inferred
-            else ("the group realigned although viable (2016-style realignment)" if final_s[k] == 0 else None)
+            else "the group realigned although viable (2016-style realignment)" if final_s[k] == 0
+            else "a group §4.5 could dissolve kept members and won delegates: it was not dissolved"
+            if pre[k] <= dissolvable_up_to
+            else None
         )
         out.append(
             Finding(
                 "LOCKED_GROUP_SHRANK", severity,
-                f"{k} was viable at the first alignment ({first_s[k]} >= {thr}{denominator_note}) and so "
+                f"{k} was viable at the first alignment ({first_s[k]} >= {thr}) and so "
                 f"locked, but has {final_s[k]} at the final alignment (RULES §4.2)",
                 candidate=k, expected=first_s[k], reported=final_s[k], likely_cause=cause,
             )
         )
     return out
+
+
+def _legal(rules: "RuleSet", d: int, t: int, first_s: dict[str, int], final_s: dict[str, int]) -> frozenset[Counts[int]]:
+    """The allocations the auditor accepts (``RuleSet.legal_outcomes``); none when T is 0 but people
+    aligned (nothing can be computed from that)."""
+    if t == 0:
+        return frozenset({Counts(dict.fromkeys(final_s, 0))}) if not any(final_s.values()) else frozenset()
+    try:
+        return rules.legal_outcomes(delegates=d, attendance=t, first=first_s, final=final_s)
+    except CaucusMathError:
+        return frozenset()
 
 
 def _allocation_finding(
@@ -322,24 +346,18 @@ def _allocation_finding(
     rep_s: Counts[int],
     outcomes: frozenset[Counts[int]],
     causes: str | None,
-    denominator_note: str,
 ) -> Finding:
     expected: object = next(iter(outcomes)) if len(outcomes) == 1 else tuple(sorted(outcomes, key=_key))
     shown = " or ".join(_fmt(o) for o in sorted(outcomes, key=_key)) or "none"
     for alt in rules.alternatives():
-        if rep_s in alt.outcomes(delegates=d, attendance=t, first=first_s, final=final_s):
+        if rep_s in _legal(alt, d, t, first_s, final_s):
             return Finding(
                 "ALLOCATION", Severity.AMBIGUOUS,
                 f"reported {_fmt(rep_s)} fits only another reading of an open rule ({alt.name}); "
-                f"{rules.name} gives {shown}{denominator_note}",
+                f"{rules.name} gives {shown}",
                 expected=expected, reported=rep_s, likely_cause=rules.reading_of(alt),
             )
-    if d == 1:
-        severity = Severity.SOFT
-    elif denominator_note:
-        severity = Severity.WARN  # the attendance behind the expectation is itself uncertain
-    else:
-        severity = Severity.ERROR
+    severity = Severity.SOFT if d == 1 else Severity.ERROR
     what = (
         "the one delegate should go to the final-alignment plurality (RULES §7)"
         if d == 1
@@ -347,7 +365,7 @@ def _allocation_finding(
     )
     return Finding(
         "ALLOCATION", severity,
-        f"reported {_fmt(rep_s)}: {what}; expected {shown}{denominator_note}",
+        f"reported {_fmt(rep_s)}: {what}; expected {shown}",
         expected=expected, reported=rep_s, likely_cause=causes,
     )
 
@@ -368,6 +386,8 @@ def _likely_causes(
     """Name the known mistakes that reproduce the reported delegates exactly."""
     if rep_s in outcomes:
         return None
+    if t == 0:
+        return "no first-alignment count to compute from (T = 0)"
     causes: list[str] = []
     sum_final = sum(final_s.values())
     sum_first = sum(first_s.values())

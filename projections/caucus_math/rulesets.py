@@ -32,8 +32,10 @@ The [OPEN] points and the choices made
    RULES §4.5 and of worked example E05).  Evidence from the certified 2020
    release: in 27 units the cut falls inside equal groups; the reported
    delegates of 26 of them fit the lot reading and none fits the APP's (the
-   27th reported 4 delegates for 3).  The checks report those 26 as
-   ``ambiguous``; ``variant(realign_ties="lots")`` recomputes them.  Under
+   27th reported 4 delegates for 3).  §4.5 says the cut is "decided by lot",
+   so the checks accept both readings as legal outcomes (``accepted_options``)
+   and report nothing for those 26; ``variant(realign_ties="lots")``
+   recomputes them with the lot pending.  Under
    the APP reading, when every viable group ties at the cut (6/6/6 for two
    delegates; 4 units in 2020) all of them must realign and nothing is
    allocated until the new count is entered (``unallocated == D``).
@@ -115,7 +117,10 @@ class RuleSet:
     The fields other than ``name``/``description`` are the points where readings
     differ (see the module docstring for what each choice means and why).
     ``ambiguous_options`` lists the [OPEN] fields whose other reading the checks
-    accept as ``ambiguous`` rather than ``error``.
+    accept as ``ambiguous`` rather than ``error``; ``accepted_options`` those whose
+    other reading is a legal outcome too, with no finding (§4.5's cut inside equal
+    groups is "decided by lot", and §12 keeps ``ambiguous`` for the 2016 leftover
+    lot only).
     """
 
     name: str
@@ -126,7 +131,8 @@ class RuleSet:
     one_delegate_no_majority: NoMajorityRule = "plurality"
     recompute_threshold_at_final: bool = False
     worksheet_decimals: int | None = None
-    ambiguous_options: tuple[str, ...] = ("leftover", "realign_ties")
+    ambiguous_options: tuple[str, ...] = ("leftover",)
+    accepted_options: tuple[str, ...] = ("realign_ties",)
 
     def __post_init__(self) -> None:
         allowed = {
@@ -140,7 +146,7 @@ class RuleSet:
         decimals = self.worksheet_decimals
         if decimals is not None and (isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0):
             raise CaucusMathError("worksheet_decimals", f"must be None or an integer >= 0, got {decimals!r}")
-        for opt in self.ambiguous_options:
+        for opt in (*self.ambiguous_options, *self.accepted_options):
             if opt not in _FLIPS:
                 raise CaucusMathError("ambiguous_options", f"{opt!r} is not an [OPEN] option of a rule set")
 
@@ -158,9 +164,11 @@ class RuleSet:
         first: Mapping[str, int],
         final: Mapping[str, int],
         ties: Sequence[TieResolution] = (),
+        check_totals: bool = True,
     ) -> Allocation:
         """The unit's delegates under this rule set; ties stay pending unless resolved in ``ties``."""
         return allocate(
+            check_totals=check_totals,
             delegates=delegates,
             attendance=attendance,
             first=first,
@@ -182,13 +190,15 @@ class RuleSet:
         first: Mapping[str, int],
         final: Mapping[str, int],
         ties: Sequence[TieResolution] = (),
+        check_totals: bool = True,
     ) -> frozenset[Counts[int]]:
         """Every delegate allocation reachable through some outcome of the pending tosses.
 
         One element when nothing is left to chance.  This is what the auditor
         compares a reported allocation against (§12 ``ALLOCATION``).
         """
-        alloc = self.allocate(delegates=delegates, attendance=attendance, first=first, final=final, ties=ties)
+        alloc = self.allocate(delegates=delegates, attendance=attendance, first=first, final=final, ties=ties,
+                              check_totals=check_totals)
         if alloc.settled:
             return frozenset((alloc.delegates,))
         tie = alloc.pending[0]
@@ -196,8 +206,21 @@ class RuleSet:
         for winners in combinations(tie.contenders, tie.seats):
             res = TieResolution(tie.contenders, tie.seats, winners, tie.method)
             found |= self.outcomes(
-                delegates=delegates, attendance=attendance, first=first, final=final, ties=(*ties, res)
+                delegates=delegates, attendance=attendance, first=first, final=final, ties=(*ties, res),
+                check_totals=check_totals,
             )
+        return frozenset(found)
+
+    def legal_outcomes(
+        self, *, delegates: int, attendance: int, first: Mapping[str, int], final: Mapping[str, int]
+    ) -> frozenset[Counts[int]]:
+        """What the auditor accepts without a finding: every tie outcome (§12), under this rule set's
+        reading and under the other reading of each ``accepted_options`` point. T is as given even when
+        the final total exceeds it (§1: the auditor's T is the first-alignment total)."""
+        found = set(self.outcomes(delegates=delegates, attendance=attendance, first=first, final=final, check_totals=False))
+        for opt in self.accepted_options:
+            other = self.variant(**{opt: _FLIPS[opt][getattr(self, opt)]})
+            found |= other.outcomes(delegates=delegates, attendance=attendance, first=first, final=final, check_totals=False)
         return frozenset(found)
 
     def check(
@@ -281,6 +304,7 @@ IDP_2016 = RuleSet(
     realign_ties="lots",
     recompute_threshold_at_final=True,
     ambiguous_options=("leftover", "realign_ties", "recompute_threshold_at_final"),
+    accepted_options=(),
 )
 
 DEFAULT_RULE_SET = "idp-2020"
@@ -289,8 +313,31 @@ RULE_SETS: Mapping[str, RuleSet] = MappingProxyType({rs.name: rs for rs in (IDP_
 
 
 def get_rule_set(name: str = DEFAULT_RULE_SET) -> RuleSet:
-    """Look up a rule set by its versioned name (``idp-2020``, ``idp-2016``)."""
+    """Look up a rule set by its versioned name (``idp-2020``, ``idp-2016``), or a variant of one by the
+    name ``variant`` gives it: ``idp-2020[realign_ties=lots]``, ``idp-2020[leftover=lots,realign_ties=lots]``."""
+    if isinstance(name, str) and name.endswith("]") and "[" in name:
+        base_name, _, tag = name[:-1].partition("[")
+        base = get_rule_set(base_name)
+        changes: dict[str, object] = {}
+        for part in filter(None, tag.split(",")):
+            option, eq, text = part.partition("=")
+            if not eq or option not in _FLIPS:
+                raise CaucusMathError(
+                    "rule_set", f"{part!r} in {name!r} is not OPTION=VALUE of an [OPEN] option ({', '.join(sorted(_FLIPS))})"
+                )
+            values = {str(v): v for v in _FLIPS[option]}
+            if text not in values:
+                raise CaucusMathError("rule_set", f"{option} must be one of {', '.join(sorted(values))}, got {text!r}")
+            changes[option] = values[text]
+        variant = base.variant(**changes)
+        if variant.name != name:
+            raise CaucusMathError("rule_set", f"write the variant as {variant.name!r} (options in alphabetical order)")
+        return variant
     try:
         return RULE_SETS[name]
     except (KeyError, TypeError):
-        raise CaucusMathError("rule_set", f"unknown rule set {name!r}; known: {', '.join(sorted(RULE_SETS))}") from None
+        raise CaucusMathError(
+            "rule_set",
+            f"unknown rule set {name!r}; known: {', '.join(sorted(RULE_SETS))}, or a variant such as "
+            "idp-2020[realign_ties=lots] (options: " + ", ".join(sorted(_FLIPS)) + ")",
+        ) from None

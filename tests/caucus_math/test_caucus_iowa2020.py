@@ -256,4 +256,4 @@ def test_checks_find_what_the_press_found(iowa, capsys: pytest.CaptureFixture[st
     assert counts[("ALLOCATION", "ambiguous")] > 0
     assert counts[("ALLOCATION", "soft")] > 0
     assert counts[("TOO_MANY_VIABLE", "warn")] > 0
-    assert units_with["SATELLITE_DELEGATES"] == {"1143", "1158"}
+    assert units_with["SATELLITE_DELEGATES"] == {"1117", "1143", "1158", "1184"}

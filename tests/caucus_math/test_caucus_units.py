@@ -361,10 +361,16 @@ def test_variants_are_named_and_validated() -> None:
         RS.variant(realign_ties="coin")
     with pytest.raises(CaucusMathError):
         RS.variant(no_such_rule=True)
-    assert {a.name for a in RS.alternatives()} == {
-        "idp-2020[leftover=lots]", "idp-2020[realign_ties=lots]", "idp-2020[leftover=lots,realign_ties=lots]"
-    }
+    # §4.5's cut inside equal groups is "decided by lot": both readings are legal outcomes, not ambiguous;
+    # §12 keeps `ambiguous` for the 2016 leftover lot.
+    assert {a.name for a in RS.alternatives()} == {"idp-2020[leftover=lots]"}
     assert "lot" in RS.reading_of(v)
+    assert get_rule_set("idp-2020[realign_ties=lots]") == v
+    assert get_rule_set("idp-2020[leftover=lots,realign_ties=lots]").leftover == "lots"
+    assert get_rule_set("idp-2016[recompute_threshold_at_final=False]").recompute_threshold_at_final is False
+    for bad in ("idp-2020[realign_ties=coin]", "idp-2020[nothing=1]", "idp-2020[realign_ties=lots,leftover=lots]", "idp-2030[leftover=lots]"):
+        with pytest.raises(CaucusMathError):
+            get_rule_set(bad)
 
 
 def test_rulesets_docstring_lists_every_open_point() -> None:
@@ -397,6 +403,21 @@ def test_clean_unit_has_no_findings() -> None:
     f = {"A": 40, "B": 35, "C": 25}
     assert RS.check(delegates=5, attendance=None, first=f, final=f, reported={"A": 2, "B": 2, "C": 1}) == []
     assert RS.check(delegates=5, attendance=None, first=f, final=f) == []
+
+
+def test_check_delegate_total_when_nobody_is_viable_at_the_final_alignment() -> None:
+    """§4.3: with no group viable at the final count no delegate can be awarded, so reporting none is
+    the legal outcome; §7: a one-delegate unit still awards exactly one."""
+    first, gone = {"A": 1, "B": 1, "C": 0}, {"A": 0, "B": 0, "C": 0}  # threshold 2: nobody viable
+    assert RS.check(delegates=7, attendance=13, first=first, final=gone, reported={}) == []
+    found = RS.check(delegates=7, attendance=13, first=first, final=gone, reported={"A": 7})
+    total = [f for f in found if f.code == "DELEGATE_TOTAL"]
+    assert [(f.expected, f.reported) for f in total] == [(0, 7)] and "no group is viable" in total[0].message
+    assert [(f.code, f.expected) for f in RS.check(delegates=1, attendance=13, first=first, final=gone, reported={})
+            if f.code == "DELEGATE_TOTAL"] == [("DELEGATE_TOTAL", 1)]
+    # Someone viable at the final count: all D are due again.
+    assert [f.expected for f in RS.check(delegates=3, attendance=13, first={"A": 5, "B": 5}, final={"A": 5, "B": 5}, reported={})
+            if f.code == "DELEGATE_TOTAL"] == [3]
 
 
 def test_check_each_code() -> None:
@@ -456,9 +477,14 @@ def test_check_ambiguous_when_only_the_other_reading_fits() -> None:
     assert codes(found) == [("ALLOCATION", "ambiguous")]
     assert "2016" in (found[0].likely_cause or "")
     assert found[0].expected == Counts({"Clinton": 5, "Sanders": 3})
+    # RULES §4.5 (E05): which of the equal smallest groups realigns is decided by lot, so either lot
+    # outcome, and the APP's reading (all of them realign), are legal: no ALLOCATION finding.
     e05 = {"A": 12, "B": 9, "C": 9}
-    found = RS.check(delegates=2, attendance=None, first=e05, final=e05, reported={"A": 1, "B": 1, "C": 0})
-    assert ("ALLOCATION", "ambiguous") in codes(found)
+    for reported in ({"A": 1, "B": 1, "C": 0}, {"A": 1, "B": 0, "C": 1}, {"A": 2, "B": 0, "C": 0}):
+        found = RS.check(delegates=2, attendance=None, first=e05, final=e05, reported=reported)
+        assert codes(found) == [("TOO_MANY_VIABLE", "warn")], (reported, found)
+    found = RS.check(delegates=2, attendance=None, first=e05, final=e05, reported={"A": 0, "B": 1, "C": 1})
+    assert ("ALLOCATION", "error") in codes(found)
 
 
 def test_check_one_delegate_units_are_soft() -> None:

@@ -303,8 +303,11 @@ def _log_snapshot(log: EventLog, spec: SideSpec, election_id: str | None, log_na
     state = replay(log, cut)
     chosen = select_election(state.elections, election_id)
     what = "the whole log" if cut is None else cut.describe()
-    meta = {"log": log_name, "as_of": state.to_json()}
-    return snapshot_from_states(spec, state.elections[chosen], state.units.values(), description=f"{log_name}: {what}", meta=meta)
+    meta = {"log": log_name, "as_of": state.to_json(),
+            "compared": "the log replayed through the same reducers and caucus math as the projection: differences "
+                        "are events the runner or store lost, applied twice or corrupted, not bugs of the fold"}
+    return snapshot_from_states(spec, state.elections[chosen], state.units.values(),
+                                description=f"{log_name}: {what}, replayed through the projection's own fold", meta=meta)
 
 
 def load_snapshot(spec: SideSpec, sources: Sources, *, election_id: str | None = None) -> Snapshot:

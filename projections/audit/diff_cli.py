@@ -72,6 +72,9 @@ def diff_command(
     Examples: `caucus diff as-of:2020-02-08T06:28:00Z live` (release vs now), `caucus diff live
     rules:idp-2016` (another rule set over the same events), `caucus diff reported computed` (what chairs
     reported vs what the rules give), `caucus diff live set:tally@2` (a rebuild vs the serving set).
+    `caucus diff live log` replays the log through the same reducers and caucus math the runner uses: it
+    finds what the runner or the store lost, applied twice or corrupted, not a bug of the fold itself
+    (that is what the model test of the ledger and `caucus audit`'s independent checks are for).
     Exit 0: equal; 1: different; 2: could not compare."""
     if as_json and as_csv:
         raise fail("choose one of --json and --csv", OPERATIONAL)

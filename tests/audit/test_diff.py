@@ -90,6 +90,8 @@ def test_live_and_rebuilt_sets(store: str, caucus: Run, ledger: Any, aud: Module
     assert projected.exit_code == 0, projected.output
     doc = _json(caucus("diff", "live", "log", "--json", env=env), 0)
     assert doc["a"]["projection_set"]["name"] == "tally" and doc["a"]["projection_set"]["state"] == "serving"
+    # It says what it compares: the log through the projection's own fold (not an independent recount).
+    assert "projection's own fold" in doc["b"]["description"] and "not bugs of the fold" in doc["b"]["compared"]
     set_id = doc["a"]["projection_set"]["id"]
     for side in ("set:tally", "set:tally@1", f"set:#{set_id}"):
         _json(caucus("diff", side, "live", "--json", env=env), 0)

@@ -13,10 +13,14 @@ settings; library users get 0600.
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["DEFAULT_FILE_MODE", "file_mode", "set_file_mode", "create_private", "check_file_mode"]
+__all__ = ["DEFAULT_FILE_MODE", "file_mode", "set_file_mode", "create_private", "check_file_mode", "lock_beside",
+           "replace_secret_file"]
 
 DEFAULT_FILE_MODE = 0o600
 _mode = DEFAULT_FILE_MODE
@@ -59,3 +63,26 @@ def create_private(path: Path) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+@contextmanager
+def lock_beside(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` + ``.lock`` for the ``with`` block: a small file read, changed and
+    written back by several processes (credentials, what a key signed) is changed by one at a time.
+    Raises OSError when the lock file cannot be opened."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def replace_secret_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` in one step (a temporary file, fsynced, renamed over it), readable by
+    its owner only: a reader sees the old file or the new one, never half of one. Raises OSError."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)

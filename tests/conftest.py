@@ -8,6 +8,7 @@ and its own database.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -15,6 +16,19 @@ import pytest
 
 from infra.broker import LocalBroker
 from infra.postgres import ensure_running, temporary_database
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_key_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The session signs with a key of its own (``CAUCUS_KEY_HOME``), never the machine's ~/.config/caucus:
+    a key left there by another run or a person would otherwise be trusted by default."""
+    saved = os.environ.get("CAUCUS_KEY_HOME")
+    os.environ["CAUCUS_KEY_HOME"] = str(tmp_path_factory.mktemp("key-home"))
+    yield
+    if saved is None:
+        os.environ.pop("CAUCUS_KEY_HOME", None)
+    else:
+        os.environ["CAUCUS_KEY_HOME"] = saved
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,10 @@
 """Sign and record a checkpoint of the log as it stands now.
 
 The signer audits before it signs: a checkpoint is only issued over a log that still matches every
-earlier checkpoint, so the key never vouches for a rewritten history. Order of writes: the
+earlier checkpoint, so the key never vouches for a rewritten history. Those checkpoints live beside
+the log, where whoever rewrites the log can delete them; so the signer also keeps, with the key, the
+last checkpoint it signed for each log (``ledger.integrity.signer_state``) and refuses a log that no
+longer extends it. Order of writes: the
 ``CheckpointSigned`` event is appended to the log first, then the checkpoint and the leaf hashes it
 newly covers go to the store in one transaction. If the store write fails the log still carries the
 checkpoint (and ``verify`` uses it); the reverse order could leave a stored checkpoint whose event
@@ -19,12 +22,13 @@ from ledger.events import utc_now
 from ledger.integrity.checkpoints import Checkpoint, SignedCheckpoint, datetime_to_micros, sign_checkpoint
 from ledger.integrity.keys import SigningKey, TrustedKey
 from ledger.integrity.scan import scan_log
+from ledger.integrity.signer_state import SignerState, extends
 from ledger.integrity.store import CheckpointStore
 from ledger.integrity.verify import Report, verify_scan
 from ledger.journal import Journal
 from ledger.log.port import EventLog
 
-__all__ = ["RefusedToSign", "Issued", "issue_checkpoint"]
+__all__ = ["RefusedToSign", "RewrittenSinceSigned", "Issued", "issue_checkpoint"]
 
 
 class RefusedToSign(RuntimeError):
@@ -37,6 +41,10 @@ class RefusedToSign(RuntimeError):
             f"first: {first.message})"
         )
         self.report = report
+
+
+class RewrittenSinceSigned(RuntimeError):
+    """The log does not extend the last checkpoint this key signed for it (kept with the key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +61,37 @@ def issue_checkpoint(
     scope: str,
     also_trusted: Sequence[TrustedKey] = (),
     codec: Codec | None = None,
+    signer_state: SignerState | None = None,
+) -> Issued:
+    if signer_state is None:
+        return _issue(log, store, key, scope=scope, also_trusted=also_trusted, codec=codec, signer_state=None)
+    with signer_state.locked():
+        return _issue(log, store, key, scope=scope, also_trusted=also_trusted, codec=codec, signer_state=signer_state)
+
+
+def _issue(
+    log: EventLog,
+    store: CheckpointStore,
+    key: SigningKey,
+    *,
+    scope: str,
+    also_trusted: Sequence[TrustedKey],
+    codec: Codec | None,
+    signer_state: SignerState | None,
 ) -> Issued:
     codec = codec or default_codec()
+    log_key = log.log_id or f"scope:{scope}"
     timestamp = datetime_to_micros(utc_now())  # taken before the sizes, so no checkpoint predates its cut
     scan = scan_log(log, codec)
     witness = store.leaves()
     report = verify_scan(scan, store.checkpoints(), witness, [key.trusted, *also_trusted], codec)
     if not report.ok:
         raise RefusedToSign(report)
+    last = signer_state.last(log_key) if signer_state is not None else None
+    if last is not None:
+        problem = extends(scan, last)
+        if problem is not None:
+            raise RewrittenSinceSigned(f"refusing to sign log {log_key}: {problem}")
     parts = [scan.parts[p] for p in range(scan.partitions)]
     checkpoint = Checkpoint(
         scope=scope,
@@ -77,5 +108,7 @@ def issue_checkpoint(
         have = len(witness.get(ps.partition, []))
         if ps.size > have:
             new_leaves[ps.partition] = (have, ps.leaf_hashes[have:])
+    if signer_state is not None:
+        signer_state.record(log_key, signed)  # before the store: the log already carries the checkpoint
     store.record(signed, new_leaves)
     return Issued(signed, report)

@@ -5,10 +5,14 @@ scheme the transparency-log ecosystem (signed notes, Sigsum) uses, so an auditor
 
 Where keys live: the private key is a PEM (PKCS #8) file readable by its owner only (0600); it is
 given by path (``--key`` / ``CAUCUS_CHECKPOINT_KEY``) or, by default, generated on first use as
-``checkpoint-key.pem`` in the data directory, with the public half next to it as
-``checkpoint-key.pub`` (SubjectPublicKeyInfo PEM) for auditors. A verifier trusts the public keys it is
-given (``--public-key`` / ``CAUCUS_CHECKPOINT_PUBLIC_KEY``), or the data directory's public key; it
-never trusts a key because a checkpoint carries it.
+``checkpoint-key.pem`` in the key home (``CAUCUS_KEY_HOME``, else ``$XDG_CONFIG_HOME/caucus``, else
+``~/.config/caucus``), never in the data directory: a key kept beside the log it vouches for signs
+whatever anyone who can rewrite that directory puts there. The public half is written next to it and
+into the data directory as ``checkpoint-key.pub`` (SubjectPublicKeyInfo PEM) for auditors. A data
+directory from before keeps its own key until it is moved. A verifier trusts the public keys it is
+given (``--public-key`` / ``CAUCUS_CHECKPOINT_PUBLIC_KEY``), else the key home's, else the data
+directory's (with a warning: whoever can write the directory can replace it); it never trusts a key
+because a checkpoint carries it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ __all__ = [
     "generate_key",
     "load_signing_key",
     "load_or_create_signing_key",
+    "key_home",
+    "ENV_KEY_HOME",
+    "default_trusted_paths",
     "load_trusted_key",
     "write_public_key",
 ]
@@ -43,6 +50,15 @@ PRIVATE_KEY_FILE = "checkpoint-key.pem"
 PUBLIC_KEY_FILE = "checkpoint-key.pub"
 ENV_PRIVATE_KEY = "CAUCUS_CHECKPOINT_KEY"
 ENV_PUBLIC_KEY = "CAUCUS_CHECKPOINT_PUBLIC_KEY"
+ENV_KEY_HOME = "CAUCUS_KEY_HOME"
+
+
+def key_home() -> Path:
+    """Where the default signing key lives (outside every data directory)."""
+    if os.environ.get(ENV_KEY_HOME):
+        return Path(os.environ[ENV_KEY_HOME])
+    config = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(config) if config else Path.home() / ".config") / "caucus"
 
 
 class KeyFileError(ValueError):
@@ -145,16 +161,18 @@ def write_public_key(key: SigningKey, path: Path) -> None:
     path.write_bytes(key.trusted.pem())
 
 
-def load_or_create_signing_key(data_dir: Path) -> tuple[SigningKey, bool]:
-    """The data directory's key pair, generated on first use. Returns (key, created).
+def load_or_create_signing_key(
+    data_dir: Path, *, private_name: str = PRIVATE_KEY_FILE, public_name: str = PUBLIC_KEY_FILE
+) -> tuple[SigningKey, bool]:
+    """The key pair in a directory, generated on first use. Returns (key, created).
 
     The private key file is created with O_EXCL and mode 0600 so two processes starting at once
     cannot both write one, and it is never readable by others, not even for an instant.
     """
-    path = data_dir / PRIVATE_KEY_FILE
+    path = data_dir / private_name
     if path.exists():
         key = load_signing_key(path)
-        pub = data_dir / PUBLIC_KEY_FILE
+        pub = data_dir / public_name
         if not pub.exists():
             write_public_key(key, pub)
         return key, False
@@ -166,7 +184,7 @@ def load_or_create_signing_key(data_dir: Path) -> tuple[SigningKey, bool]:
         return load_signing_key(path), False
     with os.fdopen(fd, "wb") as fh:
         fh.write(key.private_pem())
-    write_public_key(key, data_dir / PUBLIC_KEY_FILE)
+    write_public_key(key, data_dir / public_name)
     return key, True
 
 
@@ -193,3 +211,26 @@ def load_trusted_key(path: Path) -> TrustedKey:
     if not isinstance(pub, Ed25519PublicKey):
         raise KeyFileError(f"{path} holds a {type(pub).__name__}, not an Ed25519 public key")
     return TrustedKey(_raw_public(pub))
+
+
+def default_trusted_paths(data_dir: Path) -> tuple[list[Path], str | None]:
+    """The public keys a verifier trusts when none is given, and a warning when that trust is weak.
+
+    A data directory that still holds its own private key (from before the key home) is checked with
+    it; otherwise the key home's public key; otherwise the copy in the data directory, which anyone
+    able to write that directory can replace with their own.
+    """
+    if (data_dir / PRIVATE_KEY_FILE).exists():
+        return [data_dir / PRIVATE_KEY_FILE], (
+            f"the signing key is in the data directory {data_dir}, beside the log it vouches for; move it out "
+            f"(e.g. to {key_home() / PRIVATE_KEY_FILE}) and pin its public key with --public-key"
+        )
+    home = key_home() / PUBLIC_KEY_FILE
+    if os.access(home, os.R_OK):  # another user's key home (or none) is no key home for this user
+        return [home], None
+    if (data_dir / PUBLIC_KEY_FILE).exists():
+        return [data_dir / PUBLIC_KEY_FILE], (
+            f"trusting the public key found in the data directory ({data_dir / PUBLIC_KEY_FILE}): whoever can write "
+            "that directory can replace it; pin the signer's key with --public-key"
+        )
+    return [], None

@@ -4,8 +4,13 @@ The leaf of a record is its value exactly as the log stores it: the Avro single-
 are deterministic for an event (the codec sorts maps), so the same event always hashes the same and
 any change to a stored record changes its leaf. Leaf ``i`` of partition ``p`` is the record at offset
 ``i``; both adapters number offsets ``0, 1, 2, ...`` with no holes, so a hole means a record was
-removed and is reported. Only ``CheckpointSigned`` records are decoded here (recognised by their
-schema fingerprint): hashing must not depend on the catalogue being able to read every record.
+removed and is reported. Hashing never depends on the catalogue being able to read a record.
+
+The leaf covers the value only; the columns a log stores beside it are checked against the value they
+must agree with (``column_problems``): the key (the event's partition key) and the headers that repeat
+what the value says (type, schema fingerprint, election, unit, content type). Two columns cannot be
+checked so: the writer header (who appended the record) and the log's own timestamp; nothing decides
+anything by them, and ``caucus log tail`` shows them as the log's say-so.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from dataclasses import dataclass, field
 from ledger.codec import Codec, CodecError, default_codec
 from ledger.integrity.checkpoints import CheckpointFormatError, SignedCheckpoint
 from ledger.integrity.merkle import MerkleTree
-from ledger.log.port import EventLog, Position
+from ledger.log.port import EventLog, Position, StoredRecord
+from ledger.record_headers import DERIVED, event_headers
 
 __all__ = ["PartitionScan", "LogScan", "FoundCheckpoint", "scan_log"]
 
@@ -28,6 +34,7 @@ class PartitionScan:
     values: list[bytes] = field(default_factory=list)
     leaf_hashes: list[bytes] = field(default_factory=list)
     gaps: list[tuple[int, int]] = field(default_factory=list)  # (offset expected, offset found)
+    column_problems: list[tuple[int, str]] = field(default_factory=list)  # (offset, what disagrees with the value)
     tree: MerkleTree = field(default_factory=MerkleTree)
 
     @property
@@ -91,9 +98,30 @@ def scan_log(log: EventLog, codec: Codec | None = None) -> LogScan:
         ps.leaf_hashes.append(sha256(b"\x00" + value).digest())
         if value[2:10] in checkpoint_fps:
             found.append(_checkpoint_at(codec, rec.position, value))
+        problem = _columns_problem(codec, rec)
+        if problem is not None:
+            ps.column_problems.append((off, problem))
     for ps in parts.values():
         ps.tree = MerkleTree(ps.leaf_hashes)
     return LogScan(max(log.partitions, len(parts)), marks, parts, found)
+
+
+def _columns_problem(codec: Codec, rec: StoredRecord) -> str | None:
+    """What in the record's stored columns contradicts its value, if anything."""
+    try:
+        event = codec.decode(rec.value)
+    except CodecError:
+        return None  # not an event this catalogue reads: its leaf still covers it, nothing to compare
+    wrong = []
+    if rec.key != event.key:
+        wrong.append(f"key {rec.key!r}, but the event's is {event.key!r}")
+    if rec.headers:
+        derived = dict(event_headers(event, rec.value))
+        for name, text in rec.headers:
+            if name in DERIVED and derived.get(name) != text:
+                wrong.append(f"header {name} {text.decode(errors='replace')!r}, but the value says "
+                             f"{derived.get(name, b'').decode(errors='replace')!r}")
+    return "; ".join(wrong) or None
 
 
 def _checkpoint_at(codec: Codec, position: Position, value: bytes) -> FoundCheckpoint:

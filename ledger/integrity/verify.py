@@ -41,7 +41,8 @@ __all__ = ["Finding", "Report", "NoTrustedKey", "verify_scan", "verify_log", "us
 class Finding:
     """One thing that is wrong. ``kind`` is one of: altered, missing, inserted, reordered, truncated,
     mismatch, gap, inconsistent, signature, malformed-checkpoint, checkpoint-missing,
-    checkpoint-altered, store-altered."""
+    checkpoint-altered, store-altered, column (a stored column contradicts the record's value),
+    witness (the log does not extend what a witness cosigned)."""
 
     kind: str
     message: str
@@ -349,6 +350,8 @@ def verify_scan(
         check = _Partition(p, scan.parts[p], list(witness.get(p, [])), codec, findings)
         check.check_witness(valid)
         check.check_gaps()
+        for off, problem in scan.parts[p].column_problems:
+            findings.append(Finding("column", f"the record at {p}:{off} stores {problem}", Position(p, off)))
         check.check_checkpoints(valid)
         check.check_consistency(valid)
     latest = valid[-1] if valid else None

@@ -22,6 +22,7 @@ from ledger.cli import emit, fail, settings_of
 from ledger.config import Settings, open_log
 from ledger.log.port import LogError
 from projections.asof import AsOfError, Cut, parse_cut, tally_as_of
+from projections.audit.cli import trusted_keys as _trusted_keys
 from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditReport, audit_tallies
 from projections.audit.tie_checks import TIE_CODES
 from projections.caucus_math import CHECK_CODES, CaucusMathError
@@ -190,19 +191,18 @@ def print_report(report: AuditReport, *, filtered: bool = False) -> None:
 # -- caucus recount-package ------------------------------------------------------------------------------
 
 
-def _trusted_keys(settings: Settings, given: list[Path] | None) -> list[Any]:
-    """Keys to prove against: --public-key, else CAUCUS_CHECKPOINT_PUBLIC_KEY, else the data directory's."""
-    from ledger.integrity.keys import ENV_PUBLIC_KEY, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, load_trusted_key
+def _package_signer(settings: Settings) -> Any:
+    """The checkpoint key, if this user holds it, to sign the package's manifest (None: unsigned)."""
+    from ledger.integrity.keys import ENV_PRIVATE_KEY, PRIVATE_KEY_FILE, KeyFileError, key_home, load_signing_key
 
-    paths = list(given or [])
-    if not paths and os.environ.get(ENV_PUBLIC_KEY):
-        paths = [Path(p) for p in os.environ[ENV_PUBLIC_KEY].split(os.pathsep) if p]
-    if not paths:
-        for name in (PUBLIC_KEY_FILE, PRIVATE_KEY_FILE):
-            if (settings.data_dir / name).exists():
-                paths = [settings.data_dir / name]
-                break
-    return [load_trusted_key(p) for p in paths]
+    configured = settings.checkpoint_key or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
+    for path in (configured, settings.data_dir / PRIVATE_KEY_FILE, key_home() / PRIVATE_KEY_FILE):
+        if path is not None and os.access(path, os.R_OK):
+            try:
+                return load_signing_key(path)
+            except KeyFileError:
+                continue
+    return None
 
 
 def recount_package_command(
@@ -223,8 +223,9 @@ def recount_package_command(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
 ) -> None:
     """Write a recount package for one unit (or a county): its events (Avro bytes and JSON), the paper
-    trail with the tally after each event, inclusion proofs against the latest signed checkpoint, the
-    public key, a README and a standalone verify.py.
+    trail with the tally after each event, inclusion proofs against the latest signed checkpoint, every
+    record of the unit's partition up to it (so verify.py finds an event left out), the public key, the
+    manifest signed with the checkpoint key when you hold it, a README and a standalone verify.py.
 
     Exit 0: written; 2: not written (with the reason)."""
     from ledger.integrity.keys import KeyFileError
@@ -243,6 +244,7 @@ def recount_package_command(
             result = build_package(
                 log, out, unit=unit, county=county, election_id=election, checkpoint_store=store, trusted=trusted,
                 require_proofs=not allow_unproven, rule_set=rule_set, log_name=settings.describe_log(), overwrite=force,
+                signing_key=_package_signer(settings),
             )
         finally:
             log.close()

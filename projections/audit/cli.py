@@ -39,6 +39,7 @@ def _register_integrity(app: typer.Typer) -> None:
     app.command("checkpoint")(checkpoint_command)
     app.command("verify")(verify_command)
     app.command("prove")(prove_command)
+    app.command("witness")(witness_command)
 
 
 # -- shared plumbing -----------------------------------------------------------------------------------
@@ -46,23 +47,33 @@ def _register_integrity(app: typer.Typer) -> None:
 
 _PUBLIC_KEY_HELP = (
     "Public key to trust (PEM, or 64 hex digits); repeatable. Default: env CAUCUS_CHECKPOINT_PUBLIC_KEY "
-    "(paths separated by ':'), else the data directory's checkpoint-key.pub."
+    "(paths separated by ':'), else the key home's checkpoint-key.pub (CAUCUS_KEY_HOME, default ~/.config/caucus), "
+    "else the data directory's (with a warning: whoever can write the data directory can replace it)."
 )
 
 
-def _trusted_keys(settings: Settings, given: list[Path] | None) -> list[Any]:
-    from ledger.integrity.keys import ENV_PUBLIC_KEY, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, load_trusted_key
+TRUST_NOTE: list[str] = []
+"""Why the keys ``trusted_keys`` chose by default deserve little trust, if they do: reports show it
+(human: a ``trust:`` line; JSON: ``trust_warning``) rather than stderr, where only errors go."""
 
+
+def trusted_keys(settings: Settings, given: list[Path] | None) -> list[Any]:
+    """The keys to verify with: given, configured, else ``keys.default_trusted_paths``."""
+    from ledger.integrity.keys import ENV_PUBLIC_KEY, default_trusted_paths, load_trusted_key
+
+    TRUST_NOTE.clear()
     paths = list(given or [])
     configured = settings.checkpoint_public_key or os.environ.get(ENV_PUBLIC_KEY)
     if not paths and configured:
         paths = [Path(p) for p in configured.split(os.pathsep) if p]
     if not paths:
-        for name in (PUBLIC_KEY_FILE, PRIVATE_KEY_FILE):
-            if (settings.data_dir / name).exists():
-                paths = [settings.data_dir / name]
-                break
+        paths, warning = default_trusted_paths(settings.data_dir)
+        if warning:
+            TRUST_NOTE.append(warning)
     return [load_trusted_key(p) for p in paths]
+
+
+_trusted_keys = trusted_keys
 
 
 @contextmanager
@@ -99,7 +110,8 @@ def checkpoint_command(
     ctx: typer.Context,
     key: Optional[Path] = typer.Option(
         None, "--key", help="Ed25519 private key (PEM, mode 0600). Default: env CAUCUS_CHECKPOINT_KEY, else "
-        "DATA_DIR/checkpoint-key.pem, generated on first use."
+        "checkpoint-key.pem in the key home (CAUCUS_KEY_HOME, default ~/.config/caucus), generated on first use; "
+        "what it signed is kept beside it, and a log that no longer extends that is refused."
     ),
     public_key: Optional[list[Path]] = typer.Option(
         None, "--public-key", help="Other keys whose earlier checkpoints to accept (after a key change); repeatable."
@@ -109,18 +121,29 @@ def checkpoint_command(
     """Sign a checkpoint of the log as it stands now and record it (in the log and the checkpoint store).
 
     The log is audited first; if it no longer matches an earlier checkpoint nothing is signed (exit 1)."""
-    from ledger.integrity.issue import RefusedToSign, issue_checkpoint
-    from ledger.integrity.keys import ENV_PRIVATE_KEY, load_or_create_signing_key, load_signing_key
+    from ledger.integrity.issue import RefusedToSign, RewrittenSinceSigned, issue_checkpoint
+    from ledger.integrity.keys import (ENV_PRIVATE_KEY, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, key_home,
+                                       load_or_create_signing_key, load_signing_key, write_public_key)
+    from ledger.integrity.signer_state import SignerState, SignerStateError, state_path_for
     from ledger.integrity.store import StoreError, open_store
 
     settings = settings_of(ctx)
     with _operational():
         key_path = key or settings.checkpoint_key or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
         created = False
+        if key_path is None and (settings.data_dir / PRIVATE_KEY_FILE).exists():
+            key_path = settings.data_dir / PRIVATE_KEY_FILE
+            typer.echo(f"warning: signing with the key in the data directory ({key_path}), beside the log it vouches "
+                       f"for: anyone who can rewrite the directory can sign with it. Move it to {key_home()} "
+                       "(or give --key) and share its public half with auditors.", err=True)
         if key_path is not None:
             signing = load_signing_key(key_path)
         else:
-            signing, created = load_or_create_signing_key(settings.data_dir)
+            signing, created = load_or_create_signing_key(key_home())
+            key_path = key_home() / PRIVATE_KEY_FILE
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        write_public_key(signing, settings.data_dir / PUBLIC_KEY_FILE)  # for auditors; never trusted over a pinned key
+        state = SignerState(state_path_for(key_path))
         others = [k for k in _trusted_keys(settings, public_key) if k.public_key != signing.public_key]
         store = open_store(settings.data_dir, settings.database, create=True)
         if store is None:  # create=True always opens one
@@ -128,10 +151,16 @@ def checkpoint_command(
         try:
             with _log(settings) as log:
                 try:
-                    issued = issue_checkpoint(log, store, signing, scope=settings.topic, also_trusted=others)
+                    issued = issue_checkpoint(log, store, signing, scope=settings.topic, also_trusted=others,
+                                              signer_state=state)
                 except RefusedToSign as refused:
                     _print_report(settings, store.describe(), refused.report, as_json, 0.0, title="REFUSED TO SIGN")
                     raise typer.Exit(TAMPERED) from None
+                except RewrittenSinceSigned as refused:
+                    raise fail(f"REFUSED TO SIGN: {refused} (the signer's record: {state.path})", TAMPERED,
+                               kind="tampering") from None
+                except SignerStateError as exc:
+                    raise fail(str(exc), OPERATIONAL) from None
         finally:
             store.close()
     s = issued.signed
@@ -153,7 +182,7 @@ def checkpoint_command(
 
     def human() -> None:
         if created:
-            typer.echo(f"generated signing key {c.key_id} in {settings.data_dir} (share checkpoint-key.pub with auditors)")
+            typer.echo(f"generated signing key {c.key_id} in {key_home()} (share checkpoint-key.pub with auditors)")
         typer.echo(f"checkpoint {s.event_id} recorded at {s.position}")
         typer.echo(f"  covers {c.tree_size} records in {c.partitions} partitions: {', '.join(map(str, c.partition_sizes))}")
         typer.echo(f"  root   {c.root_hash.hex()}")
@@ -172,6 +201,9 @@ def verify_command(
         False, "--require-checkpoint",
         help="Fail (exit 1) unless at least one signed checkpoint verifies. A log copy whose checkpoint events "
              "were cut away, checked without the checkpoint store, otherwise looks like a log never checkpointed."),
+    against: Optional[list[Path]] = typer.Option(
+        None, "--against", help="A witness directory (`caucus witness`): the log must also extend the last checkpoint "
+        "that witness cosigned, and be the log it cosigned. Repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recompute the log's Merkle trees and check every signed checkpoint against them.
@@ -179,7 +211,7 @@ def verify_command(
     Reports the first bad position (PARTITION:OFFSET) and what is wrong there. Exit 0: intact;
     1: tampering found (or, with --require-checkpoint, no checkpoint verified); 2: could not check."""
     from ledger.integrity.store import open_store
-    from ledger.integrity.verify import verify_log
+    from ledger.integrity.verify import Finding, verify_log
 
     settings = settings_of(ctx)
     with _operational():
@@ -188,7 +220,11 @@ def verify_command(
         try:
             began = time.perf_counter()
             with _log(settings, read_only=True) as log:
-                _scan, report = verify_log(log, store, trusted)
+                scan, report = verify_log(log, store, trusted)
+                log_id = log.log_id
+            for path in against or []:
+                for problem in _witness_dir(path).check(log_id, scan):
+                    report.findings.append(Finding("witness", f"{path}: {problem}"))
             elapsed = time.perf_counter() - began
             store_name = store.describe() if store is not None else "(none)"
         finally:
@@ -204,10 +240,13 @@ def verify_command(
 
 def _print_report(settings: Settings, store_name: str, report: Any, as_json: bool, elapsed: float, title: str = "TAMPERING FOUND") -> None:
     data = report.to_json()
-    data.update({"log": settings.describe_log(), "store": store_name, "seconds": round(elapsed, 3)})
+    data.update({"log": settings.describe_log(), "store": store_name, "seconds": round(elapsed, 3),
+                 "trust_warning": TRUST_NOTE[0] if TRUST_NOTE else None})
 
     def human() -> None:
         typer.echo(f"log:         {data['log']} ({report.partitions} partitions, {report.records} records)")
+        if TRUST_NOTE:
+            typer.echo(f"trust:       {TRUST_NOTE[0]}")
         typer.echo(f"store:       {store_name}")
         latest = report.latest
         if latest is None:
@@ -228,6 +267,72 @@ def _print_report(settings: Settings, store_name: str, report: Any, as_json: boo
             typer.echo(f"  {str(f.position) if f.position else '-':>9}  {f.kind:<20} {f.message}")
 
     emit(data, as_json, human)
+
+
+def _witness_dir(path: Path) -> Any:
+    from ledger.integrity.witness import WitnessDir
+
+    if not path.is_dir():
+        raise fail(f"no witness directory {path} (`caucus witness DIR --public-key KEY` makes one)", OPERATIONAL)
+    return WitnessDir(path)
+
+
+# -- caucus witness ------------------------------------------------------------------------------------
+
+
+def witness_command(
+    ctx: typer.Context,
+    directory: Path = typer.Argument(..., help="The witness's own directory (created if new): its key and what it cosigned."),
+    public_key: Optional[list[Path]] = typer.Option(
+        None, "--public-key", help="The signer's public key (required: a witness trusts no key the operator's "
+        "directory offers). Repeatable, or env CAUCUS_CHECKPOINT_PUBLIC_KEY."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Witness the log's latest signed checkpoint: check it was signed by the given key, that it covers the
+    log as read, and that the log still extends the last checkpoint this witness cosigned (RFC 9162
+    consistency); then cosign and keep it. Run it as another party, in a directory the log's operator
+    cannot write; `caucus verify --against DIR` then holds the log to it.
+    Exit 0: cosigned (or already held); 1: refused (the history was rewritten, or another log); 2: could not check."""
+    from ledger.integrity.keys import ENV_PUBLIC_KEY, load_trusted_key
+    from ledger.integrity.scan import scan_log
+    from ledger.integrity.store import open_store
+    from ledger.integrity.verify import NoTrustedKey, trusted_checkpoints
+    from ledger.integrity.witness import WitnessDir, WitnessError, WitnessRefused
+
+    settings = settings_of(ctx)
+    with _operational():
+        configured = settings.checkpoint_public_key or os.environ.get(ENV_PUBLIC_KEY)
+        paths = list(public_key or ([Path(p) for p in configured.split(os.pathsep) if p] if configured else []))
+        if not paths:
+            raise NoTrustedKey("a witness needs the signer's public key: give --public-key PATH")
+        trusted = [load_trusted_key(p) for p in paths]
+        store = open_store(settings.data_dir, settings.database, create=False)
+        try:
+            with _log(settings, read_only=True) as log:
+                scan = scan_log(log)
+                log_id = log.log_id or f"scope:{settings.topic}"
+            rows = store.checkpoints() if store is not None else []
+        finally:
+            if store is not None:
+                store.close()
+        signed = trusted_checkpoints(scan, rows, trusted)
+        if not signed:
+            raise NoTrustedKey("the log holds no checkpoint signed by the given key: run `caucus checkpoint` first")
+        latest = max(signed, key=lambda s: (s.checkpoint.tree_size, s.checkpoint.timestamp_micros))
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            done = WitnessDir(directory).cosign(log_id, scan, latest)
+        except WitnessRefused as refused:
+            raise fail(f"REFUSED TO COSIGN: {refused}", TAMPERED, kind="tampering") from None
+        except WitnessError as exc:
+            raise fail(str(exc), OPERATIONAL) from None
+    c = done.signed.checkpoint
+    data = {"log_id": done.log_id, "event_id": done.signed.event_id, "time": c.time.isoformat(), "tree_size": c.tree_size,
+            "partition_sizes": list(c.partition_sizes), "witnessed_at": done.witnessed_at,
+            "cosignature": done.cosignature.hex(), "witness_dir": str(directory)}
+    emit(data, as_json, lambda: typer.echo(
+        f"cosigned checkpoint {done.signed.event_id} of log {done.log_id} ({c.tree_size} records, {c.time.isoformat()}); "
+        f"kept in {directory}"))
 
 
 # -- caucus prove --------------------------------------------------------------------------------------
@@ -266,9 +371,12 @@ def prove_command(
     data = proof.to_json()
     data["verified"] = not problems
     data["problems"] = problems
+    data["trust_warning"] = TRUST_NOTE[0] if TRUST_NOTE else None
 
     def human() -> None:
         c = proof.signed.checkpoint
+        if TRUST_NOTE:
+            typer.echo(f"trust       {TRUST_NOTE[0]}")
         typer.echo(f"event       {proof.event_id} ({proof.event_type}) at {proof.position}")
         typer.echo(f"leaf        index {proof.leaf_index} of {proof.tree_size} in partition {proof.position.partition}; hash {proof.leaf_hash.hex()}")
         typer.echo("audit path")

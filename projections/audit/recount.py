@@ -13,11 +13,17 @@ Layout of a package::
     README.md            what is inside and how to verify it
     verify.py            the standalone verifier (``projections/audit/recount_verify.py``)
     manifest.json        units, events (file names, positions, proofs), the checkpoint, SHA-256 of every file
+    manifest.sig         the checkpoint key's Ed25519 signature of manifest.json (when the packager holds
+                         that key): it binds the derived files (paper trail, tallies) to the signer
     checkpoint.json      the signed checkpoint: canonical bytes, signature, public key
     public-key.pem       the key the checkpoint was verified with when the package was made
     schemas/FP.avsc      the writer schema of each event, by CRC-64-AVRO fingerprint (canonical form)
     events/P-OFFSET.avro an event's bytes as stored; .json the same event rendered (ledger.render)
     proofs/P-OFFSET.json its inclusion proof
+    partitions/P.records every record of partition P up to the checkpoint (u32 length + bytes each), for
+                         each partition holding the units' events or the election's: verify.py hashes
+                         them to the signed root, so it knows every record there, and finds any event of
+                         the units the package does not list (an omission no proof of inclusion shows)
     units/UNIT/trail.json, trail.md, tallies.csv   the paper trail and the tally after each event
 
 The election's definition (``ElectionDefined``) and other election-wide events of the unit's election
@@ -41,11 +47,12 @@ from typing import Any
 from ledger.codec import Codec, CodecError, default_codec
 from ledger.events import Event, utc_now
 from ledger.integrity.checkpoints import SignedCheckpoint
-from ledger.integrity.keys import TrustedKey
+from ledger.integrity.keys import SigningKey, TrustedKey
 from ledger.integrity.proofs import InclusionProof, check_proof
 from ledger.integrity.scan import LogScan, scan_log
 from ledger.integrity.store import CheckpointStore
 from ledger.integrity.verify import trusted_checkpoints
+from ledger.log.partitioning import partition_for
 from ledger.log.port import EventLog, Position
 from ledger.render import event_to_json
 from projections.reducers import ElectionState, UnitState, apply_election, apply_unit, is_election_event, is_unattributed
@@ -56,6 +63,8 @@ __all__ = ["RecountError", "PackagedEvent", "PackageResult", "build_package", "V
 
 VERIFY_SCRIPT = "recount_verify.py"
 FORMAT = "caucus-ledger recount package v1"
+MANIFEST_CONTEXT = b"caucus-ledger recount manifest v1\n"
+"""Prefixed to manifest.json before signing, so the signature cannot be passed off as a checkpoint's."""
 
 
 class RecountError(LookupError):
@@ -318,6 +327,7 @@ def build_package(
     log_name: str = "",
     codec: Codec | None = None,
     overwrite: bool = False,
+    signing_key: SigningKey | None = None,
 ) -> PackageResult:
     """Write the recount package of ``unit`` (id, name or short name) or of every unit of ``county``.
 
@@ -390,6 +400,21 @@ def build_package(
         info = by_fp.get(header) or by_fp.get(header[::-1])
         if info is not None:
             schemas[header.hex()] = info.canonical
+    partition_files = []
+    if signed is not None:
+        wanted = {pe.position.partition for pe in everything}
+        wanted |= {partition_for(uid, scan.partitions) for uid in unit_ids}
+        wanted.add(partition_for(f"election:{chosen}", scan.partitions))
+        for p in sorted(wanted):
+            size = signed.checkpoint.partition_sizes[p]
+            values = scan.parts[p].values[:size]
+            files[f"partitions/{p}.records"] = b"".join(len(v).to_bytes(4, "big") + v for v in values)
+            partition_files.append({"partition": p, "file": f"partitions/{p}.records", "records": size})
+            for value in values:
+                header = bytes(value[2:10])
+                info = by_fp.get(header) or by_fp.get(header[::-1])
+                if info is not None:
+                    schemas[header.hex()] = info.canonical
     for fp, canonical in schemas.items():
         files[f"schemas/{fp}.avsc"] = (canonical + "\n").encode()
 
@@ -437,12 +462,15 @@ def build_package(
         ],
         "checkpoint": None if signed is None else {"event_id": signed.event_id, "time": signed.checkpoint.time.isoformat(),
                                                    "key_id": signed.checkpoint.key_id, "file": "checkpoint.json"},
+        "partitions": partition_files,
         "files": {},
     }
     result = PackageResult(out, chosen, unit_ids, everything, signed)
     files["README.md"] = _readme(manifest, result).encode()
     manifest["files"] = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
     files["manifest.json"] = _dumps(manifest).encode()
+    if signing_key is not None and signed is not None and signing_key.public_key == signed.public_key:
+        files["manifest.sig"] = (signing_key.sign(MANIFEST_CONTEXT + files["manifest.json"]).hex() + "\n").encode()
     for name, data in files.items():
         path = out / name
         path.parent.mkdir(parents=True, exist_ok=True)

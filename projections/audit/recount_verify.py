@@ -18,9 +18,16 @@ For every event in the package it checks that
    ``public-key.pem``, whose key id is printed so you can compare it with the published one);
 4. the Avro bytes decode, with the writer schema named by their fingerprint (the schema file's
    CRC-64-AVRO fingerprint is recomputed), to the same event the ``.json`` file shows;
+5. nothing is left out: ``partitions/P.records`` holds every record of each partition that holds the
+   package's units (Kafka's murmur2 partitioner over the unit id says which) or its election, up to the
+   checkpoint; their hashes must rebuild the signed root of that partition, so they are all of them,
+   and every record among them that belongs to a unit of the package (or is election-wide for its
+   election) must be one of the package's events;
 
-and that every file still has the SHA-256 the manifest lists (the manifest is not signed: this catches
-corruption of the derived files, such as the paper trail, not forgery; recompute those with the ledger).
+and that every file still has the SHA-256 the manifest lists, and that the manifest carries the
+checkpoint key's signature (``manifest.sig``): that binds the derived files (the paper trail, the tallies)
+to the signer. A package made without that key has no ``manifest.sig``; its derived files are then
+bound to nothing, and the package is reported INCOMPLETE (recompute the trail with the ledger).
 
 Exit status: 0 everything verifies; 1 something does not (each failure is printed); 2 the package is
 incomplete (events without a proof, e.g. newer than the last checkpoint) but nothing failed.
@@ -38,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 CHECKPOINT_MAGIC = b"caucus-ledger/checkpoint/v1\n"
+MANIFEST_CONTEXT = b"caucus-ledger recount manifest v1\n"
 AVRO_MAGIC = b"\xc3\x01"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -83,6 +91,48 @@ def merkle_root(leaves: list[bytes]) -> bytes:
             nxt.append(level[-1])
         level = nxt
     return level[0]
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's default partitioner hash (org.apache.kafka.common.utils.Utils.murmur2), unsigned."""
+    m, h = 0x5BD1E995, (0x9747B28C ^ len(data)) & 0xFFFFFFFF
+    for i in range(len(data) // 4):
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = len(data) & ~3
+    extra = len(data) % 4
+    if extra >= 3:
+        h ^= data[tail + 2] << 16
+    if extra >= 2:
+        h ^= data[tail + 1] << 8
+    if extra >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+
+
+def read_records(data: bytes) -> list[bytes]:
+    """``u32 big-endian length || bytes``, repeated."""
+    out, pos = [], 0
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise Problem("a record's length is cut off")
+        n = struct.unpack(">I", data[pos : pos + 4])[0]
+        if pos + 4 + n > len(data):
+            raise Problem("a record is cut off")
+        out.append(data[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    return out
 
 
 def head_entry(partition: int, size: int, root: bytes) -> bytes:
@@ -316,7 +366,8 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
 
     failures: list[str] = []
     try:
-        manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+        manifest_bytes = (package / "manifest.json").read_bytes()
+        manifest = json.loads(manifest_bytes.decode("utf-8"))
     except (OSError, ValueError) as exc:
         say(f"FAIL  manifest.json cannot be read: {exc}")
         return 1
@@ -366,6 +417,20 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
                 when = EPOCH + timedelta(microseconds=checkpoint["time_micros"])
                 say(f"checkpoint signed {when.isoformat()}: {checkpoint['tree_size']} records in "
                     f"{len(checkpoint['sizes'])} partitions, root {checkpoint['root'].hex()}: signature OK")
+
+    unbound = False
+    if public_key is not None and checkpoint is not None:
+        try:
+            sig = bytes.fromhex((package / "manifest.sig").read_text(encoding="utf-8").strip())
+        except FileNotFoundError:
+            unbound = True
+        except (OSError, ValueError) as exc:
+            failures.append(f"manifest.sig cannot be read: {exc}")
+        else:
+            if signature_ok(public_key, sig, MANIFEST_CONTEXT + manifest_bytes):
+                say("manifest signed with the checkpoint's key: every file it lists is as the signer wrote it")
+            else:
+                failures.append("manifest.json is not the one the checkpoint's key signed (manifest.sig): a file was changed")
 
     unproven = []
     proven = 0
@@ -425,6 +490,9 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
         proven += 1
         say(f"OK  {label}: leaf {proof['leaf_index']} of {size} in partition {p}")
 
+    if checkpoint is not None:
+        failures.extend(_omissions(package, manifest, checkpoint, schemas, say))
+
     for label in unproven:
         say(f"UNPROVEN  {label}: no checkpoint covered it when the package was made")
     for failure in failures:
@@ -436,8 +504,52 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
     if unproven:
         say(f"INCOMPLETE: {proven} of {total} events proven, {len(unproven)} without a proof")
         return 2
-    say(f"VERIFIED: all {total} events are in the log the signed checkpoint covers, and their JSON matches their bytes")
+    if unbound:
+        say(f"INCOMPLETE: all {total} events are proven, but the manifest is not signed (no manifest.sig): the paper "
+            "trail and tallies are bound to nothing; recompute them with the ledger")
+        return 2
+    say(f"VERIFIED: all {total} events are in the log the signed checkpoint covers, their JSON matches their bytes, "
+        "and the package leaves out no event of its units up to that checkpoint")
     return 0
+
+
+def _omissions(package: Path, manifest: dict[str, Any], checkpoint: dict[str, Any], schemas: dict[bytes, Any], say: Any) -> list[str]:
+    """Check 5 of the module docstring: every record of the units' partitions is accounted for."""
+    count = len(checkpoint["sizes"])
+    election = manifest.get("election_id", "")
+    units = {u["unit_id"] for u in manifest.get("units", [])}
+    listed = {item["position"] for item in manifest["events"]}
+    needed = {partition_for(u, count): f"unit {u}" for u in sorted(units)}
+    needed.setdefault(partition_for(f"election:{election}", count), f"election {election}")
+    for item in manifest["events"]:
+        needed.setdefault(int(item["position"].split(":")[0]), f"event {item['event_id']}")
+    failures = []
+    for p, why in sorted(needed.items()):
+        path = package / "partitions" / f"{p}.records"
+        try:
+            records = read_records(path.read_bytes())
+        except (OSError, Problem) as exc:
+            failures.append(f"partition {p} (of {why}) is not in the package ({exc}): that nothing of it was left out cannot be shown")
+            continue
+        size = checkpoint["sizes"][p]
+        if len(records) != size or merkle_root([leaf_hash(r) for r in records]) != checkpoint["roots"][p]:
+            failures.append(f"partitions/{p}.records: its {len(records)} records do not rebuild the signed root of partition {p} ({size} records)")
+            continue
+        left_out = 0
+        for offset, raw in enumerate(records):
+            try:
+                env = decode_single_object(raw, schemas).get("envelope", {})
+            except (Problem, ValueError, IndexError, KeyError, TypeError, struct.error):
+                continue  # not an event of this catalogue: a unit's event would decode
+            unit, eid = env.get("unit_id", ""), env.get("election_id", "")
+            ours = (unit in units and eid in (election, "")) or (unit == "" and eid == election)
+            if ours and f"{p}:{offset}" not in listed:
+                left_out += 1
+                failures.append(f"{p}:{offset} {env.get('event_id')}: an event of {'unit ' + unit if unit else 'the election'} "
+                                "that the package leaves out")
+        if not left_out:
+            say(f"OK  partition {p}: all {size} records present; every event of the package's units in it is listed")
+    return failures
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import hashlib
 import json
 import shutil
 import subprocess
@@ -224,3 +225,66 @@ def test_missing_evidence_fails_without_a_traceback(signed: Run, tmp_path: Path,
     done = _verify(pkg)
     assert done.returncode == 1, done.stdout
     assert "NOT VERIFIED" in done.stdout and "Traceback" not in done.stderr
+
+
+def _rehash(pkg: Path, manifest: dict[str, Any]) -> None:
+    """What a careless or dishonest packager does after editing: rehash every file into the unsigned manifest."""
+    manifest["files"] = {
+        str(path.relative_to(pkg)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(pkg.rglob("*")) if path.is_file() and path.name != "manifest.json"
+    }
+    (pkg / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_package_that_leaves_out_an_event_is_caught(signed: Run, tmp_path: Path) -> None:
+    """Removing the unit's ResultReported (its files and its manifest entries, manifest rehashed) used to
+    leave a package that said VERIFIED for the events it still held."""
+    pkg = tmp_path / "pkg"
+    _package(signed, pkg, "corrected")
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    assert manifest["partitions"], manifest.keys()
+    dropped = next(e for e in manifest["events"] if e["type"] == "ResultReported")
+    for key in ("avro", "json", "proof"):
+        (pkg / dropped[key]).unlink()
+    manifest["events"] = [e for e in manifest["events"] if e is not dropped]
+    for unit in manifest["units"]:
+        unit["events"] = [f for f in unit["events"] if f != dropped["avro"]]
+    _rehash(pkg, manifest)
+    done = _verify(pkg)
+    assert done.returncode == 1, done.stdout
+    assert f"{dropped['position']} {dropped['event_id']}: an event of unit corrected that the package leaves out" in done.stdout
+
+    # Dropping the partition file as well does not help: the unit's partition must be there.
+    (pkg / "partitions" / f"{dropped['position'].split(':')[0]}.records").unlink()
+    manifest["partitions"] = []
+    _rehash(pkg, manifest)
+    done = _verify(pkg)
+    assert done.returncode == 1 and "that nothing of it was left out cannot be shown" in done.stdout, done.stdout
+
+
+def test_the_verifier_partitions_like_the_log() -> None:
+    from ledger.log.partitioning import partition_for
+
+    for key in ("946620", "corrected", "election:iowa-2020-dem-caucus", "", "ü-7", "x" * 37):
+        for n in (1, 4, 8, 13):
+            assert recount_verify.partition_for(key, n) == partition_for(key, n)
+
+
+def test_derived_files_are_bound_by_the_signed_manifest(signed: Run, tmp_path: Path) -> None:
+    """tallies.csv edited and the unsigned manifest rehashed used to verify; the manifest is signed now."""
+    pkg = tmp_path / "pkg"
+    _package(signed, pkg, "corrected")
+    assert _verify(pkg).returncode == 0
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    tallies = next(pkg.glob("units/*/tallies.csv"))
+    tallies.write_text(tallies.read_text() + "99,forged,row\n")
+    _rehash(pkg, manifest)
+    done = _verify(pkg)
+    assert done.returncode == 1 and "manifest.json is not the one the checkpoint's key signed" in done.stdout, done.stdout
+
+    # Made without the key: nothing binds the trail, so it is not called VERIFIED.
+    unsigned = tmp_path / "unsigned"
+    _package(signed, unsigned, "corrected")
+    (unsigned / "manifest.sig").unlink()
+    done = _verify(unsigned)
+    assert done.returncode == 2 and "the manifest is not signed" in done.stdout, done.stdout

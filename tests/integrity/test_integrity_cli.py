@@ -41,18 +41,20 @@ def test_checkpoint_then_verify_then_prove(ledger: Any, caucus: Any) -> None:
     events = ledger.append(25)
     done = caucus("checkpoint", "--json")
     assert done.exit_code == 0, done.output
-    signed = json.loads(done.output)
+    # This ledger keeps its key in the data directory, as before the key home: it still signs, warning.
+    assert "beside the log it vouches for" in done.stderr
+    signed = json.loads(done.stdout)
     assert signed["tree_size"] == 25 and len(signed["partition_sizes"]) == 4 and len(signed["signature"]) == 128
 
     verified = caucus("verify", "--json")
     assert verified.exit_code == 0, verified.output
-    report = json.loads(verified.output)
+    report = json.loads(verified.stdout)
     assert report["ok"] and report["checkpoints_verified"] == 1 and report["first_bad_position"] is None
     assert report["records"] == 26 and report["records_not_yet_checkpointed"] == 1
 
     proof = caucus("prove", events[7].event_id, "--json")
     assert proof.exit_code == 0, proof.output
-    p = json.loads(proof.output)
+    p = json.loads(proof.stdout)
     assert p["verified"] and p["event_id"] == events[7].event_id
     assert p["checkpoint"]["signature"] == signed["signature"] and p["checkpoint"]["public_key"] == signed["public_key"]
     assert p["tree_size"] == signed["partition_sizes"][p["partition"]] and p["leaf_index"] < p["tree_size"]
@@ -68,10 +70,10 @@ def test_verify_reports_the_first_bad_position_and_exits_1(ledger: Any, caucus: 
     twin = ledger.copy_to(tmp_path / "twin")
     part = partition_for("IA-000", 4)  # holds at least IA-000's two events
     value = tamper.value_at(twin.log_path, part, 1)
-    tamper.in_place(twin.log_path, ('UPDATE log_records SET value=? WHERE partition=? AND "offset"=?', (flip(value, b"IA-"), part, 1)))
+    tamper.in_place(twin.log_path, ('UPDATE log_records SET value=? WHERE partition=? AND "offset"=?', (flip(value, b"ia-2020"), part, 1)))
     result = caucus("verify", "--json", data_dir=twin.data_dir)
     assert result.exit_code == 1, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert not report["ok"] and report["first_bad_position"] == f"{part}:1"
     assert report["findings"][0]["kind"] == "altered"
     human = caucus("verify", data_dir=twin.data_dir)
@@ -87,7 +89,7 @@ def test_a_wrong_public_key_fails_verification(ledger: Any, caucus: Any, other_k
     pub.write_bytes(other_key.trusted.pem())
     result = caucus("verify", "--public-key", str(pub), "--json")
     assert result.exit_code == 1
-    assert [f["kind"] for f in json.loads(result.output)["findings"]] == ["signature"]
+    assert [f["kind"] for f in json.loads(result.stdout)["findings"]] == ["signature"]
     events = ledger.append(1, start=50)
     assert caucus("prove", events[0].event_id, "--public-key", str(pub)).exit_code == 2  # nothing trusted to prove against
 
@@ -106,7 +108,8 @@ def test_operational_problems_exit_2(ledger: Any, caucus: Any, tmp_path: Path) -
     bare = tmp_path / "bare"
     bare.mkdir()
     shutil.copy2(ledger.log_path, bare / "log.sqlite3")
-    no_key = caucus("verify", data_dir=bare)
+    (tmp_path / "no-key-home").mkdir()
+    no_key = caucus("verify", data_dir=bare, env={"CAUCUS_KEY_HOME": str(tmp_path / "no-key-home")})
     assert no_key.exit_code == 2 and "--public-key" in no_key.output
     # With the public key the log alone verifies (its own CheckpointSigned events).
     (bare / "given.pub").write_bytes(ledger.key.trusted.pem())
@@ -118,7 +121,7 @@ def test_require_checkpoint_fails_a_log_with_none_verified(ledger: Any, caucus: 
     pub = tmp_path / "given.pub"
     pub.write_bytes(ledger.key.trusted.pem())
     lenient = caucus("verify", "--public-key", str(pub), "--json")
-    assert lenient.exit_code == 0 and json.loads(lenient.output)["checkpoints_verified"] == 0
+    assert lenient.exit_code == 0 and json.loads(lenient.stdout)["checkpoints_verified"] == 0
     strict = caucus("verify", "--public-key", str(pub), "--require-checkpoint")
     assert strict.exit_code == 1 and "no signed checkpoint verified" in strict.output
     assert caucus("checkpoint").exit_code == 0
@@ -133,6 +136,6 @@ def test_the_checkpoint_store_can_live_in_postgresql(ledger: Any, caucus: Any, p
     assert caucus("checkpoint", env=env).exit_code == 0
     result = caucus("verify", "--json", env=env)
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["checkpoints_verified"] == 2 and report["store"].startswith("postgresql://")
     assert not (ledger.data_dir / "checkpoints.sqlite3").exists()

@@ -46,7 +46,7 @@ def test_tampering_with_a_kafka_log_is_detected_and_located(
         p = max(range(PARTITIONS), key=lambda q: sizes[q])
 
         def change_one_byte(parts: dict[int, list[Any]]) -> None:
-            parts[p][3].value = flip(parts[p][3].value, b"IA-")
+            parts[p][3].value = flip(parts[p][3].value, b"ia-2020")
 
         def delete_one(parts: dict[int, list[Any]]) -> None:
             del parts[p][2]

@@ -55,7 +55,7 @@ def test_changing_one_byte_of_one_event_is_found_at_its_position(checkpointed: A
     # Offset 3 holds a ResultReported or TieBroken from the first checkpoint's range.
     value = tamper.value_at(twin.log_path, p, 3)
     assert b"chair-" in value
-    changed = flip(value, b"chair-")
+    changed = flip(value, b"ia-2020")
     assert len(changed) == len(value) and sum(a != b for a, b in zip(changed, value)) == 1
     tamper.in_place(twin.log_path, ('UPDATE log_records SET value=? WHERE partition=? AND "offset"=?', (changed, p, 3)))
     _, report = twin.verify()
@@ -161,7 +161,7 @@ def test_without_the_store_damage_is_located_between_two_checkpoints(checkpointe
     target = first[p] + 1  # covered by the second checkpoint only
     twin = checkpointed.copy_to(tmp_path / "twin")
     value = tamper.value_at(twin.log_path, p, target)
-    tamper.in_place(twin.log_path, ('UPDATE log_records SET value=? WHERE partition=? AND "offset"=?', (flip(value, b"IA-"), p, target)))
+    tamper.in_place(twin.log_path, ('UPDATE log_records SET value=? WHERE partition=? AND "offset"=?', (flip(value, b"ia-2020"), p, target)))
     _, report = twin.verify(store=False)
     (finding,) = report.findings
     assert finding.kind == "mismatch"
@@ -212,7 +212,7 @@ def test_a_fork_signed_after_the_fact_is_inconsistent_with_the_earlier_checkpoin
     def rewrite(parts: dict[int, list[Any]]) -> None:
         for q in parts:
             parts[q][:] = [r for r in parts[q] if r.event_id not in checkpoint_ids]
-        parts[p][2].value = flip(parts[p][2].value, b"IA-")
+        parts[p][2].value = flip(parts[p][2].value, b"ia-2020")
 
     with checkpointed.log() as src, SqliteLog(forged, partitions=4) as dst:
         tamper.rebuild(src, dst, rewrite)
@@ -264,7 +264,7 @@ def test_a_proof_fails_for_a_changed_event_and_under_a_wrong_key(checkpointed: A
         target = tamper.records(log)[p][3]
     twin = checkpointed.copy_to(tmp_path / "twin")
     value = tamper.value_at(twin.log_path, p, 3)
-    tamper.in_place(twin.log_path, ('UPDATE log_records SET value=? WHERE partition=? AND "offset"=?', (flip(value, b"chair-"), p, 3)))
+    tamper.in_place(twin.log_path, ('UPDATE log_records SET value=? WHERE partition=? AND "offset"=?', (flip(value, b"ia-2020"), p, 3)))
     scan, _ = twin.verify()
     store = twin.store()
     checkpoints = trusted_checkpoints(scan, store.checkpoints(), twin.trusted)

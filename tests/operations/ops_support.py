@@ -40,7 +40,7 @@ def need_data() -> None:
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment without any CAUCUS_* setting of the machine running the tests."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_") or k == "CAUCUS_KEY_HOME"}
     env.update(extra)
     return env
 

@@ -55,7 +55,7 @@ def history() -> list[Any]:
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+    return {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_") or k == "CAUCUS_KEY_HOME"}
 
 
 def _caucus(base: list[str], *args: str) -> subprocess.CompletedProcess[str]:

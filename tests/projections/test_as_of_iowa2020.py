@@ -40,7 +40,7 @@ def _data() -> None:
 
 
 def _run(base: list[str], *args: str) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_") or k == "CAUCUS_KEY_HOME"}
     done = subprocess.run([CAUCUS, *base, *args], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

@@ -30,7 +30,7 @@ Open = Callable[[], ProjectionStore]
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+    return {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_") or k == "CAUCUS_KEY_HOME"}
 
 
 def _feed(log: Any) -> list[Any]:

@@ -47,7 +47,7 @@ def _applied(store: ProjectionStore) -> int:
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_") or k == "CAUCUS_KEY_HOME"}
     return env
 
 

@@ -175,7 +175,7 @@ def test_sigkill_of_a_kafka_runner_then_restart_equals_a_clean_replay(
     base = [str(Path(sys.executable).parent / "caucus"), "--data-dir", str(data), "--kafka", kafka_bootstrap, "--topic", unique_topic]
     if database_url:
         base += ["--database", database_url]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_") or k == "CAUCUS_KEY_HOME"}
     opts = ["--session-timeout-ms", str(SESSION_MS), "--group", f"kill-{unique_topic}", "-q"]
     if database_url:
         from projections.stores.postgres import PostgresStore

@@ -1,0 +1,190 @@
+"""A witness: a second party that keeps the checkpoints it has seen and cosigns each one only after
+checking that the log still extends the last one it cosigned (as Certificate Transparency witnesses do).
+
+Why: the signing key and its record (``signer_state``) stop a careless or outside rewrite, but the
+operator who holds the key could still rewrite the log and sign the result. A witness is run by someone
+else (an auditor, the other party, a newsroom) in a directory the operator cannot write. Once it has
+cosigned a checkpoint, ``caucus verify --against WITNESS_DIR`` holds the log to that checkpoint: a log
+whose first ``size`` records of a partition no longer hash to the root the witness kept is caught, and
+so is another log put in its place (another log id), however freshly it was re-signed.
+
+The witness directory holds its own Ed25519 key (``witness-key.pem``, 0600, and ``witness-key.pub``),
+and ``witnessed.jsonl``: one line per cosigned checkpoint, append-only. A cosignature is the witness's
+signature over ``COSIGN_CONTEXT || log id || 0x00 || checkpoint bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ledger.integrity.checkpoints import Checkpoint, SignedCheckpoint
+from ledger.integrity.keys import KeyFileError, SigningKey, TrustedKey, load_or_create_signing_key, load_trusted_key
+from ledger.integrity.merkle import verify_consistency
+from ledger.integrity.scan import LogScan
+
+__all__ = ["WitnessError", "WitnessRefused", "Witnessed", "WitnessDir", "COSIGN_CONTEXT"]
+
+COSIGN_CONTEXT = b"caucus-ledger witness cosignature v1\n"
+KEY_FILE = "witness-key.pem"
+PUBLIC_FILE = "witness-key.pub"
+RECORD_FILE = "witnessed.jsonl"
+
+
+class WitnessError(RuntimeError):
+    """The witness directory cannot be read or written, or holds something malformed."""
+
+
+class WitnessRefused(RuntimeError):
+    """The checkpoint offered is not one the witness may cosign (it does not extend what it holds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Witnessed:
+    log_id: str
+    signed: SignedCheckpoint
+    cosignature: bytes
+    witnessed_at: str
+
+    def message(self) -> bytes:
+        return cosigned_message(self.log_id, self.signed.checkpoint)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "log_id": self.log_id,
+            "event_id": self.signed.event_id,
+            "checkpoint": self.signed.checkpoint.to_bytes().hex(),
+            "public_key": self.signed.public_key.hex(),
+            "signature": self.signed.signature.hex(),
+            "cosignature": self.cosignature.hex(),
+            "witnessed_at": self.witnessed_at,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Witnessed:
+        signed = SignedCheckpoint(Checkpoint.from_bytes(bytes.fromhex(d["checkpoint"])), bytes.fromhex(d["public_key"]),
+                                  bytes.fromhex(d["signature"]), event_id=str(d["event_id"]))
+        return cls(str(d["log_id"]), signed, bytes.fromhex(d["cosignature"]), str(d["witnessed_at"]))
+
+
+def cosigned_message(log_id: str, checkpoint: Checkpoint) -> bytes:
+    return COSIGN_CONTEXT + log_id.encode() + b"\x00" + checkpoint.to_bytes()
+
+
+def _consistency_problem(scan: LogScan, old: Checkpoint, new: Checkpoint | None) -> str | None:
+    """Whether the scanned log (and ``new``, if given) extends ``old``, partition by partition, by RFC
+    9162 consistency proofs built from the log's own trees; every partition that does not is named."""
+    found = [problem for p in range(old.partitions) if (problem := _partition_problem(scan, old, new, p)) is not None]
+    return "; ".join(found) if found else None
+
+
+def _partition_problem(scan: LogScan, old: Checkpoint, new: Checkpoint | None, p: int) -> str | None:
+    size, root = old.partition_sizes[p], old.partition_roots[p]
+    part = scan.parts.get(p)
+    have = part.size if part is not None else 0
+    if have < size:
+        return f"partition {p} holds {have} records, fewer than the {size} of the witnessed checkpoint ({old.time.isoformat()})"
+    if part is None or size == 0:
+        return None
+    target = new.partition_sizes[p] if new is not None else have
+    target_root = new.partition_roots[p] if new is not None else part.tree.root(have)
+    if target < size:
+        return f"the new checkpoint covers {target} records of partition {p}, fewer than the {size} already witnessed"
+    if size == target:
+        same = root == target_root
+    else:
+        same = verify_consistency(size, target, root, target_root, part.tree.consistency_proof(size, target))
+    if same:
+        return None
+    return (f"the first {size} records of partition {p} are not the ones in the checkpoint witnessed at "
+            f"{old.time.isoformat()}: the history was rewritten")
+
+
+class WitnessDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def records(self) -> Path:
+        return self.path / RECORD_FILE
+
+    def key(self) -> SigningKey:
+        try:
+            return load_or_create_signing_key(self.path, private_name=KEY_FILE, public_name=PUBLIC_FILE)[0]
+        except (OSError, KeyFileError) as exc:
+            raise WitnessError(f"the witness key in {self.path} cannot be used: {exc}") from exc
+
+    def public_key(self) -> TrustedKey:
+        try:
+            return load_trusted_key(self.path / PUBLIC_FILE)
+        except KeyFileError as exc:
+            raise WitnessError(f"{self.path} is not a witness directory: {exc}") from exc
+
+    def witnessed(self) -> list[Witnessed]:
+        try:
+            lines = self.records.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise WitnessError(f"cannot read {self.records}: {exc}") from exc
+        try:
+            return [Witnessed.from_json(json.loads(line)) for line in lines if line.strip()]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise WitnessError(f"{self.records} holds a malformed line: {exc}") from exc
+
+    def cosign(self, log_id: str, scan: LogScan, signed: SignedCheckpoint) -> Witnessed:
+        """Cosign ``signed`` (already checked against the signer's trusted key) if the log extends the
+        last checkpoint witnessed for it and ``signed`` covers the log as scanned; else WitnessRefused."""
+        held = [w for w in self.witnessed() if w.log_id == log_id]
+        others = {w.log_id for w in self.witnessed()} - {log_id}
+        if not held and others:
+            raise WitnessRefused(
+                f"this witness holds checkpoints of log {', '.join(sorted(others))}, not of {log_id}: another log was "
+                "put in its place (a witness directory serves one log)"
+            )
+        for p, (size, root) in enumerate(zip(signed.checkpoint.partition_sizes, signed.checkpoint.partition_roots)):
+            part = scan.parts.get(p)
+            if part is None or part.size < size or part.tree.root(size) != root:
+                raise WitnessRefused(f"{signed.label} does not match partition {p} of the log as read")
+        if held:
+            last = held[-1].signed.checkpoint
+            if signed.checkpoint.to_bytes() == last.to_bytes():
+                return held[-1]
+            problem = _consistency_problem(scan, last, signed.checkpoint)
+            if problem is not None:
+                raise WitnessRefused(problem)
+        key = self.key()
+        done = Witnessed(log_id, signed, key.sign(cosigned_message(log_id, signed.checkpoint)),
+                         datetime.now(UTC).isoformat(timespec="seconds"))
+        try:
+            with open(self.records, "a", encoding="utf-8") as out:
+                out.write(json.dumps(done.to_json(), sort_keys=True) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:
+            raise WitnessError(f"cannot write {self.records}: {exc}") from exc
+        return done
+
+    def check(self, log_id: str | None, scan: LogScan) -> list[str]:
+        """Why the scanned log is not the one this witness cosigned (empty: it extends all of it)."""
+        problems: list[str] = []
+        trusted = self.public_key()
+        held = self.witnessed()
+        if not held:
+            return [f"the witness {self.path} holds no checkpoint yet"]
+        for w in held:
+            if not trusted.verifies(w.message(), w.cosignature):
+                problems.append(f"the witness's cosignature of checkpoint {w.signed.event_id} does not verify")
+        ids = {w.log_id for w in held}
+        if log_id is not None and log_id not in ids:
+            problems.append(f"the log's id is {log_id}, but the witness cosigned log {', '.join(sorted(ids))}: another log")
+            return problems
+        last = [w for w in held if w.log_id == (log_id or w.log_id)][-1]
+        problem = _consistency_problem(scan, last.signed.checkpoint, None)
+        if problem is not None:
+            problems.append(f"against the checkpoint the witness cosigned at {last.witnessed_at}: {problem}")
+        return problems

@@ -2,7 +2,7 @@
 
 Why it is built the way it is; most of it follows from Tansu, the broker used in development (DESIGN.md):
 
-- The topic is provisioned explicitly (``infra.topics``: 8 partitions by default, infinite retention
+- The topic is provisioned explicitly (``ledger.log.kafka_topics``: 8 partitions by default, infinite retention
   asked for) and checked before a consumer or a new producer touches it. Tansu creates a missing topic
   with 4 partitions as soon as a client names it (produce, fetch, metadata for that topic), even when
   the client says not to, and a restarted Tansu has forgotten every topic. So consumers live only as
@@ -44,7 +44,7 @@ from kafka import errors as kafka_errors
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-from infra.topics import TopicError, TopicPartitionMismatch, provision_topic
+from ledger.log.kafka_topics import TopicError, TopicPartitionMismatch, provision_topic
 from ledger.log.kafka_client import normalise_options, options_for
 from ledger.log.partitioning import partition_for
 from ledger.log.port import (

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from kafka import TopicPartition
 from kafka import errors as kafka_errors
 
-from infra.topics import TopicError, TopicPartitionMismatch, provision_topic
+from ledger.log.kafka_topics import TopicError, TopicPartitionMismatch, provision_topic
 from ledger.log.port import LogError, LogUnavailableError
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from infra.topics import provision_topic
+from ledger.log.kafka_topics import provision_topic
 from ledger.integrity.issue import issue_checkpoint
 from ledger.integrity.keys import generate_key
 from ledger.integrity.store import PostgresCheckpointStore

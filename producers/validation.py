@@ -6,7 +6,7 @@ Two grades of problem:
 - **errors** refuse the command: the election, unit or candidate does not exist; the unit already
   reported (a second report must be a correction); a correction names an unknown or already superseded
   event; the numbers break a caucus rule in a way no real caucus could produce (the ``error`` findings of
-  ``projections.caucus_math``: an overcount, delegates that do not add up to D, ...); a toss whose
+  ``ledger.caucus_math``: an overcount, delegates that do not add up to D, ...); a toss whose
   winners are not among the contenders; a second toss for a tie that is already settled, unless it is
   an official's redraw that names the toss it replaces and gives a reason (DESIGN: a settled tie stays
   settled).
@@ -50,7 +50,7 @@ from producers.commands import (
 )
 from producers.intake_state import ElectionInfo, IntakeView
 from producers.tie_settlement import settled_meanwhile, settlement_problems
-from projections.caucus_math import CaucusMathError, Finding, Severity, get_rule_set, satellite_delegates
+from ledger.caucus_math import CaucusMathError, Finding, Severity, get_rule_set, satellite_delegates
 
 __all__ = [
     "Verdict",

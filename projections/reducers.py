@@ -45,7 +45,7 @@ from ledger.events import (
     UnitOpened,
 )
 from ledger.timestamps import iso_text
-from projections.caucus_math import CaucusMathError, TieResolution
+from ledger.caucus_math import CaucusMathError, TieResolution
 
 __all__ = [
     "UnitStatus",

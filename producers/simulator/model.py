@@ -3,7 +3,7 @@
 Why a model and not random numbers: load tests and demos are only worth something if the data trip the
 same rules real caucuses do. So units have apportioned D and county ratios, attendance spreads over two
 orders of magnitude, viable groups are locked and the rest realign (RULES.md §4), delegates come from the
-caucus math (``projections.caucus_math``) and every tie it leaves pending is settled by a recorded toss.
+caucus math (``ledger.caucus_math``) and every tie it leaves pending is settled by a recorded toss.
 Some units are built to tie, some are corrected days later, some chairs first send something malformed
 or send their report twice. Everything is drawn from one ``random.Random(seed)`` in a fixed order, so
 the same seed gives the same election on any machine.
@@ -28,7 +28,7 @@ from producers.simulator.rooms import (
     satellite_caucus,
     tied_caucus,
 )
-from projections.caucus_math import satellite_delegates
+from ledger.caucus_math import satellite_delegates
 
 __all__ = [
     "DEFAULT_CANDIDATES", "DEFECTS", "SimConfig", "SimCounty", "SimGroup", "SimUnit", "Toss", "Caucus",

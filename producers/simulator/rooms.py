@@ -2,7 +2,7 @@
 
 Attendance spreads over two orders of magnitude; the first alignment is drawn from the county's
 preferences; members of non-viable groups realign while viable groups stay locked (RULES.md §4); the
-delegates come from ``projections.caucus_math`` and every tie it leaves pending is decided by a recorded
+delegates come from ``ledger.caucus_math`` and every tie it leaves pending is decided by a recorded
 toss. Rooms built to tie, and late corrections that the intake would accept, are made here too.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from projections.caucus_math import PendingTie, Severity, TieResolution, get_rule_set, satellite_delegates
+from ledger.caucus_math import PendingTie, Severity, TieResolution, get_rule_set, satellite_delegates
 
 __all__ = ["RULE_SET", "Toss", "Caucus", "Correction", "natural_caucus", "satellite_caucus", "tied_caucus",
            "corrected", "errors", "delegates_of", "draw"]  # fmt: skip

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from projections.caucus_math import CHECK_CODES, CaucusMathError, Counts, Finding, RuleSet, Severity, get_rule_set
+from ledger.caucus_math import CHECK_CODES, CaucusMathError, Counts, Finding, RuleSet, Severity, get_rule_set
 from projections.tally import ElectionContext, UnitTally
 
 __all__ = [

@@ -41,7 +41,7 @@ from typing import Any
 
 from ledger.log.port import EventLog
 from projections.asof import AsOfError, Cut, parse_positions, parse_time, replay, select_election
-from projections.caucus_math import CaucusMathError, display_sde, get_rule_set
+from ledger.caucus_math import CaucusMathError, display_sde, get_rule_set
 from projections.queries import DEFAULT_SET, QueryError, choose_election, load_view
 from projections.reducers import ElectionState, UnitState
 from projections.stores.port import ProjectionStore, SetInfo, StoreError

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from projections.caucus_math import CaucusMathError, get_rule_set
+from ledger.caucus_math import CaucusMathError, get_rule_set
 
 Run = Callable[..., Any]
 RS = get_rule_set("idp-2020")

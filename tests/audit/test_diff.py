@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from projections.asof import Cut, replay
-from projections.caucus_math import CaucusMathError, get_rule_set, satellite_delegates
+from ledger.caucus_math import CaucusMathError, get_rule_set, satellite_delegates
 
 Run = Callable[..., Any]
 
@@ -113,7 +113,7 @@ def test_live_and_rebuilt_sets(store: str, caucus: Run, ledger: Any, aud: Module
 def _expected_rule_differences(aud: ModuleType) -> set[str]:
     """Units whose computed delegates or pending tosses differ between idp-2020 and idp-2016, straight
     from the caucus math (with the one recorded toss applied where it matches)."""
-    from projections.caucus_math import TieResolution
+    from ledger.caucus_math import TieResolution
 
     toss = (TieResolution(("B", "C"), 1, ("B",), "coin"),)
     out = set()

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from projections.caucus_math import CaucusMathError, get_rule_set
+from ledger.caucus_math import CaucusMathError, get_rule_set
 
 pytestmark = pytest.mark.slow
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from projections.caucus_math import SATELLITE_SDE_POOLS_2020
+from ledger.caucus_math import SATELLITE_SDE_POOLS_2020
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"

@@ -11,7 +11,7 @@ precinct (D = 8, T = 180, six groups).
 
 from __future__ import annotations
 
-from projections.caucus_math import get_rule_set
+from ledger.caucus_math import get_rule_set
 
 FIRST = {"Biden": 30, "Buttigieg": 40, "Klobuchar": 20, "Sanders": 45, "Warren": 35, "Yang": 10}
 FINAL = {"Biden": 34, "Buttigieg": 48, "Klobuchar": 0, "Sanders": 50, "Warren": 38, "Yang": 0}

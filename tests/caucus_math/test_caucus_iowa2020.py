@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import pytest
 
-from projections.caucus_math import (
+from ledger.caucus_math import (
     SATELLITE_SDE_POOLS_2020,
     Counts,
     Severity,

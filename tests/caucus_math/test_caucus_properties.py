@@ -15,7 +15,7 @@ from fractions import Fraction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.caucus_math import Allocation, Counts, TieResolution, get_rule_set
+from ledger.caucus_math import Allocation, Counts, TieResolution, get_rule_set
 from itertools import combinations
 
 NAMES = ("Biden", "Buttigieg", "Klobuchar", "Sanders", "Steyer", "Uncommitted", "Warren", "Yang")

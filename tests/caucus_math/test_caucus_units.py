@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from projections.caucus_math import (
+from ledger.caucus_math import (
     DEFAULT_RULE_SET,
     RULE_SETS,
     CaucusMathError,
@@ -30,7 +30,7 @@ from projections.caucus_math import (
     viability_threshold,
     viable_groups,
 )
-from projections.caucus_math.allocation import _NO_TIES, _distribute
+from ledger.caucus_math._core import NO_TIES, TieBook, distribute
 
 RS = get_rule_set()
 
@@ -149,14 +149,13 @@ def test_surplus_from_the_only_delegate_floor_is_taken_from_larger_groups() -> N
 
 def test_surplus_tie_is_pending_and_winners_keep_their_delegate() -> None:
     names, sizes = ["A", "B", "C", "D"], [1, 1, 4, 4]  # D = 5, T = 10: 1+1+2+2 = 6 rounded
-    got, tie, _ = _distribute(names, sizes, 5, 10, "round_robin", None, _NO_TIES)
+    got, tie, _ = distribute(names, sizes, 5, 10, "round_robin", None, NO_TIES)
     assert got == [1, 1, 1, 1]
     assert tie is not None
     assert (tie.contenders, tie.seats, tie.stage) == (("C", "D"), 1, "surplus")
-    from projections.caucus_math.ties import _TieBook
 
-    done, tie2, _ = _distribute(names, sizes, 5, 10, "round_robin", None,
-                                _TieBook([TieResolution(("C", "D"), 1, ("D",), "coin")]))
+    done, tie2, _ = distribute(names, sizes, 5, 10, "round_robin", None,
+                                TieBook([TieResolution(("C", "D"), 1, ("D",), "coin")]))
     assert (done, tie2) == ([1, 1, 1, 2], None)
 
 
@@ -374,7 +373,7 @@ def test_variants_are_named_and_validated() -> None:
 
 
 def test_rulesets_docstring_lists_every_open_point() -> None:
-    from projections.caucus_math import rulesets
+    from ledger.caucus_math import rulesets
 
     doc = rulesets.__doc__ or ""
     for marker in ("§17.1", "§17.2", "§17.3", "§17.4", "§17.5", "§17.6", "§4.6", "§5.1"):

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from projections.caucus_math import (
+from ledger.caucus_math import (
     Counts,
     TieResolution,
     get_rule_set,

@@ -203,7 +203,7 @@ def test_another_rule_set_is_a_different_context(support: ModuleType) -> None:
 @settings(max_examples=2000, deadline=None)
 @given(st.integers(min_value=0, max_value=10**9), st.integers(min_value=1, max_value=10**7))
 def test_tally_display_rounding_is_the_published_one(num: int, den: int) -> None:
-    from projections.caucus_math import display_sde
+    from ledger.caucus_math import display_sde
     from projections.tally import _shown
 
     value = Fraction(num, den)

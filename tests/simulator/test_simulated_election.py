@@ -11,7 +11,7 @@ from ledger.journal import Journal
 from ledger.log.sqlite import SqliteLog
 from producers.commands import CommandKind, parse_command
 from producers.simulator import SimConfig, command_stream, generate, simulate_election
-from projections.caucus_math import Severity, TieResolution, get_rule_set, satellite_delegates, viability_threshold
+from ledger.caucus_math import Severity, TieResolution, get_rule_set, satellite_delegates, viability_threshold
 
 RULES = get_rule_set("idp-2020")
 CONFIG = SimConfig(units=400)

@@ -22,20 +22,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .errors import CaucusMathError
+from ._core import check_int, threshold_of
 
 __all__ = ["viability_share", "viability_threshold", "is_viable"]
 
 _SHARES: dict[int, Fraction] = {1: Fraction(1, 2), 2: Fraction(1, 4), 3: Fraction(1, 6)}
 _SHARE_4_PLUS = Fraction(15, 100)
-
-
-def _check_int(field: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CaucusMathError(field, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise CaucusMathError(field, f"must be >= {minimum}, got {value}")
-    return value
 
 
 def viability_share(delegates: int) -> Fraction:
@@ -44,7 +36,7 @@ def viability_share(delegates: int) -> Fraction:
     A unit electing no delegates has no viability question at all, so D = 0 is
     rejected here rather than given an arbitrary share.
     """
-    _check_int("delegates", delegates, 1)
+    check_int("delegates", delegates, 1)
     return _SHARES.get(delegates, _SHARE_4_PLUS)
 
 
@@ -56,20 +48,9 @@ def viability_threshold(attendance: int, delegates: int) -> int:
     T is the headcount taken before the first alignment; the threshold is not
     recomputed for the final alignment in 2020 (§4.6).
     """
-    _check_int("attendance", attendance, 0)
-    _check_int("delegates", delegates, 1)
-    return _threshold(attendance, delegates)
-
-
-def _threshold(attendance: int, delegates: int) -> int:
-    """Unchecked integer form of :func:`viability_threshold` for the hot path."""
-    if delegates >= 4:
-        return (15 * attendance + 99) // 100
-    if delegates == 3:
-        return (attendance + 5) // 6
-    if delegates == 2:
-        return (attendance + 3) // 4
-    return (attendance + 1) // 2
+    check_int("attendance", attendance, 0)
+    check_int("delegates", delegates, 1)
+    return threshold_of(attendance, delegates)
 
 
 def is_viable(members: int, threshold: int) -> bool:

@@ -14,14 +14,15 @@ chooses what happens then (``no_majority``):
   caucus realigns again.
 
 Equal leaders (two groups of exactly 50 %, or equal pluralities) are a coin toss
-or lots: a :class:`~projections.caucus_math.ties.PendingTie` with one seat.
+or lots: a :class:`~ledger.caucus_math.ties.PendingTie` with one seat.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from .ties import PendingTie, _TieBook
+from ._core import TieBook
+from .ties import PendingTie
 
 __all__ = ["NoMajorityRule", "one_delegate_winner"]
 
@@ -32,7 +33,7 @@ def one_delegate_winner(
     final: list[tuple[str, int]],
     threshold: int,
     no_majority: NoMajorityRule,
-    book: _TieBook,
+    book: TieBook,
 ) -> tuple[frozenset[str], str | None, PendingTie | None]:
     """Decide a one-delegate unit from its (name, members) final alignment.
 

@@ -21,7 +21,7 @@ better than the others.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -124,22 +124,3 @@ class TieResolution:
             raise CaucusMathError("method", f"must be 'coin' or 'lots', got {self.method!r}", "RULES §6")
 
 
-class _TieBook:
-    """The resolutions offered to one computation, each usable once, in order."""
-
-    __slots__ = ("_unused", "applied")
-
-    def __init__(self, resolutions: Sequence[TieResolution]) -> None:
-        for res in resolutions:
-            if not isinstance(res, TieResolution):
-                raise CaucusMathError("ties", f"expected TieResolution records, got {res!r}")
-        self._unused = list(resolutions)
-        self.applied: list[TieResolution] = []
-
-    def take(self, tie: PendingTie) -> TieResolution | None:
-        for i, res in enumerate(self._unused):
-            if tie.matches(res):
-                del self._unused[i]
-                self.applied.append(res)
-                return res
-        return None

@@ -36,19 +36,24 @@ from dataclasses import dataclass, fields
 from fractions import Fraction
 from functools import cached_property
 from itertools import combinations
-from typing import Literal
 
 from ._counts import Counts
 from .errors import CaucusMathError
 from .one_delegate import NoMajorityRule, one_delegate_winner
-from .thresholds import _threshold
-from .ties import PendingTie, TieResolution, _TieBook
-from .viability import RealignTieRule, _cut
+from ._core import (
+    NO_TIES,
+    LeftoverRule,
+    RealignTieRule,
+    TieBook,
+    check_int,
+    distribute,
+    realignment_cut,
+    threshold_of,
+    validate_counts,
+)
+from .ties import PendingTie, TieResolution
 
 __all__ = ["LeftoverRule", "Allocation", "allocate", "validate_counts"]
-
-LeftoverRule = Literal["round_robin", "lots"]
-"""Delegates left after every group got one more (§5.5): APP round-robin or 2016 lots."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -146,210 +151,12 @@ def _build(*values: object) -> Allocation:
     return obj
 
 
-_NO_TIES = _TieBook(())  # shared: ``take`` on an empty book never changes it
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _check_count(field: str, name: object, value: object) -> int:
-    if type(name) is not str or not name:
-        raise CaucusMathError(field, f"group names must be non-empty strings, got {name!r}")
-    if type(value) is not int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise CaucusMathError(field, f"count for {name!r} must be an integer, got {value!r}")
-        value = int(value)
-    if value < 0:
-        raise CaucusMathError(field, f"count for {name!r} is negative ({value})", "RULES §2")
-    return value
-
-
-def validate_counts(field: str, counts: Mapping[str, int]) -> dict[str, int]:
-    """Check one alignment: group names are non-empty strings, counts are ints >= 0.
-
-    Returns a fresh dict (the caller's mapping may change later; results must not).
-    """
-    if type(counts) is not dict and not isinstance(counts, Mapping):
-        raise CaucusMathError(field, f"must be a mapping of group name to count, got {type(counts).__name__}")
-    out = dict(counts)
-    for name, value in out.items():
-        # Fast path: the common case is a str name with a non-negative plain int.
-        if type(value) is not int or value < 0 or type(name) is not str or not name:
-            out[name] = _check_count(field, name, value)
-    return out
-
-
-def _check_unit_int(field: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CaucusMathError(field, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise CaucusMathError(field, f"must be >= {minimum}, got {value}")
-    return int(value)
-
-
 # --------------------------------------------------------------------------- the formula
-
-
-def _distribute(
-    names: Sequence[str],
-    sizes: Sequence[int],
-    delegates: int,
-    attendance: int,
-    leftover: LeftoverRule,
-    decimals: int | None,
-    book: _TieBook,
-) -> tuple[list[int], PendingTie | None, int]:
-    """Largest remainder with the only-delegate floor (§5.3-5.5) on integer numerators.
-
-    ``names``/``sizes`` are the groups sharing the delegates, sorted by name.
-    Returns the settled delegates per group, the pending tie if any, and the
-    number of seats nobody can take.
-    """
-    n = len(names)
-    if n == 0:
-        return [], None, delegates
-    if decimals is None:
-        scale = attendance
-        nums = [s * delegates for s in sizes]
-    else:
-        # The APP rounded raw to 4 decimals (toFixed) before comparing.
-        scale = 10**decimals
-        twice_t = 2 * attendance
-        nums = [(2 * s * delegates * scale + attendance) // twice_t for s in sizes]
-    alloc = [num // scale or 1 for num in nums]
-    left = delegates - sum(alloc)
-    if left == 0:
-        return alloc, None, 0
-    if left > 0:
-        rems = [num - a * scale for num, a in zip(nums, alloc)]
-        order = sorted(range(n), key=rems.__getitem__, reverse=True)
-        if leftover == "round_robin":
-            rounds, seats = divmod(left, n)
-            if rounds:
-                alloc = [a + rounds for a in alloc]
-            tie = _give(names, order, rems, seats, alloc, book, "remainder", delegates)
-            return alloc, tie, 0
-        positive = [i for i in order if rems[i] > 0]
-        seats = min(left, len(positive))
-        tie = _give(names, positive, rems, seats, alloc, book, "remainder", delegates)
-        rest = left - seats
-        if rest == 0 or tie is not None:
-            return alloc, tie, 0
-        rounds, seats = divmod(rest, n)
-        if rounds:
-            alloc = [a + rounds for a in alloc]
-        if seats == 0:
-            return alloc, None, 0
-        lot = PendingTie(
-            contenders=tuple(names),
-            seats=seats,
-            reason=(
-                f"{rest} delegate(s) left over after every viable group was rounded up "
-                f"(people left or stayed in non-viable groups); 2016 practice: decided by "
-                f"{'coin toss' if n == 2 else 'lot'}"
-            ),
-            stage="leftover",
-        )
-        res = book.take(lot)
-        if res is None:
-            return alloc, lot, 0
-        won = set(res.winners)
-        return [a + (names[i] in won) for i, a in enumerate(alloc)], None, 0
-    return alloc, _take_surplus(names, nums, scale, -left, alloc, book, delegates), 0
-
-
-def _give(
-    names: Sequence[str],
-    order: Sequence[int],
-    keys: Sequence[int],
-    seats: int,
-    alloc: list[int],
-    book: _TieBook,
-    stage: Literal["remainder"],
-    delegates: int,
-) -> PendingTie | None:
-    """Give one delegate to each of the first ``seats`` groups of ``order`` (descending keys)."""
-    if seats == 0:
-        return None
-    if seats < len(order) and keys[order[seats - 1]] == keys[order[seats]]:
-        cut = keys[order[seats]]
-        above = [i for i in order if keys[i] > cut]
-        block = [i for i in order if keys[i] == cut]
-        for i in above:
-            alloc[i] += 1
-        contested = seats - len(above)
-        tie = PendingTie(
-            contenders=tuple(sorted(names[i] for i in block)),
-            seats=contested,
-            reason=(
-                f"equal remainders at the cut: {contested} delegate(s) of {delegates} among "
-                f"{len(block)} groups, by {'coin toss' if len(block) == 2 else 'lot'} (RULES §5.4, §6)"
-            ),
-            stage=stage,
-        )
-        res = book.take(tie)
-        if res is None:
-            return tie
-        won = set(res.winners)
-        for i in block:
-            if names[i] in won:
-                alloc[i] += 1
-        return None
-    for i in order[:seats]:
-        alloc[i] += 1
-    return None
-
-
-def _take_surplus(
-    names: Sequence[str],
-    nums: Sequence[int],
-    scale: int,
-    surplus: int,
-    alloc: list[int],
-    book: _TieBook,
-    delegates: int,
-) -> PendingTie | None:
-    """§5.4 "too many": remove delegates, smallest ``raw - delegates`` first, never an only one.
-
-    Only reachable when the floor of one delegate per viable group over-fills D;
-    §4.5 guarantees there are at most D groups, so this always terminates.
-    """
-    while surplus > 0:
-        able = [i for i in range(len(alloc)) if alloc[i] >= 2]
-        if not able:  # pragma: no cover - excluded by §4.5 (at most D groups)
-            raise AssertionError("more groups than delegates after §4.5")
-        keys = {i: nums[i] - alloc[i] * scale for i in able}
-        order = sorted(able, key=keys.__getitem__)
-        k = min(surplus, len(order))
-        if k < len(order) and keys[order[k - 1]] == keys[order[k]]:
-            cut = keys[order[k]]
-            below = [i for i in order if keys[i] < cut]
-            block = [i for i in order if keys[i] == cut]
-            for i in below:
-                alloc[i] -= 1
-            losing = k - len(below)
-            tie = PendingTie(
-                contenders=tuple(sorted(names[i] for i in block)),
-                seats=len(block) - losing,
-                reason=(
-                    f"more delegates rounded than the {delegates} to elect: {losing} of {len(block)} "
-                    f"groups with equal remainders lose one, by {'coin toss' if len(block) == 2 else 'lot'} "
-                    f"(RULES §5.4; winners keep theirs)"
-                ),
-                stage="surplus",
-            )
-            res = book.take(tie)
-            keep = set(res.winners) if res is not None else set()
-            for i in block:
-                if names[i] not in keep:
-                    alloc[i] -= 1
-            if res is None:
-                return tie
-        else:
-            for i in order[:k]:
-                alloc[i] -= 1
-        surplus -= k
-    return None
 
 
 # --------------------------------------------------------------------------- entry point
@@ -383,7 +190,7 @@ def allocate(
     for a published result that breaks §4.4 (RULES §1, §12: T stays the
     denominator), not refuse to look at it.
     """
-    d = delegates if type(delegates) is int and delegates >= 0 else _check_unit_int("delegates", delegates)
+    d = delegates if type(delegates) is int and delegates >= 0 else check_int("delegates", delegates)
     first_c = validate_counts("first", first)
     final_c = validate_counts("final", final)
     sum_first = sum(first_c.values())
@@ -391,7 +198,7 @@ def allocate(
     if attendance is None:
         t = sum_first
     else:
-        t = attendance if type(attendance) is int and attendance >= 0 else _check_unit_int("attendance", attendance)
+        t = attendance if type(attendance) is int and attendance >= 0 else check_int("attendance", attendance)
         if sum_first > t and check_totals:
             raise CaucusMathError(
                 "first",
@@ -407,7 +214,7 @@ def allocate(
         )
     if worksheet_decimals is not None and decimals_bad(worksheet_decimals):
         raise CaucusMathError("worksheet_decimals", f"must be None or an integer >= 0, got {worksheet_decimals!r}")
-    book = _TieBook(ties) if ties else _NO_TIES
+    book = TieBook(ties) if ties else NO_TIES
 
     if first_c.keys() != final_c.keys():
         for k in final_c.keys() - first_c.keys():
@@ -424,8 +231,8 @@ def allocate(
             empty, empty, Counts._trusted(dict.fromkeys(names, 0)), (), 0, tuple(book.applied), worksheet_decimals,
         )
 
-    thr = _threshold(t, d)
-    final_thr = _threshold(sum_final, d) if recompute_threshold_at_final else thr
+    thr = threshold_of(t, d)
+    final_thr = threshold_of(sum_final, d) if recompute_threshold_at_final else thr
     viable_first = frozenset([k for k, v in first_s.items() if v and v >= thr])
     viable_list = sorted([(k, v) for k, v in final_s.items() if v and v >= final_thr])
     viable_final = frozenset([k for k, _ in viable_list])
@@ -443,7 +250,7 @@ def allocate(
 
     must_realign: frozenset[str] = frozenset()
     if len(viable_list) > d:
-        cut = _cut(viable_list, d, realign_ties, book)
+        cut = realignment_cut(viable_list, d, realign_ties, book)
         must_realign = cut.must_realign
         if cut.pending is not None:
             return _pending_realignment(
@@ -453,7 +260,7 @@ def allocate(
         viable_list = [(k, v) for k, v in viable_list if k in cut.keep]
 
     group_names = [k for k, _ in viable_list]
-    alloc, tie, unallocated = _distribute(
+    alloc, tie, unallocated = distribute(
         group_names, [v for _, v in viable_list], d, t, leftover, worksheet_decimals, book
     )
     result = dict.fromkeys(names, 0)
@@ -489,13 +296,13 @@ def _pending_realignment(
     rule_set: str,
     leftover: LeftoverRule,
     decimals: int | None,
-    book: _TieBook,
+    book: TieBook,
 ) -> Allocation:
     """A §4.5 lot is outstanding: settled seats are those every outcome of the lot gives."""
     settled = dict.fromkeys(names, d)
     for winners in combinations(tie.contenders, tie.seats):
         staying = sorted(keep | set(winners))
-        alloc, _, _ = _distribute(staying, [final_s[k] for k in staying], d, t, leftover, decimals, _TieBook(()))
+        alloc, _, _ = distribute(staying, [final_s[k] for k in staying], d, t, leftover, decimals, TieBook(()))
         got = dict(zip(staying, alloc))
         for k in names:
             v = got.get(k, 0)

@@ -36,7 +36,7 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 from ledger.events import County, UnitDefinition
-from projections.caucus_math import CaucusMathError, TieResolution, display_sde, get_rule_set, satellite_delegates
+from ledger.caucus_math import CaucusMathError, TieResolution, display_sde, get_rule_set, satellite_delegates
 from projections.reducers import ElectionState, TieRecord, UnitState, UnitStatus, canonical_json
 
 __all__ = [
@@ -56,9 +56,10 @@ __all__ = [
 
 
 class RuleSetLike(Protocol):
-    """What the tallies need from ``projections.caucus_math``'s rule sets."""
+    """What the tallies need from ``ledger.caucus_math``'s rule sets."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def allocate(self, *, delegates: int, attendance: int | None, first: Mapping[str, int],
                  final: Mapping[str, int], ties: tuple[TieResolution, ...] = ()) -> Any: ...
@@ -329,95 +330,30 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
     problems: list[str] = []
     unit = ctx.units.get(state.unit_id)
     county = ctx.counties.get(unit.county_id) if unit is not None else None
-    if not ctx.defined:
-        problems.append(f"election {ctx.election_id!r} is not defined (yet): no ElectionDefined seen")
-    elif unit is None:
-        problems.append(f"unit {state.unit_id!r} is not in the definition of election {ctx.election_id!r}")
-    elif county is None:
-        problems.append(f"county {unit.county_id!r} of unit {state.unit_id!r} is not in the definition")
+    problems.extend(_definition_problems(state, ctx, unit, county))
     candidates = ctx.candidates
     result = state.result
     first = _counts(candidates, result.first_alignment if result else None)
     final = _counts(candidates, result.final_alignment if result else None)
     reported = None if result is None or result.delegates_reported is None else _counts(candidates, result.delegates_reported)
-
-    # T and D
-    attendance: int | None = None
-    att_source: str | None = None
-    if result is not None:
-        if result.attendance is not None:
-            attendance, att_source = result.attendance, "reported"
-        elif state.attendance_opened is not None:
-            attendance, att_source = state.attendance_opened, "opened"
-        else:
-            attendance, att_source = sum(first.values()), "first_alignment"
-    elif state.attendance_opened is not None:
-        attendance, att_source = state.attendance_opened, "opened"
-    delegates: int | None = None
-    d_source: str | None = None
-    if unit is not None:
-        if unit.delegates is not None:
-            delegates, d_source = unit.delegates, "apportioned"
-        elif attendance is not None:
-            try:
-                delegates, d_source = satellite_delegates(attendance), "attendance"
-            except CaucusMathError as exc:
-                problems.append(str(exc))
-
-    # County delegates, computed by the rule set
-    computed: dict[str, int] | None = None
-    threshold = None
-    pending: tuple[PendingTieView, ...] = ()
-    viable_first: tuple[str, ...] = ()
-    viable_final: tuple[str, ...] = ()
-    must_realign: tuple[str, ...] = ()
-    applied: tuple[str, ...] = ()
+    attendance, att_source = _attendance(state, first)
+    delegates, d_source = _delegates(unit, attendance, problems)
     if ctx.rules_error:
         problems.append(ctx.rules_error)
-    if result is not None and delegates is not None and ctx.rules is not None:
-        ties = _resolutions(state, problems)
-        known_t = attendance if att_source in ("reported", "opened") else None
-        try:
-            alloc = ctx.rules.allocate(delegates=delegates, attendance=known_t, first=first, final=final, ties=ties)
-        except CaucusMathError as exc:
-            problems.append(f"delegates cannot be computed: {exc}")
-        else:
-            computed = _counts(candidates, alloc.delegates)
-            threshold = alloc.threshold
-            pending = tuple(PendingTieView(tuple(p.contenders), p.seats, p.reason) for p in alloc.pending)
-            viable_first = tuple(sorted(alloc.viable_first))
-            viable_final = tuple(sorted(alloc.viable_final))
-            must_realign = tuple(sorted(alloc.must_realign))
-            by_key = {(t.contenders, t.seats): t.event_id for t in state.ties}
-            applied = tuple(by_key.get((tuple(r.contenders), r.seats), "") for r in alloc.applied_ties)
+    computed = _computed_delegates(state, ctx, delegates, attendance if att_source in ("reported", "opened") else None,
+                                   first, final, problems)
 
     if reported is not None:
         official, cds_source = reported, "reported"
     elif computed is not None:
-        official, cds_source = computed, "computed"
+        official, cds_source = computed.cds, "computed"
     else:
         official, cds_source = _counts(candidates, None), None
     if reported is not None and delegates is not None and sum(reported.values()) != delegates:
         problems.append(f"reported county delegates add up to {sum(reported.values())}, the unit elects {delegates}")
-
-    # SDEs of the official county delegates
-    weight: Fraction | None = None
-    divisor: int | None = None
-    sde: dict[str, Fraction] = {}
-    if unit is not None and delegates is not None:
-        if unit.sde_weight is not None:
-            weight = unit.sde_weight
-        elif county is not None:
-            weight = delegates * county.sde_ratio
-        # RULES §8: a satellite's candidate SDE is weight x CDs / D. Only a satellite's *reported*
-        # delegates are shared over what it reported: three 2020 satellites reported one more than the
-        # attendance table gives (§17.4) and their published SDEs split the weight over that total.
-        awarded = sum(official.values())
-        divisor = awarded if (unit.delegates is None and cds_source == "reported" and awarded > 0) else delegates
-    if weight is not None and result is not None:
-        per_cd = weight / divisor if divisor else Fraction(0)
-        sde = {c: (per_cd * n if n else _ZERO) for c, n in official.items()}
+    weight, divisor, sde = _sdes(unit, county, delegates, official, cds_source, reporting=result is not None)
     display = {c: (_shown(v) if v else _ZERO_SHOWN) for c, v in sde.items()}
+    shown = computed or _NOT_COMPUTED
 
     return UnitTally(
         unit_id=state.unit_id,
@@ -434,18 +370,18 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         delegates_source=d_source,
         attendance=attendance,
         attendance_source=att_source,
-        threshold=threshold,
+        threshold=shown.threshold,
         first=first,
         final=final,
         cds_reported=reported,
-        cds_computed=computed,
+        cds_computed=computed.cds if computed else None,
         cds=official,
         cds_source=cds_source,
-        viable_first=viable_first,
-        viable_final=viable_final,
-        must_realign=must_realign,
-        pending=pending if cds_source == "computed" else (),
-        ties_applied=applied,
+        viable_first=shown.viable_first,
+        viable_final=shown.viable_final,
+        must_realign=shown.must_realign,
+        pending=shown.pending if cds_source == "computed" else (),
+        ties_applied=shown.applied,
         sde_weight=weight,
         sde_divisor=divisor,
         sde=sde,
@@ -456,6 +392,118 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         problems=tuple(problems),
         tie_history=tuple(t for t in state.ties if t.disputed),
     )
+
+
+def _definition_problems(state: UnitState, ctx: ElectionContext, unit: UnitDefinition | None, county: County | None) -> list[str]:
+    """Why the definition cannot place this unit, if it cannot."""
+    if not ctx.defined:
+        return [f"election {ctx.election_id!r} is not defined (yet): no ElectionDefined seen"]
+    if unit is None:
+        return [f"unit {state.unit_id!r} is not in the definition of election {ctx.election_id!r}"]
+    if county is None:
+        return [f"county {unit.county_id!r} of unit {state.unit_id!r} is not in the definition"]
+    return []
+
+
+def _attendance(state: UnitState, first: dict[str, int]) -> tuple[int | None, str | None]:
+    """T and where it comes from: the report, else the opening headcount, else the first alignment."""
+    result = state.result
+    if result is not None and result.attendance is not None:
+        return result.attendance, "reported"
+    if state.attendance_opened is not None:
+        return state.attendance_opened, "opened"
+    if result is not None:
+        return sum(first.values()), "first_alignment"
+    return None, None
+
+
+def _delegates(unit: UnitDefinition | None, attendance: int | None, problems: list[str]) -> tuple[int | None, str | None]:
+    """D: apportioned by the definition, or (a satellite) from its attendance by the §8 table."""
+    if unit is None:
+        return None, None
+    if unit.delegates is not None:
+        return unit.delegates, "apportioned"
+    if attendance is None:
+        return None, None
+    try:
+        return satellite_delegates(attendance), "attendance"
+    except CaucusMathError as exc:
+        problems.append(str(exc))
+        return None, None
+
+
+@dataclass(frozen=True)
+class _Computed:
+    """The rule set's county delegates for a unit, with what explains them."""
+
+    cds: dict[str, int] = field(default_factory=dict)
+    threshold: int | None = None
+    pending: tuple[PendingTieView, ...] = ()
+    viable_first: tuple[str, ...] = ()
+    viable_final: tuple[str, ...] = ()
+    must_realign: tuple[str, ...] = ()
+    applied: tuple[str, ...] = ()
+
+
+_NOT_COMPUTED = _Computed()
+
+
+def _computed_delegates(
+    state: UnitState,
+    ctx: ElectionContext,
+    delegates: int | None,
+    known_t: int | None,
+    first: dict[str, int],
+    final: dict[str, int],
+    problems: list[str],
+) -> _Computed | None:
+    """County delegates computed by the rule set from the alignments and the standing tosses."""
+    if state.result is None or delegates is None or ctx.rules is None:
+        return None
+    ties = _resolutions(state, problems)
+    try:
+        alloc = ctx.rules.allocate(delegates=delegates, attendance=known_t, first=first, final=final, ties=ties)
+    except CaucusMathError as exc:
+        problems.append(f"delegates cannot be computed: {exc}")
+        return None
+    by_key = {(t.contenders, t.seats): t.event_id for t in state.ties}
+    return _Computed(
+        cds=_counts(ctx.candidates, alloc.delegates),
+        threshold=alloc.threshold,
+        pending=tuple(PendingTieView(tuple(p.contenders), p.seats, p.reason) for p in alloc.pending),
+        viable_first=tuple(sorted(alloc.viable_first)),
+        viable_final=tuple(sorted(alloc.viable_final)),
+        must_realign=tuple(sorted(alloc.must_realign)),
+        applied=tuple(by_key.get((tuple(r.contenders), r.seats), "") for r in alloc.applied_ties),
+    )
+
+
+def _sdes(
+    unit: UnitDefinition | None,
+    county: County | None,
+    delegates: int | None,
+    official: dict[str, int],
+    cds_source: str | None,
+    *,
+    reporting: bool,
+) -> tuple[Fraction | None, int | None, dict[str, Fraction]]:
+    """The unit's SDE weight, the divisor it is shared by, and each candidate's SDEs (§8, §9)."""
+    if unit is None or delegates is None:
+        return None, None, {}
+    weight: Fraction | None = None
+    if unit.sde_weight is not None:
+        weight = unit.sde_weight
+    elif county is not None:
+        weight = delegates * county.sde_ratio
+    # RULES §8: a satellite's candidate SDE is weight x CDs / D. Only a satellite's *reported*
+    # delegates are shared over what it reported: three 2020 satellites reported one more than the
+    # attendance table gives (§17.4) and their published SDEs split the weight over that total.
+    awarded = sum(official.values())
+    divisor = awarded if (unit.delegates is None and cds_source == "reported" and awarded > 0) else delegates
+    if weight is None or not reporting:
+        return weight, divisor, {}
+    per_cd = weight / divisor if divisor else Fraction(0)
+    return weight, divisor, {c: (per_cd * n if n else _ZERO) for c, n in official.items()}
 
 
 @dataclass
@@ -498,8 +546,8 @@ class AreaTally:
                 self.cds_reported[c] = self.cds_reported.get(c, 0) + n
         for c, v in t.sde.items():
             self.sde[c] = self.sde.get(c, Fraction(0)) + v
-        for c, v in t.sde_display.items():
-            self.sde_display_sum[c] = self.sde_display_sum.get(c, Decimal("0.0000")) + v
+        for c, shown in t.sde_display.items():
+            self.sde_display_sum[c] = self.sde_display_sum.get(c, Decimal("0.0000")) + shown
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -22,8 +21,18 @@ from typer._click import (
 from typer._click.core import Command, Context
 from typer.core import TyperOption
 
-from ledger.cli_output import print_error, set_args, set_wide, wants_json
-from ledger.config import Settings, open_log
+from ledger.cli_output import (
+    LOADED_KEY,
+    JsonOption,
+    emit,
+    fail,
+    loaded_settings,
+    print_error,
+    set_args,
+    set_wide,
+    settings_of,
+)
+from ledger.config import open_log
 from ledger.log.port import LogError
 
 __all__ = ["app", "main", "command", "settings_of", "emit", "fail", "JsonOption", "loaded_settings"]
@@ -50,9 +59,8 @@ app = typer.Typer(
 log_app = typer.Typer(help="Inspect and write the event log directly.", no_args_is_help=True)
 app.add_typer(log_app, name="log")
 
-JsonOption = typer.Option(False, "--json", help="Print JSON (an error too: {\"error\": {...}} on stderr).")
 
-_LOADED_KEY = "caucus.loaded_settings"
+
 
 
 def _version(value: bool) -> None:
@@ -96,45 +104,9 @@ def _global(
     for name in loaded.unknown_variables:
         log.warning("%s names no setting and is ignored (`caucus config show` lists them)", name)
     set_file_mode(loaded.settings.file_mode)
-    ctx.meta[_LOADED_KEY] = loaded
+    ctx.meta[LOADED_KEY] = loaded
     ctx.obj = loaded.settings
     log.debug("settings from %s", loaded.config_file or "environment and defaults")
-
-
-def settings_of(ctx: typer.Context) -> Settings:
-    root = ctx.find_root()
-    obj = root.obj
-    if not isinstance(obj, Settings):
-        from ledger.settings import SettingsError
-
-        try:
-            obj = Settings.from_env()
-        except SettingsError as exc:
-            raise fail(str(exc), kind="configuration") from None
-        root.obj = obj
-    return obj
-
-
-def loaded_settings(ctx: typer.Context) -> Any:
-    """The ``LoadedSettings`` behind ``settings_of`` (for ``caucus config show``)."""
-    from ledger.settings import load_settings
-
-    found = ctx.meta.get(_LOADED_KEY)
-    return found if found is not None else load_settings()
-
-
-def emit(data: Any, as_json: bool, human: Callable[[], None] | None = None) -> None:
-    """Print for a program (one JSON document) or for a person."""
-    if as_json or human is None:
-        typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
-    else:
-        human()
-
-
-def fail(message: str, code: int = 2, *, kind: str = "") -> typer.Exit:
-    """Print the error (as JSON under --json, see ``ledger.cli_output``) and return the Exit to raise."""
-    print_error(message, code, as_json=wants_json(), kind=kind)
-    return typer.Exit(code)
 
 
 @log_app.command("info")
@@ -256,42 +228,28 @@ def log_append(
     finally:
         journal.close()
     out = [{"event_id": e.event_id, "type": e.type, "position": str(p)} for e, p in zip(events, positions)]
-    emit(out, as_json, lambda: [typer.echo(f"{o['position']:>10}  {o['type']:<18} {o['event_id']}") for o in out])
+
+    def human() -> None:
+        for o in out:
+            typer.echo(f"{o['position']:>10}  {o['type']:<18} {o['event_id']}")
+
+    emit(out, as_json, human)
 
 
 _registered = False
 
 
-def _register_plugins() -> None:
-    """Each package contributes its commands; a package that is not there yet contributes none.
-    Once per process: ``main`` may be called more than once (tests run it in-process)."""
-    import importlib
-
+def _register_commands() -> None:
+    """Every package's commands (:mod:`ledger.commands` names them). Imported here, not at the top:
+    those modules import this one for ``app``, ``emit`` and ``fail``. Once per process: ``main`` may
+    be called more than once (tests run it in-process)."""
     global _registered
     if _registered:
         return
     _registered = True
+    from ledger.commands import register_all
 
-    for module in (
-        "ledger.config_cli",
-        "producers.cli",
-        "producers.importers.cli",
-        "producers.simulator.cli",
-        "projections.cli",
-        "projections.replay_cli",
-        "projections.feed_cli",
-        "projections.audit.cli",
-        "projections.audit.diff_cli",
-        "projections.audit.audit_cli",
-        "projections.demo",
-    ):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name == module:
-                continue
-            raise
-        mod.register(app)
+    register_all(app)
 
 
 def _tidy_help(command: Command) -> None:
@@ -334,7 +292,7 @@ def _operational_errors() -> tuple[type[BaseException], ...]:
 
 def command() -> Command:
     """The whole ``caucus`` command tree, every package's commands registered (tests walk it)."""
-    _register_plugins()
+    _register_commands()
     built = typer.main.get_command(app)
     _tidy_help(built)
     return built

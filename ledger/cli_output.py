@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -30,7 +30,12 @@ from typer._click.core import (
 )
 from typer._click.globals import get_current_context
 
-__all__ = ["set_args", "set_wide", "is_wide", "console", "wants_json", "print_error", "text", "NONE", "DEFAULT_WIDTH"]
+from ledger.config import Settings
+
+__all__ = [
+    "set_args", "set_wide", "is_wide", "console", "wants_json", "print_error", "text", "NONE", "DEFAULT_WIDTH",
+    "JsonOption", "LOADED_KEY", "settings_of", "loaded_settings", "emit", "fail",
+]
 
 DEFAULT_WIDTH = 100
 NONE = "-"
@@ -114,3 +119,47 @@ def text(value: Any) -> str:
         items = sorted(value) if isinstance(value, (set, frozenset)) else value
         return ", ".join(text(v) for v in items) if items else NONE
     return str(value)
+
+
+# -- what every command module shares: its --json option, its settings, printing and failing -----------
+
+JsonOption = typer.Option(False, "--json", help="Print JSON (an error too: {\"error\": {...}} on stderr).")
+
+LOADED_KEY = "caucus.loaded_settings"
+"""Where the root command keeps the ``LoadedSettings`` it read (``ctx.meta``)."""
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    root = ctx.find_root()
+    obj = root.obj
+    if not isinstance(obj, Settings):
+        from ledger.settings import SettingsError
+
+        try:
+            obj = Settings.from_env()
+        except SettingsError as exc:
+            raise fail(str(exc), kind="configuration") from None
+        root.obj = obj
+    return obj
+
+
+def loaded_settings(ctx: typer.Context) -> Any:
+    """The ``LoadedSettings`` behind ``settings_of`` (for ``caucus config show``)."""
+    from ledger.settings import load_settings
+
+    found = ctx.meta.get(LOADED_KEY)
+    return found if found is not None else load_settings()
+
+
+def emit(data: Any, as_json: bool, human: Callable[[], None] | None = None) -> None:
+    """Print for a program (one JSON document) or for a person."""
+    if as_json or human is None:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        human()
+
+
+def fail(message: str, code: int = 2, *, kind: str = "") -> typer.Exit:
+    """Print the error (as JSON under --json, see ``ledger.cli_output``) and return the Exit to raise."""
+    print_error(message, code, as_json=wants_json(), kind=kind)
+    return typer.Exit(code)

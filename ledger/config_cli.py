@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ledger.cli import JsonOption, emit, loaded_settings
+from ledger.cli_output import JsonOption, emit, loaded_settings
 from ledger.cli_output import console, text
 
 __all__ = ["register"]

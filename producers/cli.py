@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.cli import emit, fail, settings_of
+from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings
 from ledger.events import Channel
 from ledger.log.port import LogError
@@ -412,8 +412,12 @@ def register(app: typer.Typer) -> None:
         except CredentialError as exc:
             raise fail(str(exc)) from exc
         data = {**cred.public(), "token": token}
-        emit(data, as_json, lambda: (typer.echo(f"issued {cred.role} credential {cred.cred_id} ({cred.actor})"),
-                                     typer.echo(f"token (shown once): {token}")))
+
+        def human() -> None:
+            typer.echo(f"issued {cred.role} credential {cred.cred_id} ({cred.actor})")
+            typer.echo(f"token (shown once): {token}")
+
+        emit(data, as_json, human)
 
     @cred_app.command("list")
     def cred_list(ctx: typer.Context, credentials: Optional[Path] = CredentialsOption, as_json: bool = ListJson) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ledger.cli import fail
+from ledger.cli_output import fail
 from ledger.config import Settings
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
 

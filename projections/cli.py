@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
-from ledger.cli import JsonOption, emit, fail, settings_of
+from ledger.cli_output import JsonOption, emit, fail, settings_of
 from ledger.cli_output import console as cli_console
 from ledger.cli_output import is_wide
 from ledger.codec import CodecError
@@ -168,10 +168,17 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
                 with publishing(runner, settings, store, info, enabled=feed,
                                 on_error=lambda m: typer.echo(f"warning: {m}", err=True)) as publisher:
                     if publisher is not None:
-                        runner.on_progress = lambda p, say=say, pub=publisher: (say(p), pub.tick())
+                        def say_and_publish(p: Progress, say: Callable[[Progress], None] = say, pub: Any = publisher) -> None:
+                            say(p)
+                            pub.tick()
+
+                        runner.on_progress = say_and_publish
                     observer.attach(runner)
-                    progress = runner.run(until_caught_up=until_caught_up,
-                                          stop=lambda w=watch: stop.is_set() or (w is not None and w()))
+
+                    def stopping(w: ServingWatch | None = watch) -> bool:
+                        return stop.is_set() or (w is not None and w())
+
+                    progress = runner.run(until_caught_up=until_caught_up, stop=stopping)
             except LogLostError as exc:
                 raise fail(
                     f"{exc}. The projection {info.name} v{info.version} reflects records this log no longer holds; "

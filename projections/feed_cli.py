@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.cli import fail, settings_of
+from ledger.cli_output import fail, settings_of
 from ledger.codec import CodecError
 from ledger.events import Event
 from ledger.log.port import LogError, LogMissingError

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ledger.cli import emit, fail, settings_of
+from ledger.cli_output import emit, fail, settings_of
 from ledger.codec import CodecError
 from ledger.config import Settings
 from ledger.log.port import LogError, LogLostError
@@ -98,12 +98,12 @@ def replay(
             if outcome.promoted and feed:
                 _publish(store, settings, outcome)
         data = outcome.to_json()
-        view = None
+        built_view: TallyView | None = None
         if cut is not None:
             try:
-                view = load_view(store, set_id=outcome.built.set_id)
-                data["state"] = view.state().to_json()
-                data.update({k: v for k, v in view.meta().items() if k not in data})
+                built_view = load_view(store, set_id=outcome.built.set_id)
+                data["state"] = built_view.state().to_json()
+                data.update({k: v for k, v in built_view.meta().items() if k not in data})
             except QueryError as exc:
                 data["notes"].append(str(exc))
     except LogLostError as exc:
@@ -126,8 +126,8 @@ def replay(
             typer.echo(f"not promoted: {b.name} v{b.version} is {b.state}")
         for note in outcome.notes:
             typer.echo(note)
-        if view is not None:
-            _print_state(view, view.state(), cut.describe() if cut else "", settings.describe_log())
+        if built_view is not None:
+            _print_state(built_view, built_view.state(), cut.describe() if cut else "", settings.describe_log())
 
     emit(data, as_json, human)
 

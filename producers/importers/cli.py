@@ -18,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from ledger.cli import emit, fail, settings_of
+from ledger.cli_output import emit, fail, settings_of
 from ledger.config import open_log
 from ledger.journal import Journal
 from producers.importers.idp2020 import ELECTION_ID, ImportSummary, import_idp2020

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.cli import emit, settings_of
+from ledger.cli_output import emit, settings_of
 from ledger.config import open_log
 from ledger.journal import Journal
 from producers.importers.progress import progress_bar

@@ -18,14 +18,14 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.cli import emit, fail, settings_of
+from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings, open_log
 from ledger.log.port import LogError
 from projections.asof import AsOfError, Cut, parse_cut, tally_as_of
 from projections.audit.cli import trusted_keys as _trusted_keys
 from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditReport, audit_tallies
 from projections.audit.tie_checks import TIE_CODES
-from projections.caucus_math import CHECK_CODES, CaucusMathError
+from ledger.caucus_math import CHECK_CODES, CaucusMathError
 from projections.queries import QueryError, find_county, load_view
 from projections.stores.port import EventRow, StoreError
 from projections.tally import ElectionContext

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.cli import emit, fail, settings_of
+from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings, open_log
 from ledger.log.port import EventLog, LogError
 

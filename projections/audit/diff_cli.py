@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ledger.cli import emit, fail, settings_of
+from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings, open_log
 from ledger.log.port import LogError
 from projections.audit.diff import (
@@ -31,7 +31,7 @@ from projections.audit.diff import (
     resolve_sides,
     sde_text,
 )
-from projections.caucus_math import display_sde
+from ledger.caucus_math import display_sde
 from projections.stores.port import StoreError
 
 __all__ = ["register", "diff_command", "sources_for", "render_table", "write_csv", "CSV_FIELDS"]

@@ -81,7 +81,7 @@ def _embedded(stack: contextlib.ExitStack, data: Path) -> list[str]:
 
 def _kafka_backend(bootstrap: str, pg_server: str) -> Backend:
     from infra.postgres import temporary_database
-    from infra.topics import provision_topic
+    from ledger.log.kafka_topics import provision_topic
 
     def make(stack: contextlib.ExitStack, data: Path) -> list[str]:
         topic = f"model-{uuid.uuid4().hex[:8]}"
@@ -139,7 +139,7 @@ class LedgerMachine(RuleBasedStateMachine):
             print(text)
 
     def _cli(self, *args: str) -> tuple[int, Any]:
-        ledger.cli._register_plugins()
+        ledger.cli._register_commands()
         result = self.runner.invoke(ledger.cli.app, [*self.args, *args], env={"CAUCUS_TOKEN": ""})
         assert "Traceback" not in result.output, result.output
         try:

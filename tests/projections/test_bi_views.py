@@ -23,7 +23,7 @@ DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iowa202
 
 
 def _caucus(data_dir: Path, dsn: str, *args: str) -> Any:
-    ledger.cli._register_plugins()
+    ledger.cli._register_commands()
     result = CliRunner().invoke(ledger.cli.app, ["--data-dir", str(data_dir), "--database", dsn, *args],
                                 env={"CAUCUS_KAFKA": "", "CAUCUS_TOKEN": ""})
     assert result.exit_code == 0, result.output[-2000:]

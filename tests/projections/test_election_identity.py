@@ -33,7 +33,7 @@ FAR_FUTURE = "2999-01-01T00:00:00Z"
 
 
 def _cli(data_dir: Path, monkeypatch: pytest.MonkeyPatch, *backend: str) -> Caucus:
-    ledger.cli._register_plugins()
+    ledger.cli._register_commands()
     runner = CliRunner()
     for name in ("CAUCUS_TOKEN", "CAUCUS_KAFKA", "CAUCUS_DATABASE", "CAUCUS_TOPIC", "CAUCUS_RESULTS_TOPIC"):
         monkeypatch.delenv(name, raising=False)

@@ -56,7 +56,8 @@ class Settings:
 
     def with_overrides(self, **changes: object) -> Settings:
         """Apply CLI options over the environment; None means "not given"."""
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        given: dict[str, Any] = {k: v for k, v in changes.items() if v is not None}
+        return replace(self, **given)
 
     @property
     def log_path(self) -> Path:

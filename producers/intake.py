@@ -455,6 +455,8 @@ class Intake:
         command = parsed.command
         view = self._view()
         claim = view.claim(command.idempotency_key)
+        election_id: str | None
+        problems: tuple[Problem, ...]
         if claim is not None and claim.election_id and getattr(command, "election_id", "") is None:
             # A retry that names no election is about the election its original went to, even if
             # another election with the same unit was defined since (which would make it ambiguous).

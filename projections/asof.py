@@ -229,8 +229,7 @@ def _start_offsets(cut: Cut, marks: Mapping[int, int], partitions: int) -> dict[
                     )
     start: dict[int, int] = {}
     for p in range(partitions):
-        end = cut.end_of(p)
-        if end == 0:
+        if cut.end_of(p) == 0:
             start[p] = marks.get(p, 0)  # skip the partition entirely
     return start
 

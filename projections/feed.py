@@ -273,9 +273,9 @@ class FeedPublisher:
                 county = ctx.county_of(t.unit_id)
                 if county is not None:
                     unit_events[county] = unit_events.get(county, 0) + self._unit_events.get((eid, t.unit_id), 0)
-            for cid, county in counties.items():
+            for cid, area in counties.items():
                 version = tally_version(e_events, unit_events.get(cid, 0))
-                out.append(area_event(county, stamp.at(version), at, election_id=eid, kind="county", certified=ctx.certified))
+                out.append(area_event(area, stamp.at(version), at, election_id=eid, kind="county", certified=ctx.certified))
             version = tally_version(e_events, sum(unit_events.values()))
             out.append(area_event(aggregate(ctx, tallies), stamp.at(version), at, election_id=eid, kind="state", certified=ctx.certified))
         self.stats.last_version = max((e.payload.stamp.version for e in out), default=self.stats.last_version)

@@ -50,7 +50,7 @@ from producers.commands import REJECTED_KEY_PREFIX
 
 __all__ = [
     "ElectionInfo",
-    "UnitStatus",
+    "UnitIntakeStatus",
     "ResultRecord",
     "TossRecord",
     "TieKey",
@@ -108,7 +108,7 @@ class ElectionInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class UnitStatus:
+class UnitIntakeStatus:
     """Where one unit stands: opened (with T), and its current result event."""
 
     opened_event_id: str | None = None
@@ -186,7 +186,7 @@ class IntakeView(Protocol):
     def election(self, election_id: str) -> ElectionInfo | None: ...
     def election_ids(self) -> list[str]: ...
     def elections_of_unit(self, unit_id: str) -> list[str]: ...
-    def unit(self, election_id: str, unit_id: str) -> UnitStatus: ...
+    def unit(self, election_id: str, unit_id: str) -> UnitIntakeStatus: ...
     def result_event(self, event_id: str) -> ResultRecord | None: ...
     def superseded_by(self, event_id: str) -> str | None: ...
     def claim(self, key: str) -> Claim | None: ...
@@ -195,7 +195,7 @@ class IntakeView(Protocol):
     def toss(self, event_id: str) -> TossRecord | None: ...
 
 
-_NO_UNIT = UnitStatus()
+_NO_UNIT = UnitIntakeStatus()
 
 
 @dataclass
@@ -207,7 +207,7 @@ class IntakeState:
     anchors: dict[int, str] = field(default_factory=dict)
     elections: dict[str, ElectionInfo] = field(default_factory=dict)
     units_index: dict[str, list[str]] = field(default_factory=dict)
-    units: dict[tuple[str, str], UnitStatus] = field(default_factory=dict)
+    units: dict[tuple[str, str], UnitIntakeStatus] = field(default_factory=dict)
     results: dict[str, ResultRecord] = field(default_factory=dict)
     superseded: dict[str, str] = field(default_factory=dict)
     claims: dict[str, Claim] = field(default_factory=dict)
@@ -249,7 +249,7 @@ class IntakeState:
             self._define(event.event_id, env.election_id, payload)
         elif isinstance(payload, UnitOpened):
             status = self.unit(env.election_id, env.unit_id)
-            self.units[(env.election_id, env.unit_id)] = UnitStatus(
+            self.units[(env.election_id, env.unit_id)] = UnitIntakeStatus(
                 event.event_id, payload.attendance, status.result_event_id, status.result
             )
         elif isinstance(payload, (ResultReported, ResultCorrected)):
@@ -257,7 +257,7 @@ class IntakeState:
                 self.superseded.setdefault(payload.supersedes, event.event_id)
             self.results[event.event_id] = ResultRecord(event.event_id, env.election_id, env.unit_id, event.type)
             status = self.unit(env.election_id, env.unit_id)
-            self.units[(env.election_id, env.unit_id)] = UnitStatus(
+            self.units[(env.election_id, env.unit_id)] = UnitIntakeStatus(
                 status.opened_event_id, status.attendance, event.event_id, payload.result
             )
         elif isinstance(payload, TieBroken):
@@ -300,7 +300,7 @@ class IntakeState:
     def elections_of_unit(self, unit_id: str) -> list[str]:
         return list(self.units_index.get(unit_id, ()))
 
-    def unit(self, election_id: str, unit_id: str) -> UnitStatus:
+    def unit(self, election_id: str, unit_id: str) -> UnitIntakeStatus:
         return self.units.get((election_id, unit_id), _NO_UNIT)
 
     def result_event(self, event_id: str) -> ResultRecord | None:
@@ -364,7 +364,7 @@ class IntakeState:
             event = event_from_json(doc)
             state._define(event.event_id, event.envelope.election_id, event.payload)
         for eid, uid, opened, attendance, result_id, result in data["units"]:
-            state.units[(eid, uid)] = UnitStatus(opened, attendance, result_id, None if result is None else Result.from_avro(result))
+            state.units[(eid, uid)] = UnitIntakeStatus(opened, attendance, result_id, None if result is None else Result.from_avro(result))
         state.results = {r[0]: ResultRecord(*r) for r in data["results"]}
         state.superseded = dict(data["superseded"])
         state.claims = {
@@ -408,12 +408,12 @@ class Layered:
     def elections_of_unit(self, unit_id: str) -> list[str]:
         return list(dict.fromkeys([*self.base.elections_of_unit(unit_id), *self.top.elections_of_unit(unit_id)]))
 
-    def unit(self, election_id: str, unit_id: str) -> UnitStatus:
+    def unit(self, election_id: str, unit_id: str) -> UnitIntakeStatus:
         low = self.base.unit(election_id, unit_id)
         high = self.top.unit(election_id, unit_id)
         opened = high if high.opened_event_id is not None else low
         result = high if high.result_event_id is not None else low
-        return UnitStatus(opened.opened_event_id, opened.attendance, result.result_event_id, result.result)
+        return UnitIntakeStatus(opened.opened_event_id, opened.attendance, result.result_event_id, result.result)
 
     def result_event(self, event_id: str) -> ResultRecord | None:
         return self.top.result_event(event_id) or self.base.result_event(event_id)

@@ -28,12 +28,12 @@ from ledger.sqlite_setup import ReadOnlyDatabase, create_schema, open_database, 
 
 __all__ = [
     "STORE_FILE",
-    "StoreError",
+    "CheckpointStoreError",
     "StoredRow",
     "CheckpointStore",
     "SqliteCheckpointStore",
     "PostgresCheckpointStore",
-    "open_store",
+    "open_checkpoint_store",
 ]
 
 STORE_FILE = "checkpoints.sqlite3"
@@ -42,7 +42,7 @@ NewLeaves = Mapping[int, tuple[int, Sequence[bytes]]]
 """partition -> (offset of the first hash, leaf hashes from there on)."""
 
 
-class StoreError(RuntimeError):
+class CheckpointStoreError(RuntimeError):
     """The checkpoint store cannot be opened, read or written (an operational problem)."""
 
 
@@ -92,7 +92,7 @@ def _contiguous(rows: Sequence[tuple[int, int, bytes]], where: str) -> dict[int,
     for part, off, h in rows:
         hashes = out.setdefault(part, [])
         if off != len(hashes):
-            raise StoreError(f"{where}: leaf hashes of partition {part} jump from offset {len(hashes)} to {off}")
+            raise CheckpointStoreError(f"{where}: leaf hashes of partition {part} jump from offset {len(hashes)} to {off}")
         hashes.append(bytes(h))
     return out
 
@@ -102,10 +102,10 @@ def _unrecorded(part: int, start: int, hashes: Sequence[bytes], have: int, store
     ``have`` hashes for the partition and ``stored`` are those from ``start`` on. A signer that raced
     another one may bring hashes already recorded; they must be the same ones."""
     if have < start:
-        raise StoreError(f"partition {part}: the store holds {have} leaf hashes, new ones start at {start}")
+        raise CheckpointStoreError(f"partition {part}: the store holds {have} leaf hashes, new ones start at {start}")
     for i, old in enumerate(stored[: len(hashes)]):
         if bytes(old) != hashes[i]:
-            raise StoreError(
+            raise CheckpointStoreError(
                 f"partition {part}: the leaf hash for {part}:{start + i} differs from the one already recorded; "
                 "two signers saw different logs"
             )
@@ -162,7 +162,7 @@ class SqliteCheckpointStore:
             use_wal(self._conn, 30.0)
             create_schema(self._conn, self._SCHEMA)
         except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open the checkpoint store {self.path}: {exc}") from exc
+            raise CheckpointStoreError(f"cannot open the checkpoint store {self.path}: {exc}") from exc
 
     def describe(self) -> str:
         return f"sqlite:{self.path}"
@@ -171,14 +171,14 @@ class SqliteCheckpointStore:
         try:
             rows = self._conn.execute(f"SELECT {_COLUMNS} FROM signed_checkpoints ORDER BY seq").fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read checkpoints from {self.path}: {exc}") from exc
+            raise CheckpointStoreError(f"cannot read checkpoints from {self.path}: {exc}") from exc
         return [_row(*r) for r in rows]
 
     def leaves(self) -> dict[int, list[bytes]]:
         try:
             rows = self._conn.execute('SELECT partition, "offset", leaf_hash FROM checkpoint_leaves ORDER BY partition, "offset"').fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read leaf hashes from {self.path}: {exc}") from exc
+            raise CheckpointStoreError(f"cannot read leaf hashes from {self.path}: {exc}") from exc
         return _contiguous(rows, self.describe())
 
     def record(self, signed: SignedCheckpoint, new_leaves: NewLeaves) -> None:
@@ -202,7 +202,7 @@ class SqliteCheckpointStore:
                 conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot record the checkpoint in {self.path}: {exc}") from exc
+            raise CheckpointStoreError(f"cannot record the checkpoint in {self.path}: {exc}") from exc
 
     def close(self) -> None:
         if self._ro is not None:
@@ -247,7 +247,7 @@ class PostgresCheckpointStore:
                 self._conn.execute("SELECT pg_advisory_xact_lock(hashtext('caucus.signed_checkpoints'))")
                 self._conn.execute(self._SCHEMA)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot open the checkpoint store in PostgreSQL: {exc}") from exc
+            raise CheckpointStoreError(f"cannot open the checkpoint store in PostgreSQL: {exc}") from exc
 
     def describe(self) -> str:
         info = self._conn.info
@@ -258,7 +258,7 @@ class PostgresCheckpointStore:
         try:
             yield
         except self._psycopg.Error as exc:
-            raise StoreError(f"cannot {doing} in PostgreSQL: {exc}") from exc
+            raise CheckpointStoreError(f"cannot {doing} in PostgreSQL: {exc}") from exc
 
     def checkpoints(self) -> list[StoredRow]:
         with self._errors("read checkpoints"), self._conn.transaction():
@@ -290,7 +290,7 @@ class PostgresCheckpointStore:
         self._conn.close()
 
 
-def open_store(data_dir: Path, database: str | None, *, create: bool) -> CheckpointStore | None:
+def open_checkpoint_store(data_dir: Path, database: str | None, *, create: bool) -> CheckpointStore | None:
     """PostgreSQL when a database URL is configured, else the data directory's SQLite file. With
     ``create`` false a missing SQLite file means "no store" (None): verifying must not create files."""
     if database:

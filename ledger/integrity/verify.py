@@ -34,11 +34,11 @@ from ledger.integrity.scan import LogScan, PartitionScan, scan_log
 from ledger.integrity.store import CheckpointStore, StoredRow
 from ledger.log.port import EventLog, Position
 
-__all__ = ["Finding", "Report", "NoTrustedKey", "verify_scan", "verify_log", "usable_checkpoints", "trusted_checkpoints"]
+__all__ = ["IntegrityFinding", "Report", "NoTrustedKey", "verify_scan", "verify_log", "usable_checkpoints", "trusted_checkpoints"]
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
+class IntegrityFinding:
     """One thing that is wrong. ``kind`` is one of: altered, missing, inserted, reordered, truncated,
     mismatch, gap, inconsistent, signature, malformed-checkpoint, checkpoint-missing,
     checkpoint-altered, store-altered, column (a stored column contradicts the record's value),
@@ -63,7 +63,7 @@ class Report:
     partitions: int
     records: int
     checkpoints: list[SignedCheckpoint]
-    findings: list[Finding]
+    findings: list[IntegrityFinding]
     uncovered: dict[int, int]
     witnessed: dict[int, int] = field(default_factory=dict)
 
@@ -116,24 +116,24 @@ def _order(s: SignedCheckpoint) -> tuple[int, int, str]:
     return (s.checkpoint.tree_size, s.checkpoint.timestamp_micros, s.event_id)
 
 
-def _gather(scan: LogScan, rows: Sequence[StoredRow], findings: list[Finding]) -> list[SignedCheckpoint]:
+def _gather(scan: LogScan, rows: Sequence[StoredRow], findings: list[IntegrityFinding]) -> list[SignedCheckpoint]:
     """Checkpoints from the store and the log, one per event id; the store's copy wins."""
     in_log: dict[str, SignedCheckpoint] = {}
     for found in scan.checkpoints:
         if found.signed is None:
-            findings.append(Finding("malformed-checkpoint", found.problem or "unreadable checkpoint", found.position))
+            findings.append(IntegrityFinding("malformed-checkpoint", found.problem or "unreadable checkpoint", found.position))
         else:
             in_log[found.signed.event_id] = found.signed
     chosen: dict[str, SignedCheckpoint] = {}
     for row in rows:
         if row.signed is None:
-            findings.append(Finding("store-altered", row.problem or f"stored checkpoint #{row.seq} is unreadable"))
+            findings.append(IntegrityFinding("store-altered", row.problem or f"stored checkpoint #{row.seq} is unreadable"))
             continue
         stored = row.signed
         logged = in_log.get(stored.event_id)
         if logged is None:
             where = f" (it was appended at {stored.position})" if stored.position else ""
-            findings.append(Finding(
+            findings.append(IntegrityFinding(
                 "checkpoint-missing",
                 f"{stored.label} is in the checkpoint store but its event is not in the log{where}: "
                 "the log was cut short or rewritten",
@@ -142,13 +142,13 @@ def _gather(scan: LogScan, rows: Sequence[StoredRow], findings: list[Finding]) -
             chosen[stored.event_id] = stored
             continue
         if not logged.same_statement(stored):
-            findings.append(Finding(
+            findings.append(IntegrityFinding(
                 "checkpoint-altered",
                 f"the checkpoint event {stored.event_id} at {logged.position} differs from the copy in the checkpoint store",
                 logged.position, stored.event_id,
             ))
         elif stored.position is not None and logged.position != stored.position:
-            findings.append(Finding(
+            findings.append(IntegrityFinding(
                 "reordered",
                 f"checkpoint event {stored.event_id} was appended at {stored.position} but now sits at {logged.position}",
                 stored.position, stored.event_id,
@@ -160,7 +160,7 @@ def _gather(scan: LogScan, rows: Sequence[StoredRow], findings: list[Finding]) -
 
 
 def usable_checkpoints(
-    scan: LogScan, candidates: Sequence[SignedCheckpoint], trusted: Sequence[TrustedKey], findings: list[Finding]
+    scan: LogScan, candidates: Sequence[SignedCheckpoint], trusted: Sequence[TrustedKey], findings: list[IntegrityFinding]
 ) -> list[SignedCheckpoint]:
     """The checkpoints whose signature and shape can be trusted, smallest (oldest) first.
 
@@ -171,10 +171,10 @@ def usable_checkpoints(
     for s in candidates:
         problem = s.signature_problem(trusted)
         if problem is not None:
-            findings.append(Finding("signature", f"{s.label}: {problem}", s.position, s.event_id))
+            findings.append(IntegrityFinding("signature", f"{s.label}: {problem}", s.position, s.event_id))
             continue
         if s.checkpoint.partitions != scan.partitions:
-            findings.append(Finding(
+            findings.append(IntegrityFinding(
                 "malformed-checkpoint",
                 f"{s.label} covers {s.checkpoint.partitions} partitions but the log has {scan.partitions}",
                 s.position, s.event_id,
@@ -187,7 +187,7 @@ def usable_checkpoints(
 class _Partition:
     """The checks of one partition (steps 2-5 of the module docstring)."""
 
-    def __init__(self, p: int, ps: PartitionScan, witness: list[bytes], codec: Codec, findings: list[Finding]) -> None:
+    def __init__(self, p: int, ps: PartitionScan, witness: list[bytes], codec: Codec, findings: list[IntegrityFinding]) -> None:
         self.p, self.ps, self.leaves, self.tree = p, ps, ps.leaf_hashes, ps.tree
         self.witness = witness
         self.wtree = MerkleTree(witness) if witness else None
@@ -204,7 +204,7 @@ class _Partition:
         for s in valid:
             n = s.checkpoint.partition_sizes[self.p]
             if n <= self.wtree.size and self.wtree.root(n) != s.checkpoint.partition_roots[self.p]:
-                self.findings.append(Finding(
+                self.findings.append(IntegrityFinding(
                     "store-altered",
                     f"the checkpoint store's leaf hashes for partition {self.p} do not reproduce the root {s.label} "
                     f"signed for {n} records: the store was altered, so damage is located by checkpoint ranges only",
@@ -220,7 +220,7 @@ class _Partition:
                 msg = f"partition {self.p}: offsets jump from {expected - 1} to {found}; record {what} is missing"
             else:
                 msg = f"partition {self.p}: offset {found} appears after offset {expected - 1}; records are out of order"
-            self.findings.append(Finding("gap", msg, Position(self.p, min(expected, found))))
+            self.findings.append(IntegrityFinding("gap", msg, Position(self.p, min(expected, found))))
 
     def check_checkpoints(self, valid: Sequence[SignedCheckpoint]) -> None:
         sizes = {s.event_id: s.checkpoint.partition_sizes[self.p] for s in valid}
@@ -238,7 +238,7 @@ class _Partition:
         # No trusted leaf hashes: the damage lies somewhere in [lo, n_bad).
         p = self.p
         if self.tree.size < n_bad:
-            self.findings.append(Finding(
+            self.findings.append(IntegrityFinding(
                 "truncated",
                 f"partition {p} holds {self.tree.size} records but {bad.label} covers {n_bad}: "
                 f"records from {p}:{self.tree.size} on are gone",
@@ -246,7 +246,7 @@ class _Partition:
             ))
         if self.tree.size < n_bad and lo >= self.tree.size:
             return
-        self.findings.append(Finding(
+        self.findings.append(IntegrityFinding(
             "mismatch",
             f"partition {p}: the records {p}:{lo}..{p}:{n_bad - 1} are not the ones {bad.label} signed "
             f"(the root of the first {n_bad} records differs; the first {lo} still match an earlier checkpoint)",
@@ -260,25 +260,25 @@ class _Partition:
                 return i
         return len(leaves) if len(leaves) < n else None
 
-    def _classify(self, i: int, bad: SignedCheckpoint, n: int) -> Finding:
+    def _classify(self, i: int, bad: SignedCheckpoint, n: int) -> IntegrityFinding:
         p, L, W = self.p, self.leaves, self.witness
         pos = Position(p, i)
         if i >= len(L):
-            return Finding(
+            return IntegrityFinding(
                 "truncated",
                 f"partition {p} ends at {p}:{i} but {bad.label} covers {n} records: {p}:{i}..{p}:{n - 1} are gone",
                 pos, bad.event_id,
             )
         if i + 1 < len(L) and i + 1 < len(W) and L[i] == W[i + 1] and L[i + 1] == W[i]:
-            return Finding("reordered", f"records {p}:{i} and {p}:{i + 1} were swapped", pos, bad.event_id)
+            return IntegrityFinding("reordered", f"records {p}:{i} and {p}:{i + 1} were swapped", pos, bad.event_id)
         if i + 1 < len(W) and L[i] == W[i + 1]:
-            return Finding(
+            return IntegrityFinding(
                 "missing",
                 f"the record checkpointed at {p}:{i} was removed; the records after it moved up by one",
                 pos, bad.event_id,
             )
         if i + 1 < len(L) and L[i + 1] == W[i]:
-            return Finding(
+            return IntegrityFinding(
                 "inserted", f"a record no checkpoint covers was inserted at {p}:{i}", pos, bad.event_id
             )
         try:
@@ -286,10 +286,10 @@ class _Partition:
         except ValueError:
             j = -1
         if j >= 0:
-            return Finding(
+            return IntegrityFinding(
                 "reordered", f"the record checkpointed at {p}:{j} now sits at {p}:{i}", pos, bad.event_id
             )
-        return Finding(
+        return IntegrityFinding(
             "altered",
             f"the record at {p}:{i} is not the one {bad.label} covered (leaf hash {L[i].hex()[:16]}…, "
             f"checkpointed {W[i].hex()[:16]}…){self._reads_as(i)}",
@@ -308,7 +308,7 @@ class _Partition:
         for a, b in zip(valid, valid[1:]):
             m, n = a.checkpoint.partition_sizes[p], b.checkpoint.partition_sizes[p]
             if m > n:
-                self.findings.append(Finding(
+                self.findings.append(IntegrityFinding(
                     "inconsistent",
                     f"{b.label} says partition {p} holds {n} records, fewer than the {m} that the earlier {a.label} "
                     "covered: the log was rolled back between them",
@@ -325,7 +325,7 @@ class _Partition:
                 continue  # b matches neither the log nor the store: already reported above
             proof = source.consistency_proof(m, n)
             if not verify_consistency(m, n, a.checkpoint.partition_roots[p], root_b, proof):
-                self.findings.append(Finding(
+                self.findings.append(IntegrityFinding(
                     "inconsistent",
                     f"partition {p}: {b.label} is not an extension of {a.label}: the consistency proof from "
                     f"{m} to {n} records fails, so the first {m} records were rewritten between the two "
@@ -343,7 +343,7 @@ def verify_scan(
 ) -> Report:
     """Everything the module docstring lists, for a scanned log, its stored checkpoints and leaf hashes."""
     codec = codec or default_codec()
-    findings: list[Finding] = []
+    findings: list[IntegrityFinding] = []
     candidates = _gather(scan, rows, findings)
     valid = usable_checkpoints(scan, candidates, trusted, findings)
     for p in range(scan.partitions):
@@ -351,7 +351,7 @@ def verify_scan(
         check.check_witness(valid)
         check.check_gaps()
         for off, problem in scan.parts[p].column_problems:
-            findings.append(Finding("column", f"the record at {p}:{off} stores {problem}", Position(p, off)))
+            findings.append(IntegrityFinding("column", f"the record at {p}:{off} stores {problem}", Position(p, off)))
         check.check_checkpoints(valid)
         check.check_consistency(valid)
     latest = valid[-1] if valid else None
@@ -391,5 +391,5 @@ def verify_log(
 
 def trusted_checkpoints(scan: LogScan, rows: Sequence[StoredRow], trusted: Sequence[TrustedKey]) -> list[SignedCheckpoint]:
     """The checkpoints (store and log together) that a trusted key signed, smallest (oldest) first."""
-    ignored: list[Finding] = []
+    ignored: list[IntegrityFinding] = []
     return usable_checkpoints(scan, _gather(scan, rows, ignored), trusted, ignored)

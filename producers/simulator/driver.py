@@ -23,7 +23,7 @@ from urllib.parse import quote
 from producers.simulator.stream import SimCommand
 
 __all__ = [
-    "Receipt", "Target", "FunctionTarget", "IntakeTarget", "HttpTarget", "DEFAULT_ROUTES", "DriveReport", "drive",
+    "SendOutcome", "Target", "FunctionTarget", "IntakeTarget", "HttpTarget", "DEFAULT_ROUTES", "DriveReport", "drive",
     "percentile", "path_unit",
 ]  # fmt: skip
 
@@ -31,7 +31,7 @@ STATUSES = ("accepted", "refused", "duplicate", "error")
 
 
 @dataclass(frozen=True, slots=True)
-class Receipt:
+class SendOutcome:
     status: str  # one of STATUSES
     event_id: str | None = None
     problems: tuple[str, ...] = ()
@@ -39,12 +39,12 @@ class Receipt:
 
 
 class Target(Protocol):
-    def send(self, command: SimCommand, text: str) -> Receipt: ...
+    def send(self, command: SimCommand, text: str) -> SendOutcome: ...
 
     def close(self) -> None: ...
 
 
-def receipt_from(data: Mapping[str, Any], default: str) -> Receipt:
+def receipt_from(data: Mapping[str, Any], default: str) -> SendOutcome:
     """Read a receipt document: ``status`` (or ``duplicate: true``), ``event_id``, ``errors``/``problems``."""
     status = str(data.get("status") or ("duplicate" if data.get("duplicate") else default))
     if status not in STATUSES:
@@ -54,18 +54,18 @@ def receipt_from(data: Mapping[str, Any], default: str) -> Receipt:
     event_id = data.get("event_id")
     if event_id is None and isinstance(data.get("event"), Mapping):
         event_id = data["event"].get("event_id")
-    return Receipt(status, None if event_id is None else str(event_id), texts)
+    return SendOutcome(status, None if event_id is None else str(event_id), texts)
 
 
 class FunctionTarget:
     """An in-process intake behind one function ``submit(kind, text) -> receipt mapping``."""
 
-    def __init__(self, submit: Callable[[str, str], Mapping[str, Any] | Receipt]) -> None:
+    def __init__(self, submit: Callable[[str, str], Mapping[str, Any] | SendOutcome]) -> None:
         self._submit = submit
 
-    def send(self, command: SimCommand, text: str) -> Receipt:
+    def send(self, command: SimCommand, text: str) -> SendOutcome:
         out = self._submit(command.kind, text)
-        return out if isinstance(out, Receipt) else receipt_from(out, "accepted")
+        return out if isinstance(out, SendOutcome) else receipt_from(out, "accepted")
 
     def close(self) -> None:
         pass
@@ -91,14 +91,14 @@ class IntakeTarget:
         self._intake, self._sender, self._channel = intake, sender, Channel(channel)
         self._kind, self._submission, self._receipt = CommandKind, Submission, IntakeReceipt
 
-    def send(self, command: SimCommand, text: str) -> Receipt:
+    def send(self, command: SimCommand, text: str) -> SendOutcome:
         unit = None if command.kind == "define" else path_unit(command)
         outcome = self._intake.submit(self._submission(self._kind(command.kind), text, self._sender, self._channel,
                                                        unit_id=unit, via="simulator"))  # fmt: skip
         if isinstance(outcome, self._receipt):
             status = "duplicate" if outcome.status == "duplicate" else "accepted"
-            return Receipt(status, outcome.event_id, tuple(w.code for w in outcome.warnings), outcome.status)
-        return Receipt("refused", None, tuple(e.code for e in outcome.errors), outcome.category)
+            return SendOutcome(status, outcome.event_id, tuple(w.code for w in outcome.warnings), outcome.status)
+        return SendOutcome("refused", None, tuple(e.code for e in outcome.errors), outcome.category)
 
     def close(self) -> None:
         pass
@@ -130,13 +130,13 @@ class HttpTarget:
         self._routes = dict(DEFAULT_ROUTES, **(routes or {}))
         self._httpx = httpx
 
-    def send(self, command: SimCommand, text: str) -> Receipt:
+    def send(self, command: SimCommand, text: str) -> SendOutcome:
         path = self._routes[command.kind].format(unit_id=quote(path_unit(command) or "_", safe=""))
         try:
             response = self._client.post(path, content=text.encode("utf-8"),
                                          headers={"idempotency-key": command.idempotency_key})  # fmt: skip
         except self._httpx.HTTPError as exc:
-            return Receipt("error", detail=f"{type(exc).__name__}: {exc}")
+            return SendOutcome("error", detail=f"{type(exc).__name__}: {exc}")
         try:
             data = response.json()
         except (ValueError, json.JSONDecodeError):
@@ -144,11 +144,11 @@ class HttpTarget:
         data = data if isinstance(data, Mapping) else {}
         code = response.status_code
         if code >= 500:
-            return Receipt("error", detail=f"HTTP {code}")
+            return SendOutcome("error", detail=f"HTTP {code}")
         default = "duplicate" if code == 200 else "accepted" if code < 300 else "refused"
         receipt = receipt_from(data, default)
         if code >= 400 and receipt.status != "refused":
-            receipt = Receipt("refused", receipt.event_id, receipt.problems, f"HTTP {code}")
+            receipt = SendOutcome("refused", receipt.event_id, receipt.problems, f"HTTP {code}")
         return receipt
 
     def close(self) -> None:
@@ -212,7 +212,7 @@ def drive(commands: Sequence[SimCommand], target: Target, *, rate: float | None 
         try:
             receipt = target.send(command, text)
         except Exception as exc:  # a target bug must be counted, not kill the run
-            receipt = Receipt("error", detail=f"{type(exc).__name__}: {exc}")
+            receipt = SendOutcome("error", detail=f"{type(exc).__name__}: {exc}")
         latency = (time.perf_counter() - started) * 1000
         with lock:
             report.sent += 1

@@ -229,8 +229,8 @@ def recount_package_command(
 
     Exit 0: written; 2: not written (with the reason)."""
     from ledger.integrity.keys import KeyFileError
-    from ledger.integrity.store import StoreError as CheckpointStoreError
-    from ledger.integrity.store import open_store as open_checkpoints
+    from ledger.integrity.store import CheckpointStoreError
+    from ledger.integrity.store import open_checkpoint_store as open_checkpoints
     from projections.audit.recount import RecountError, build_package
 
     if (unit is None) == (county is None):

@@ -81,12 +81,12 @@ def _operational() -> Iterator[None]:
     """Problems that stop a check from being done are exit 2, with the reason."""
     from ledger.integrity.keys import KeyFileError
     from ledger.integrity.proofs import ProofError
-    from ledger.integrity.store import StoreError
+    from ledger.integrity.store import CheckpointStoreError
     from ledger.integrity.verify import NoTrustedKey
 
     try:
         yield
-    except (LogError, StoreError, KeyFileError, NoTrustedKey, ProofError) as exc:
+    except (LogError, CheckpointStoreError, KeyFileError, NoTrustedKey, ProofError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
 
 
@@ -125,7 +125,7 @@ def checkpoint_command(
     from ledger.integrity.keys import (ENV_PRIVATE_KEY, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, key_home,
                                        load_or_create_signing_key, load_signing_key, write_public_key)
     from ledger.integrity.signer_state import SignerState, SignerStateError, state_path_for
-    from ledger.integrity.store import StoreError, open_store
+    from ledger.integrity.store import CheckpointStoreError, open_checkpoint_store
 
     settings = settings_of(ctx)
     with _operational():
@@ -145,9 +145,9 @@ def checkpoint_command(
         write_public_key(signing, settings.data_dir / PUBLIC_KEY_FILE)  # for auditors; never trusted over a pinned key
         state = SignerState(state_path_for(key_path))
         others = [k for k in _trusted_keys(settings, public_key) if k.public_key != signing.public_key]
-        store = open_store(settings.data_dir, settings.database, create=True)
+        store = open_checkpoint_store(settings.data_dir, settings.database, create=True)
         if store is None:  # create=True always opens one
-            raise StoreError("no checkpoint store")
+            raise CheckpointStoreError("no checkpoint store")
         try:
             with _log(settings) as log:
                 try:
@@ -210,13 +210,13 @@ def verify_command(
 
     Reports the first bad position (PARTITION:OFFSET) and what is wrong there. Exit 0: intact;
     1: tampering found (or, with --require-checkpoint, no checkpoint verified); 2: could not check."""
-    from ledger.integrity.store import open_store
-    from ledger.integrity.verify import Finding, verify_log
+    from ledger.integrity.store import open_checkpoint_store
+    from ledger.integrity.verify import IntegrityFinding, verify_log
 
     settings = settings_of(ctx)
     with _operational():
         trusted = _trusted_keys(settings, public_key)
-        store = open_store(settings.data_dir, settings.database, create=False)
+        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
         try:
             began = time.perf_counter()
             with _log(settings, read_only=True) as log:
@@ -224,7 +224,7 @@ def verify_command(
                 log_id = log.log_id
             for path in against or []:
                 for problem in _witness_dir(path).check(log_id, scan):
-                    report.findings.append(Finding("witness", f"{path}: {problem}"))
+                    report.findings.append(IntegrityFinding("witness", f"{path}: {problem}"))
             elapsed = time.perf_counter() - began
             store_name = store.describe() if store is not None else "(none)"
         finally:
@@ -295,7 +295,7 @@ def witness_command(
     Exit 0: cosigned (or already held); 1: refused (the history was rewritten, or another log); 2: could not check."""
     from ledger.integrity.keys import ENV_PUBLIC_KEY, load_trusted_key
     from ledger.integrity.scan import scan_log
-    from ledger.integrity.store import open_store
+    from ledger.integrity.store import open_checkpoint_store
     from ledger.integrity.verify import NoTrustedKey, trusted_checkpoints
     from ledger.integrity.witness import WitnessDir, WitnessError, WitnessRefused
 
@@ -306,7 +306,7 @@ def witness_command(
         if not paths:
             raise NoTrustedKey("a witness needs the signer's public key: give --public-key PATH")
         trusted = [load_trusted_key(p) for p in paths]
-        store = open_store(settings.data_dir, settings.database, create=False)
+        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
         try:
             with _log(settings, read_only=True) as log:
                 scan = scan_log(log)
@@ -350,7 +350,7 @@ def prove_command(
     key. Exit 0: the proof verifies; 1: it does not; 2: no proof could be made."""
     from ledger.integrity.proofs import check_proof, prove_event
     from ledger.integrity.scan import scan_log
-    from ledger.integrity.store import open_store
+    from ledger.integrity.store import open_checkpoint_store
     from ledger.integrity.verify import NoTrustedKey, trusted_checkpoints
 
     settings = settings_of(ctx)
@@ -358,7 +358,7 @@ def prove_command(
         trusted = _trusted_keys(settings, public_key)
         if not trusted:
             raise NoTrustedKey("no public key to check the checkpoint's signature with: give --public-key PATH")
-        store = open_store(settings.data_dir, settings.database, create=False)
+        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
         try:
             with _log(settings, read_only=True) as log:
                 scan = scan_log(log)

@@ -29,7 +29,7 @@ from ledger.integrity.keys import (
     load_trusted_key,
 )
 from ledger.integrity.merkle import MerkleTree, leaf_hash, verify_inclusion
-from ledger.integrity.store import CheckpointStore, PostgresCheckpointStore, SqliteCheckpointStore, StoreError
+from ledger.integrity.store import CheckpointStore, PostgresCheckpointStore, SqliteCheckpointStore, CheckpointStoreError
 from ledger.log.port import Position
 from ledger.render import event_from_json, event_to_json
 
@@ -175,9 +175,9 @@ def _exercise_store(store: CheckpointStore) -> None:
     assert rows[0].signed.same_statement(first) and rows[1].signed is not None and rows[1].signed.same_statement(second)
     assert store.leaves() == {0: [b"a" * 32, b"b" * 32, b"d" * 32], 1: [b"e" * 32], 2: [b"c" * 32]}
     # New leaf hashes must not leave a hole, overlapping ones must agree, and nothing is half-written.
-    with pytest.raises(StoreError, match="start at 5"):
+    with pytest.raises(CheckpointStoreError, match="start at 5"):
         store.record(sign_checkpoint(_checkpoint(key), key, event_id="e3"), {0: (5, [b"f" * 32])})
-    with pytest.raises(StoreError, match="differs"):
+    with pytest.raises(CheckpointStoreError, match="differs"):
         store.record(sign_checkpoint(_checkpoint(key), key, event_id="e3"), {0: (1, [b"b" * 32, b"X" * 32, b"f" * 32])})
     assert len(store.checkpoints()) == 2
     assert store.leaves()[0] == [b"a" * 32, b"b" * 32, b"d" * 32]

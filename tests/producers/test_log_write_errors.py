@@ -8,7 +8,6 @@ does the spool; the CLI meets a log path that is a directory; the Kafka broker i
 from __future__ import annotations
 
 import json
-import os
 import resource
 import shutil
 import time

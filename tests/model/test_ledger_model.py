@@ -288,7 +288,11 @@ class LedgerMachine(RuleBasedStateMachine):
         body = {"unit_id": uid, **self._counts(data, delegates), "idempotency_key": uuid.uuid4().hex}
         if named:
             body["election_id"] = named
-        reported = self._with_reported(data, body, eid, uid)
+        self.send_report(named, uid, eid, sender, body, self._with_reported(data, body, eid, uid))
+
+    def send_report(self, named: str | None, uid: str, eid: str | None, sender: str, body: dict[str, Any],
+                    reported: dict[str, int] | None) -> None:
+        """Send one report and hold the ledger's answer to the model's (also what the kept examples call)."""
         ok = eid is not None and self._sender_may(sender, eid, uid) and self.ledger.unit(eid, uid).result is None
         shown = self._expect(self._submit(CommandKind.REPORT, body, self._token(sender, eid or named or "A", uid)), ok,
                              f"report {named}/{uid} by {sender}: {body}")
@@ -601,3 +605,37 @@ def test_the_ledger_agrees_with_the_model_on_kafka_and_postgres(kafka_bootstrap:
         backend = _kafka_backend(kafka_bootstrap, pg_server)
 
     _run(OnKafka, 40, 20)
+
+
+# -- minimal examples the model found, kept as regular tests --------------------------------------------------
+
+
+def _kept_example(elections: tuple[str, ...], reports: list[tuple[str, str, dict[str, Any], dict[str, int] | None]]) -> None:
+    """Replay a minimal failing example: define ``elections``, send each (election, unit, counts, delegates
+    reported) as the unit's official would, then compare tallies and trails with the model (teardown)."""
+    machine = LedgerMachine()
+    try:
+        machine.start(elections)
+        for eid, uid, counts, reported in reports:
+            body: dict[str, Any] = {"unit_id": uid, "election_id": eid, **counts, "idempotency_key": uuid.uuid4().hex}
+            if reported is not None:
+                body["delegates_reported"] = {c: n for c, n in reported.items() if n}
+            machine.send_report(eid, uid, eid, "official", body, reported)
+    finally:
+        machine.teardown()
+
+
+def test_kept_example_nobody_viable_at_the_final_count_reports_no_delegates() -> None:
+    """The intake refused the only legal worksheet (DELEGATE_TOTAL "0 delegates reported for a unit that
+    elects 7") of a unit where nobody was in a group at the final count: §4.3, no delegate can be awarded."""
+    nobody = {"Adams": 0, "Baker": 0, "Clark": 0}
+    _kept_example(("A", "B"), [("B", "U1", {"attendance": 1, "first_alignment": nobody, "final_alignment": nobody}, dict(nobody))])
+
+
+def test_kept_example_every_group_left_before_the_final_count() -> None:
+    """The same in a unit electing 5 whose groups, none of them viable, all went home before the final
+    count: the tally shows no delegates, as the model does."""
+    first = {"Adams": 1, "Baker": 2, "Clark": 0}
+    nobody = {"Adams": 0, "Baker": 0, "Clark": 0}
+    _kept_example(("A",), [("A", "U2", {"attendance": 30, "first_alignment": first, "final_alignment": nobody}, dict(nobody))])
+

@@ -349,7 +349,7 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         official, cds_source = computed.cds, "computed"
     else:
         official, cds_source = _counts(candidates, None), None
-    if reported is not None and delegates is not None and sum(reported.values()) != delegates:
+    if reported is not None and delegates is not None and sum(reported.values()) != _owed(delegates, computed):
         problems.append(f"reported county delegates add up to {sum(reported.values())}, the unit elects {delegates}")
     weight, divisor, sde = _sdes(unit, county, delegates, official, cds_source, reporting=result is not None)
     display = {c: (_shown(v) if v else _ZERO_SHOWN) for c, v in sde.items()}
@@ -392,6 +392,15 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         problems=tuple(problems),
         tie_history=tuple(t for t in state.ties if t.disputed),
     )
+
+
+def _owed(delegates: int, computed: _Computed | None) -> int:
+    """What a worksheet must award: all D, except where no group is viable at the final count (D >= 2,
+    §4.3), when none can be; a one-delegate unit always awards its one (§7). Same rule as the audit's
+    DELEGATE_TOTAL."""
+    if delegates >= 2 and computed is not None and not computed.pending and not any(computed.cds.values()):
+        return 0
+    return delegates
 
 
 def _definition_problems(state: UnitState, ctx: ElectionContext, unit: UnitDefinition | None, county: County | None) -> list[str]:

@@ -621,6 +621,11 @@ def _kept_example(elections: tuple[str, ...], reports: list[tuple[str, str, dict
             if reported is not None:
                 body["delegates_reported"] = {c: n for c, n in reported.items() if n}
             machine.send_report(eid, uid, eid, "official", body, reported)
+        machine._project()
+        for eid, uid, _, _ in reports:
+            code, shown = machine._cli("tally", "--election", eid, "--unit", uid, "--json")
+            assert code == 0, shown
+            assert shown["unit"]["problems"] == [], shown["unit"]["problems"]
     finally:
         machine.teardown()
 

@@ -46,7 +46,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 
 from ledger.config import DEFAULT_DATA_DIR, DEFAULT_RESULTS_TOPIC, DEFAULT_TOPIC, Settings
 from ledger.files import check_file_mode
-from ledger.log.kafka_client import normalise_options
+from ledger.log.kafka import normalise_options
 
 __all__ = ["CaucusSettings", "LoadedSettings", "SettingsError", "load_settings", "DEFAULT_CONFIG_FILE", "ENV_PREFIX"]
 

@@ -61,7 +61,7 @@ def broker(_session_broker: LocalBroker) -> Iterator[LocalBroker]:
 
 @pytest.fixture
 def unique_topic() -> str:
-    """A topic name no other test uses: ``t-<8 hex>``. Not created; see ``ledger.log.kafka_topics.provision_topic``."""
+    """A topic name no other test uses: ``t-<8 hex>``. Not created; see ``ledger.log.kafka.provision_topic``."""
     return f"t-{uuid.uuid4().hex[:8]}"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.log.kafka_topics import provision_topic
+from ledger.log.kafka import provision_topic
 from ledger.journal import Journal
 from producers.importers.idp2020 import import_idp2020
 

@@ -23,7 +23,7 @@ from infra.broker import (
     free_port,
     resolve_binary,
 )
-from ledger.log.kafka_topics import TopicError, provision_topic, topic_partitions
+from ledger.log.kafka import TopicError, provision_topic, topic_partitions
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from ledger.log.kafka_topics import provision_topic
+from ledger.log.kafka import provision_topic
 from ledger.integrity.issue import issue_checkpoint
 from ledger.integrity.keys import generate_key
 from ledger.integrity.store import PostgresCheckpointStore
 from ledger.integrity.verify import verify_log
 from ledger.log.port import Position
 
-kafka = pytest.importorskip("ledger.log.kafka", reason="the Kafka adapter (ledger/log/kafka.py) is not in this checkout yet")
+kafka = pytest.importorskip("ledger.log.kafka", reason="the Kafka adapter (ledger/log/kafka/) is not in this checkout yet")
 
 PARTITIONS = 4
 

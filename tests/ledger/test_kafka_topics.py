@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.log.kafka_topics import TopicError, TopicPartitionMismatch, provision_topic, topic_partitions
+from ledger.log.kafka import TopicError, TopicPartitionMismatch, provision_topic, topic_partitions
 
 
 def test_provision_is_idempotent(kafka_bootstrap: str, unique_topic: str) -> None:

@@ -81,7 +81,7 @@ def _embedded(stack: contextlib.ExitStack, data: Path) -> list[str]:
 
 def _kafka_backend(bootstrap: str, pg_server: str) -> Backend:
     from infra.postgres import temporary_database
-    from ledger.log.kafka_topics import provision_topic
+    from ledger.log.kafka import provision_topic
 
     def make(stack: contextlib.ExitStack, data: Path) -> list[str]:
         topic = f"model-{uuid.uuid4().hex[:8]}"

@@ -147,7 +147,7 @@ def test_client_settings_reach_every_client(kafka_bootstrap: str, unique_topic: 
     try:
         consumer = log.consumer()
         try:
-            for client in (log._producer, log._admin, consumer):  # noqa: SLF001 -- what each client was built with
+            for client in (log._producer.current, log._topics.admin, consumer):  # noqa: SLF001 -- what each client was built with
                 assert client.config["receive_buffer_bytes"] == 262_144
                 assert client.config["metadata_max_age_ms"] == 120_000
                 assert client.config["client_id"] == "caucus-prod-7"

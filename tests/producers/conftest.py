@@ -91,7 +91,7 @@ def connect(log_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> It
 
     else:
         kafka = pytest.importorskip("ledger.log.kafka", reason="the Kafka adapter (ledger.log.kafka) is not there yet")
-        from ledger.log.kafka_topics import provision_topic
+        from ledger.log.kafka import provision_topic
 
         bootstrap = request.getfixturevalue("kafka_bootstrap")
         topic = request.getfixturevalue("unique_topic")

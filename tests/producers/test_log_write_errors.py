@@ -144,7 +144,7 @@ def test_the_cli_spools_when_the_log_file_cannot_be_opened(cli: Callable[..., tu
 @pytest.mark.parametrize("log_kind", ["kafka"])
 def test_a_stopped_broker_is_spooled_never_a_500(intake: Intake, store: CredentialStore, broker: Any, unique_topic: str,
                                                   election: dict[str, Any]) -> None:  # fmt: skip
-    from ledger.log.kafka_topics import provision_topic
+    from ledger.log.kafka import provision_topic
 
     _, token = store.issue("official", name="Pat")
     headers = {"Authorization": f"Bearer {token}"}

@@ -47,7 +47,7 @@ def outage(log_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Cal
 
     @contextmanager
     def stopped() -> Iterator[None]:
-        from ledger.log.kafka_topics import provision_topic
+        from ledger.log.kafka import provision_topic
 
         broker.stop()
         try:

@@ -93,7 +93,7 @@ def test_certified_state_on_the_embedded_log(history: list[Any], tmp_path: Path,
 def test_certified_state_on_kafka_and_postgres(
     history: list[Any], support: ModuleType, kafka_bootstrap: str, unique_topic: str, pg_dsn: str, tmp_path: Path
 ) -> None:
-    from ledger.log.kafka_topics import provision_topic
+    from ledger.log.kafka import provision_topic
 
     provision_topic(kafka_bootstrap, unique_topic, 8)
     support.produce(kafka_bootstrap, unique_topic, history, 8)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ledger.log.kafka_topics import provision_topic
+from ledger.log.kafka import provision_topic
 from ledger.journal import Journal
 from ledger.log.kafka import KafkaLog
 from ledger.log.sqlite import SqliteLog

@@ -238,7 +238,7 @@ def _applied(store: ProjectionStore) -> int:
 def test_feed_on_kafka_with_postgres(
     support: ModuleType, kafka_bootstrap: str, unique_topic: str, pg_dsn: str, tmp_path: Path
 ) -> None:
-    from ledger.log.kafka_topics import provision_topic, topic_partitions
+    from ledger.log.kafka import provision_topic, topic_partitions
     from ledger.log.kafka import KafkaLog
     from projections.stores.postgres import PostgresStore
 

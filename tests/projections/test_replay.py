@@ -255,7 +255,7 @@ def test_replay_as_of_command_prints_and_leaves_the_live_projection(
 def test_replay_on_kafka_into_postgres(
     support: ModuleType, kafka_bootstrap: str, unique_topic: str, pg_dsn: str, tmp_path: Path
 ) -> None:
-    from ledger.log.kafka_topics import provision_topic
+    from ledger.log.kafka import provision_topic
     from projections.stores.postgres import PostgresStore
 
     provision_topic(kafka_bootstrap, unique_topic, 8)

@@ -10,16 +10,28 @@ own, is refused when the configuration is read, naming it and saying why, rather
 
 Property names are kafka-python's (``sasl_plain_username``); the Java client's dotted spelling
 (``sasl.plain.username``) is accepted and translated.
+
+``Endpoint`` is where a log lives and how long any wait may take: every client call goes through
+``Endpoint.call``, so an unreachable broker is always a LogUnavailableError naming the bootstrap address,
+and a property the client refuses is a LogError naming it, never a hang or a client's own exception.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import errors as kafka_errors
 
-__all__ = ["OWNED", "normalise_options", "options_for", "KNOWN"]
+from ledger.log.port import LogError, LogUnavailableError
+
+__all__ = ["OWNED", "normalise_options", "options_for", "KNOWN", "Endpoint", "UNREACHABLE_ERRORS"]
+
+UNREACHABLE_ERRORS = (kafka_errors.KafkaTimeoutError, kafka_errors.KafkaConnectionError)
+
+_T = TypeVar("_T")
 
 KNOWN: frozenset[str] = frozenset(KafkaProducer.DEFAULT_CONFIG) | frozenset(KafkaConsumer.DEFAULT_CONFIG) | frozenset(
     KafkaAdminClient.DEFAULT_CONFIG
@@ -66,3 +78,35 @@ def options_for(client: type, options: Mapping[str, Any]) -> dict[str, Any]:
     """The subset of ``options`` that ``client`` (KafkaProducer, KafkaConsumer, KafkaAdminClient) knows."""
     known = client.DEFAULT_CONFIG  # type: ignore[attr-defined]
     return {k: v for k, v in options.items() if k in known}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A topic on a cluster and the bound on every wait (``timeout``, seconds): what errors name."""
+
+    bootstrap: str
+    topic: str
+    timeout: float
+
+    @property
+    def ms(self) -> int:
+        return int(self.timeout * 1000)
+
+    def unavailable(self, what: str, exc: BaseException) -> LogUnavailableError:
+        return LogUnavailableError(
+            f"the Kafka broker at {self.bootstrap} is unavailable ({what}, topic {self.topic!r}, "
+            f"timeout {self.timeout:g} s): {type(exc).__name__}: {exc}"
+        )
+
+    def call(self, what: str, fn: Callable[[], _T]) -> _T:
+        """Run a client call, turning "cannot reach the broker" into LogUnavailableError and a client
+        configuration the client refuses into LogError naming it."""
+        try:
+            return fn()
+        except UNREACHABLE_ERRORS as exc:
+            raise self.unavailable(what, exc) from exc
+        except OSError as exc:
+            raise self.unavailable(what, exc) from exc
+        except (kafka_errors.KafkaConfigurationError, kafka_errors.UnsupportedVersionError, AssertionError) as exc:
+            raise LogError(f"the Kafka client settings for {self.bootstrap} were refused ({what}): "
+                           f"{type(exc).__name__}: {exc}") from exc

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 from kafka import TopicPartition
 from kafka import errors as kafka_errors
 
-from ledger.log.kafka_topics import TopicError, TopicPartitionMismatch, provision_topic
+from ledger.log.kafka._topics import TopicError, TopicPartitionMismatch, provision_topic
 from ledger.log.port import LogError, LogUnavailableError
 
 if TYPE_CHECKING:
-    from ledger.log.kafka import KafkaLog
+    from ledger.log.kafka._log import KafkaLog
 
 __all__ = ["META_SUFFIX", "meta_topic", "read_log_id", "write_log_id"]
 
@@ -50,11 +50,11 @@ def meta_topic(topic: str) -> str:
 
 
 def _exists(log: KafkaLog, name: str) -> bool:
-    admin = log._admin  # noqa: SLF001 -- this module is the adapter's own, split out for size
-    assert admin is not None
-    with log._admin_lock:  # noqa: SLF001
+    topics = log._topics  # noqa: SLF001 -- this module is the adapter's own
+    assert topics is not None, "the log is closed"
+    with topics.admin_lock:
         try:
-            (desc,) = admin.describe_topics([name])
+            (desc,) = topics.admin.describe_topics([name])
         except (kafka_errors.KafkaError, OSError) as exc:
             raise LogUnavailableError(f"cannot describe topic {name!r} on {log.bootstrap}: {exc}") from exc
     return desc["error_code"] == 0 and bool(desc["partitions"])
@@ -124,7 +124,8 @@ def write_log_id(log: KafkaLog) -> str:
         "partitions": log.partitions,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    producer = log._producer  # noqa: SLF001
+    assert log._producer is not None  # noqa: SLF001
+    producer = log._producer.current  # noqa: SLF001
     assert producer is not None
     try:
         producer.send(name, key=log.topic.encode(), value=json.dumps(doc, sort_keys=True).encode(), partition=0,

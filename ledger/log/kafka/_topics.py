@@ -37,7 +37,7 @@ class TopicPartitionMismatch(TopicError):
 @contextmanager
 def _admin(bootstrap: str, client_options: Mapping[str, Any] | None = None) -> Iterator[KafkaAdminClient]:
     """An admin client; ``client_options`` are the cluster's client properties (security, SASL, TLS),
-    already checked by ``ledger.log.kafka_client``."""
+    already checked by ``normalise_options`` (``_client.py``)."""
     known = KafkaAdminClient.DEFAULT_CONFIG
     options = {k: v for k, v in (client_options or {}).items() if k in known}
     admin = KafkaAdminClient(**{"client_id": "caucus-infra", **options, "bootstrap_servers": bootstrap})

@@ -11,14 +11,25 @@ same canonical bytes, whatever order a client sent them in.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from fractions import Fraction
-from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeVar
+
+from ledger.event_values import (
+    Channel,
+    CorrectionStage,
+    County,
+    Problem,
+    Result,
+    SatelliteGroup,
+    TieMethod,
+    UnitDefinition,
+    problems_from_avro,
+    ratio_from_avro,
+    ratio_to_avro,
+)
 
 __all__ = [
     "Channel",
@@ -46,60 +57,9 @@ __all__ = [
 ]
 
 
-class Channel(enum.StrEnum):
-    APP = "app"
-    PHONE = "phone"
-    PAPER = "paper"
-    IMPORT = "import"
-    SYSTEM = "system"
-
-
-class CorrectionStage(enum.StrEnum):
-    REVIEW = "review"
-    RECANVASS = "recanvass"
-    RECOUNT = "recount"
-
-
-class TieMethod(enum.StrEnum):
-    COIN = "coin"
-    LOTS = "lots"
-
-
 def utc_now() -> datetime:
     """Avro timestamp-micros keeps microseconds; truncate here so a round trip is exact."""
     return datetime.now(UTC)
-
-
-def _frozen_counts(counts: Mapping[str, int]) -> Mapping[str, int]:
-    return MappingProxyType({k: counts[k] for k in sorted(counts)})
-
-
-def _ratio_to_avro(value: Fraction) -> dict[str, int]:
-    return {"numerator": value.numerator, "denominator": value.denominator}
-
-
-def _ratio_from_avro(record: Mapping[str, int]) -> Fraction:
-    return Fraction(record["numerator"], record["denominator"])
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One validation error or warning, phrased for the person who sent the input."""
-
-    field: str
-    code: str
-    message: str
-
-    def to_avro(self) -> dict[str, Any]:
-        return {"field": self.field, "code": self.code, "message": self.message}
-
-    @classmethod
-    def from_avro(cls, record: Mapping[str, Any]) -> Problem:
-        return cls(record["field"], record["code"], record["message"])
-
-
-def _problems(records: Any) -> tuple[Problem, ...]:
-    return tuple(Problem.from_avro(r) for r in records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,75 +80,6 @@ class Envelope:
         """The partition key: a unit's events stay in one partition, in order."""
         return self.unit_id or f"election:{self.election_id}"
 
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """A unit's numbers as reported; validation lives in producers, the math in projections."""
-
-    first_alignment: Mapping[str, int]
-    final_alignment: Mapping[str, int]
-    attendance: int | None = None
-    delegates_reported: Mapping[str, int] | None = None
-    worksheet_digest: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "first_alignment", _frozen_counts(self.first_alignment))
-        object.__setattr__(self, "final_alignment", _frozen_counts(self.final_alignment))
-        if self.delegates_reported is not None:
-            object.__setattr__(self, "delegates_reported", _frozen_counts(self.delegates_reported))
-
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "first_alignment": dict(self.first_alignment),
-            "final_alignment": dict(self.final_alignment),
-            "attendance": self.attendance,
-            "delegates_reported": None
-            if self.delegates_reported is None
-            else dict(self.delegates_reported),
-            "worksheet_digest": self.worksheet_digest,
-        }
-
-    @classmethod
-    def from_avro(cls, record: Mapping[str, Any]) -> Result:
-        return cls(
-            first_alignment=record["first_alignment"],
-            final_alignment=record["final_alignment"],
-            attendance=record["attendance"],
-            delegates_reported=record["delegates_reported"],
-            worksheet_digest=record["worksheet_digest"],
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class County:
-    county_id: str
-    name: str
-    sde_ratio: Fraction
-
-
-@dataclass(frozen=True, slots=True)
-class UnitDefinition:
-    """A reporting unit. ``delegates`` is None for satellites: their D follows attendance."""
-
-    unit_id: str
-    name: str
-    county_id: str
-    delegates: int | None
-    satellite_group: str | None = None
-    short_name: str | None = None
-    sde_weight: Fraction | None = None
-
-    @property
-    def is_satellite(self) -> bool:
-        return self.satellite_group is not None
-
-
-@dataclass(frozen=True, slots=True)
-class SatelliteGroup:
-    group_id: str
-    name: str
-    sde_pool: Fraction
-    attendance_base: int | None = None
 
 
 class Payload:
@@ -222,7 +113,7 @@ class ElectionDefined(Payload):
             "rule_set": self.rule_set,
             "candidates": list(self.candidates),
             "counties": [
-                {"county_id": c.county_id, "name": c.name, "sde_ratio": _ratio_to_avro(c.sde_ratio)}
+                {"county_id": c.county_id, "name": c.name, "sde_ratio": ratio_to_avro(c.sde_ratio)}
                 for c in self.counties
             ],
             "units": [
@@ -233,7 +124,7 @@ class ElectionDefined(Payload):
                     "delegates": u.delegates,
                     "satellite_group": u.satellite_group,
                     "short_name": u.short_name,
-                    "sde_weight": None if u.sde_weight is None else _ratio_to_avro(u.sde_weight),
+                    "sde_weight": None if u.sde_weight is None else ratio_to_avro(u.sde_weight),
                 }
                 for u in self.units
             ],
@@ -241,7 +132,7 @@ class ElectionDefined(Payload):
                 {
                     "group_id": g.group_id,
                     "name": g.name,
-                    "sde_pool": _ratio_to_avro(g.sde_pool),
+                    "sde_pool": ratio_to_avro(g.sde_pool),
                     "attendance_base": g.attendance_base,
                 }
                 for g in self.satellite_groups
@@ -255,7 +146,7 @@ class ElectionDefined(Payload):
             rule_set=record["rule_set"],
             candidates=tuple(record["candidates"]),
             counties=tuple(
-                County(c["county_id"], c["name"], _ratio_from_avro(c["sde_ratio"]))
+                County(c["county_id"], c["name"], ratio_from_avro(c["sde_ratio"]))
                 for c in record["counties"]
             ),
             units=tuple(
@@ -266,13 +157,13 @@ class ElectionDefined(Payload):
                     delegates=u["delegates"],
                     satellite_group=u["satellite_group"],
                     short_name=u["short_name"],
-                    sde_weight=None if u["sde_weight"] is None else _ratio_from_avro(u["sde_weight"]),
+                    sde_weight=None if u["sde_weight"] is None else ratio_from_avro(u["sde_weight"]),
                 )
                 for u in record["units"]
             ),
             satellite_groups=tuple(
                 SatelliteGroup(
-                    g["group_id"], g["name"], _ratio_from_avro(g["sde_pool"]), g["attendance_base"]
+                    g["group_id"], g["name"], ratio_from_avro(g["sde_pool"]), g["attendance_base"]
                 )
                 for g in record["satellite_groups"]
             ),
@@ -310,7 +201,7 @@ class ResultReported(Payload):
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> ResultReported:
-        return cls(Result.from_avro(record["result"]), record["reporter"], _problems(record["warnings"]))
+        return cls(Result.from_avro(record["result"]), record["reporter"], problems_from_avro(record["warnings"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +233,7 @@ class ResultCorrected(Payload):
             reason=record["reason"],
             authority=record["authority"],
             stage=CorrectionStage(record["stage"]),
-            warnings=_problems(record["warnings"]),
+            warnings=problems_from_avro(record["warnings"]),
         )
 
 
@@ -431,7 +322,7 @@ class SubmissionRejected(Payload):
         raw = record.get("raw_bytes", b"")
         if isinstance(raw, str):  # a schema default is JSON: Avro spells bytes as ISO-8859-1 text there
             raw = raw.encode("latin-1")
-        return cls(record["command"], record["raw_input"], _problems(record["errors"]), record["sender"], raw)
+        return cls(record["command"], record["raw_input"], problems_from_avro(record["errors"]), record["sender"], raw)
 
     def input_bytes(self) -> bytes:
         """The input exactly as it was sent (as far as it was kept, see ``raw_input``)."""

@@ -21,23 +21,25 @@ What a unit tally holds (RULES.md §1, §5, §8, §9):
   awarded: three 2020 satellites awarded one delegate above the attendance table, and the
   published SDEs split their weight over that larger number (RULES.md §17.4).
 
-County and state totals are sums over the units the election defines; SDE totals come two ways:
-the exact sum, and the sum of the displayed per-unit values, which is how the party published them.
+County and state totals are sums over the units the election defines (``projections.area_tally``); the
+election's context is ``projections.election_context``. Their names are importable from here too.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any
 
 from ledger.events import County, UnitDefinition
-from ledger.caucus_math import CaucusMathError, TieResolution, display_sde, get_rule_set, satellite_delegates
-from projections.reducers import ElectionState, TieRecord, UnitState, UnitStatus, canonical_json
+from ledger.caucus_math import CaucusMathError, TieResolution, satellite_delegates
+from projections.area_tally import AreaTally, aggregate, aggregate_counties
+from projections.election_context import ElectionContext, RuleSetLike, context_key, election_context
+from projections.fraction_text import fraction_text, parse_fraction
+from projections.reducers import TieRecord, UnitState, UnitStatus, canonical_json
 
 __all__ = [
     "RuleSetLike",
@@ -55,16 +57,6 @@ __all__ = [
 ]
 
 
-class RuleSetLike(Protocol):
-    """What the tallies need from ``ledger.caucus_math``'s rule sets."""
-
-    @property
-    def name(self) -> str: ...
-
-    def allocate(self, *, delegates: int, attendance: int | None, first: Mapping[str, int],
-                 final: Mapping[str, int], ties: tuple[TieResolution, ...] = ()) -> Any: ...
-
-
 _ZERO = Fraction(0)
 _ZERO_SHOWN = Decimal("0.0000")
 
@@ -74,86 +66,6 @@ def _shown(value: Fraction) -> Decimal:
     the hot path of every tally; a test holds the two equal)."""
     num, den = value.numerator, value.denominator
     return Decimal((2 * num * 10_000 + den) // (2 * den)).scaleb(-4)
-
-
-def fraction_text(value: Fraction) -> str:
-    return f"{value.numerator}/{value.denominator}"
-
-
-def parse_fraction(text: str) -> Fraction:
-    num, _, den = text.partition("/")
-    return Fraction(int(num), int(den or 1))
-
-
-@functools.lru_cache(maxsize=16)
-def _rule_set(name: str) -> RuleSetLike:
-    return get_rule_set(name)
-
-
-@dataclass(frozen=True)
-class ElectionContext:
-    """An election's definition indexed for tallies, with its rule set resolved once.
-
-    ``key`` changes whenever anything a unit tally depends on changes (a new definition, a
-    certification, another rule set): tallies computed under another key are stale.
-    """
-
-    state: ElectionState
-    rule_set_name: str | None
-    rules: RuleSetLike | None
-    rules_error: str | None
-    candidates: tuple[str, ...]
-    units: Mapping[str, UnitDefinition]
-    counties: Mapping[str, County]
-    key: str
-
-    @property
-    def election_id(self) -> str:
-        return self.state.election_id
-
-    @property
-    def defined(self) -> bool:
-        return self.state.definition is not None
-
-    @property
-    def certified(self) -> bool:
-        return self.state.certified_by is not None
-
-    def county_of(self, unit_id: str) -> str | None:
-        unit = self.units.get(unit_id)
-        return None if unit is None else unit.county_id
-
-
-def context_key(state: ElectionState | None, rule_set: str | None = None) -> str:
-    """What a unit tally depends on besides the unit: the definition, certification, rule set."""
-    if state is None:
-        return f"-|-|{rule_set or '-'}"
-    name = rule_set or (state.definition.rule_set if state.definition is not None else None)
-    return f"{state.defined_by or '-'}|{state.certified_by or '-'}|{name or '-'}"
-
-
-def election_context(
-    state: ElectionState | None, election_id: str = "", *, rule_set: str | None = None,
-    rules: RuleSetLike | None = None,
-) -> ElectionContext:
-    """Index ``state`` (None: the election is not defined yet) for tallies.
-
-    ``rule_set`` overrides the election's own rule set (an auditor comparing 2016 and 2020
-    rules); ``rules`` injects a rule-set object directly.
-    """
-    st = state if state is not None else ElectionState(election_id=election_id)
-    defn = st.definition
-    name = rule_set or (defn.rule_set if defn is not None else None)
-    err: str | None = None
-    if rules is None and name is not None:
-        try:
-            rules = _rule_set(name)
-        except (KeyError, ValueError, LookupError) as exc:
-            err = f"rule set {name!r} is not available: {exc}"
-    units = {u.unit_id: u for u in defn.units} if defn else {}
-    counties = {c.county_id: c for c in defn.counties} if defn else {}
-    key = context_key(st, rule_set)
-    return ElectionContext(st, name, rules, err, tuple(defn.candidates) if defn else (), units, counties, key)
 
 
 @dataclass(frozen=True)
@@ -515,106 +427,3 @@ def _sdes(
     return weight, divisor, {c: (per_cd * n if n else _ZERO) for c, n in official.items()}
 
 
-@dataclass
-class AreaTally:
-    """Sums over the units of one area (a county, or the state when ``area`` is ``"state"``)."""
-
-    area: str
-    name: str
-    candidates: tuple[str, ...]
-    units_defined: int = 0
-    units_reporting: int = 0
-    units_pending: int = 0
-    units_with_problems: int = 0
-    first: dict[str, int] = field(default_factory=dict)
-    final: dict[str, int] = field(default_factory=dict)
-    cds: dict[str, int] = field(default_factory=dict)
-    cds_computed: dict[str, int] = field(default_factory=dict)
-    cds_reported: dict[str, int] = field(default_factory=dict)
-    sde: dict[str, Fraction] = field(default_factory=dict)
-    sde_display_sum: dict[str, Decimal] = field(default_factory=dict)
-
-    @property
-    def share_reporting(self) -> Fraction:
-        return Fraction(self.units_reporting, self.units_defined) if self.units_defined else Fraction(0)
-
-    def add(self, t: UnitTally) -> None:
-        if not t.reporting:
-            return
-        self.units_reporting += 1
-        self.units_pending += bool(t.pending)
-        self.units_with_problems += bool(t.problems)
-        for target, source in ((self.first, t.first), (self.final, t.final), (self.cds, t.cds)):
-            for c, n in source.items():
-                target[c] = target.get(c, 0) + n
-        if t.cds_computed is not None:
-            for c, n in t.cds_computed.items():
-                self.cds_computed[c] = self.cds_computed.get(c, 0) + n
-        if t.cds_reported is not None:
-            for c, n in t.cds_reported.items():
-                self.cds_reported[c] = self.cds_reported.get(c, 0) + n
-        for c, v in t.sde.items():
-            self.sde[c] = self.sde.get(c, Fraction(0)) + v
-        for c, shown in t.sde_display.items():
-            self.sde_display_sum[c] = self.sde_display_sum.get(c, Decimal("0.0000")) + shown
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "area": self.area,
-            "name": self.name,
-            "candidates": list(self.candidates),
-            "units_defined": self.units_defined,
-            "units_reporting": self.units_reporting,
-            "share_reporting": float(self.share_reporting),
-            "units_pending_ties": self.units_pending,
-            "units_with_problems": self.units_with_problems,
-            "first": dict(self.first),
-            "final": dict(self.final),
-            "cds": dict(self.cds),
-            "cds_computed": dict(self.cds_computed),
-            "cds_reported": dict(self.cds_reported),
-            "sde_exact": {c: fraction_text(v) for c, v in self.sde.items()},
-            "sde_exact_decimal": {c: str(display_sde(v)) for c, v in self.sde.items()},
-            "sde_display_sum": {c: str(v) for c, v in self.sde_display_sum.items()},
-        }
-
-
-def _empty(area: str, name: str, candidates: tuple[str, ...]) -> AreaTally:
-    zero = dict.fromkeys(candidates, 0)
-    return AreaTally(
-        area, name, candidates, first=dict(zero), final=dict(zero), cds=dict(zero),
-        cds_computed=dict(zero), cds_reported=dict(zero),
-        sde=dict.fromkeys(candidates, Fraction(0)), sde_display_sum=dict.fromkeys(candidates, Decimal("0.0000")),
-    )
-
-
-def aggregate(ctx: ElectionContext, tallies: Iterable[UnitTally], county_id: str | None = None) -> AreaTally:
-    """Statewide (or one county's) sums over the units the election defines.
-
-    Units the definition does not list are left out (they cannot be placed in a county and would
-    be counted twice if their id was mistyped); ``caucus tally`` lists them separately.
-    """
-    if county_id is None:
-        area = _empty("state", ctx.state.definition.name if ctx.state.definition else ctx.election_id, ctx.candidates)
-        area.units_defined = len(ctx.units)
-    else:
-        county = ctx.counties.get(county_id)
-        area = _empty(county_id, county.name if county else county_id, ctx.candidates)
-        area.units_defined = sum(1 for u in ctx.units.values() if u.county_id == county_id)
-    for t in tallies:
-        if t.unit_id in ctx.units and (county_id is None or ctx.units[t.unit_id].county_id == county_id):
-            area.add(t)
-    return area
-
-
-def aggregate_counties(ctx: ElectionContext, tallies: Iterable[UnitTally]) -> dict[str, AreaTally]:
-    """Every county's sums in one pass, keyed by county id, in definition order."""
-    out = {cid: _empty(cid, c.name, ctx.candidates) for cid, c in ctx.counties.items()}
-    for u in ctx.units.values():
-        if u.county_id in out:
-            out[u.county_id].units_defined += 1
-    for t in tallies:
-        unit = ctx.units.get(t.unit_id)
-        if unit is not None and unit.county_id in out:
-            out[unit.county_id].add(t)
-    return out

@@ -1,0 +1,128 @@
+"""County and statewide sums of unit tallies.
+
+Only the units the election defines are summed: a unit the definition does not list cannot be placed
+in a county, and a mistyped id would be counted twice. SDE totals come two ways, the exact sum and the
+sum of the displayed per-unit values, which is how the party published them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from ledger.caucus_math import display_sde
+from projections.election_context import ElectionContext
+from projections.fraction_text import fraction_text
+
+if TYPE_CHECKING:
+    from projections.tally import UnitTally
+
+__all__ = ["AreaTally", "aggregate", "aggregate_counties"]
+
+
+@dataclass
+class AreaTally:
+    """Sums over the units of one area (a county, or the state when ``area`` is ``"state"``)."""
+
+    area: str
+    name: str
+    candidates: tuple[str, ...]
+    units_defined: int = 0
+    units_reporting: int = 0
+    units_pending: int = 0
+    units_with_problems: int = 0
+    first: dict[str, int] = field(default_factory=dict)
+    final: dict[str, int] = field(default_factory=dict)
+    cds: dict[str, int] = field(default_factory=dict)
+    cds_computed: dict[str, int] = field(default_factory=dict)
+    cds_reported: dict[str, int] = field(default_factory=dict)
+    sde: dict[str, Fraction] = field(default_factory=dict)
+    sde_display_sum: dict[str, Decimal] = field(default_factory=dict)
+
+    @property
+    def share_reporting(self) -> Fraction:
+        return Fraction(self.units_reporting, self.units_defined) if self.units_defined else Fraction(0)
+
+    def add(self, t: UnitTally) -> None:
+        if not t.reporting:
+            return
+        self.units_reporting += 1
+        self.units_pending += bool(t.pending)
+        self.units_with_problems += bool(t.problems)
+        for target, source in ((self.first, t.first), (self.final, t.final), (self.cds, t.cds)):
+            for c, n in source.items():
+                target[c] = target.get(c, 0) + n
+        if t.cds_computed is not None:
+            for c, n in t.cds_computed.items():
+                self.cds_computed[c] = self.cds_computed.get(c, 0) + n
+        if t.cds_reported is not None:
+            for c, n in t.cds_reported.items():
+                self.cds_reported[c] = self.cds_reported.get(c, 0) + n
+        for c, v in t.sde.items():
+            self.sde[c] = self.sde.get(c, Fraction(0)) + v
+        for c, shown in t.sde_display.items():
+            self.sde_display_sum[c] = self.sde_display_sum.get(c, Decimal("0.0000")) + shown
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "area": self.area,
+            "name": self.name,
+            "candidates": list(self.candidates),
+            "units_defined": self.units_defined,
+            "units_reporting": self.units_reporting,
+            "share_reporting": float(self.share_reporting),
+            "units_pending_ties": self.units_pending,
+            "units_with_problems": self.units_with_problems,
+            "first": dict(self.first),
+            "final": dict(self.final),
+            "cds": dict(self.cds),
+            "cds_computed": dict(self.cds_computed),
+            "cds_reported": dict(self.cds_reported),
+            "sde_exact": {c: fraction_text(v) for c, v in self.sde.items()},
+            "sde_exact_decimal": {c: str(display_sde(v)) for c, v in self.sde.items()},
+            "sde_display_sum": {c: str(v) for c, v in self.sde_display_sum.items()},
+        }
+
+
+def _empty(area: str, name: str, candidates: tuple[str, ...]) -> AreaTally:
+    zero = dict.fromkeys(candidates, 0)
+    return AreaTally(
+        area, name, candidates, first=dict(zero), final=dict(zero), cds=dict(zero),
+        cds_computed=dict(zero), cds_reported=dict(zero),
+        sde=dict.fromkeys(candidates, Fraction(0)), sde_display_sum=dict.fromkeys(candidates, Decimal("0.0000")),
+    )
+
+
+def aggregate(ctx: ElectionContext, tallies: Iterable[UnitTally], county_id: str | None = None) -> AreaTally:
+    """Statewide (or one county's) sums over the units the election defines.
+
+    Units the definition does not list are left out (they cannot be placed in a county and would
+    be counted twice if their id was mistyped); ``caucus tally`` lists them separately.
+    """
+    if county_id is None:
+        area = _empty("state", ctx.state.definition.name if ctx.state.definition else ctx.election_id, ctx.candidates)
+        area.units_defined = len(ctx.units)
+    else:
+        county = ctx.counties.get(county_id)
+        area = _empty(county_id, county.name if county else county_id, ctx.candidates)
+        area.units_defined = sum(1 for u in ctx.units.values() if u.county_id == county_id)
+    for t in tallies:
+        if t.unit_id in ctx.units and (county_id is None or ctx.units[t.unit_id].county_id == county_id):
+            area.add(t)
+    return area
+
+
+def aggregate_counties(ctx: ElectionContext, tallies: Iterable[UnitTally]) -> dict[str, AreaTally]:
+    """Every county's sums in one pass, keyed by county id, in definition order."""
+    out = {cid: _empty(cid, c.name, ctx.candidates) for cid, c in ctx.counties.items()}
+    for u in ctx.units.values():
+        if u.county_id in out:
+            out[u.county_id].units_defined += 1
+    for t in tallies:
+        unit = ctx.units.get(t.unit_id)
+        if unit is not None and unit.county_id in out:
+            out[unit.county_id].add(t)
+    return out

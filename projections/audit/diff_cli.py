@@ -1,4 +1,6 @@
-"""``caucus diff A B``: two tallies side by side, as a table, JSON or CSV (see ``projections.audit.diff``).
+"""``caucus diff A B``: two tallies side by side, as a table, JSON or CSV.
+
+Sides are written as ``projections.audit.diff_sides`` says; the comparison is ``projections.audit.diff``.
 
 Exit status: 0 the two sides are equal, 1 they differ, 2 a side could not be loaded (bad spec, no
 store, log unreachable), so that scripts can tell "different" from "could not compare".
@@ -20,17 +22,8 @@ from rich.table import Table
 from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings, open_log
 from ledger.log.port import LogError
-from projections.audit.diff import (
-    CandidateDelta,
-    DiffError,
-    DiffResult,
-    Sources,
-    diff_snapshots,
-    load_snapshot,
-    parse_side,
-    resolve_sides,
-    sde_text,
-)
+from projections.audit.diff import CandidateDelta, DiffResult, diff_snapshots, sde_text
+from projections.audit.diff_sides import DiffError, Sources, load_snapshot, parse_side, resolve_sides
 from ledger.caucus_math import display_sde
 from projections.stores.port import StoreError
 

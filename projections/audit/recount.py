@@ -32,14 +32,11 @@ are included too: D, the SDE ratios and the rule set come from them.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -55,9 +52,10 @@ from ledger.integrity.verify import trusted_checkpoints
 from ledger.log.partitioning import partition_for
 from ledger.log.port import EventLog, Position
 from ledger.render import event_to_json
-from projections.reducers import ElectionState, UnitState, apply_election, apply_unit, is_election_event, is_unattributed
-from projections.tally import ElectionContext, UnitTally, compute_unit_tally, election_context, fraction_text
-from projections.trail import describe_changes, event_details
+from projections.reducers import ElectionState, apply_election, is_election_event
+from projections.tally import ElectionContext, election_context
+from projections.audit.recount_readme import package_readme
+from projections.audit.recount_trail import unit_trail
 
 __all__ = ["RecountError", "PackagedEvent", "PackageResult", "build_package", "VERIFY_SCRIPT"]
 
@@ -210,95 +208,6 @@ def _proof(scan: LogScan, p: int, index: int, event: Event[Any], signed: SignedC
     )
 
 
-# -- the paper trail -----------------------------------------------------------------------------------
-
-
-def _tally_rows(seq: int, pe: PackagedEvent, t: UnitTally) -> list[dict[str, Any]]:
-    rows = []
-    for c in t.first:
-        exact = t.sde.get(c)
-        rows.append({
-            "step": seq, "position": str(pe.position), "event_id": pe.event.event_id, "type": pe.event.type,
-            "recorded_at": pe.event.recorded_at.isoformat(), "status": t.status, "stage": t.stage or "",
-            "candidate": c, "first": t.first.get(c, 0), "final": t.final.get(c, 0),
-            "cds_reported": "" if t.cds_reported is None else t.cds_reported.get(c, 0),
-            "cds_computed": "" if t.cds_computed is None else t.cds_computed.get(c, 0),
-            "cds": t.cds.get(c, 0), "sde": str(t.sde_display.get(c, Decimal("0.0000"))),
-            "sde_exact": "" if exact is None else fraction_text(exact),
-        })
-    return rows
-
-
-_TALLY_FIELDS = ("step", "position", "event_id", "type", "recorded_at", "status", "stage", "candidate", "first",
-                 "final", "cds_reported", "cds_computed", "cds", "sde", "sde_exact")
-
-
-def _trail(unit_id: str, events: Sequence[PackagedEvent], ctx: ElectionContext) -> tuple[dict[str, Any], str, str]:
-    """The unit's trail as JSON, Markdown and the CSV of tallies after each event."""
-    state: UnitState | None = None
-    prev: UnitTally | None = None
-    steps: list[dict[str, Any]] = []
-    rows: list[dict[str, Any]] = []
-    md: list[str] = []
-    unit = ctx.units.get(unit_id)
-    county = ctx.counties.get(unit.county_id) if unit else None
-    title = f"{unit.name} ({unit_id}), {county.name if county else unit.county_id}" if unit else unit_id
-    md.append(f"# Paper trail of {title}\n")
-    md.append(f"Election {ctx.election_id}, rule set {ctx.rule_set_name}; tallies use the election definition "
-              "as the log holds it when the package was made.\n")  # fmt: skip
-    seen: set[str] = set()
-    for pe in events:
-        env = pe.event.envelope
-        entry: dict[str, Any] = {
-            "position": str(pe.position), "event_id": env.event_id, "type": pe.event.type, "actor": env.actor,
-            "channel": env.channel.value, "occurred_at": env.occurred_at.isoformat(),
-            "recorded_at": env.recorded_at.isoformat(), "details": event_details(pe.event),
-            "files": {"avro": f"events/{pe.stem}.avro", "json": f"events/{pe.stem}.json",
-                      "proof": None if pe.proof is None else f"proofs/{pe.stem}.json"},
-        }
-        md.append(f"## {pe.position}  {env.recorded_at:%Y-%m-%d %H:%M:%S} UTC  {pe.event.type}\n")
-        md.append(f"- by {env.actor} via {env.channel.value}; occurred {env.occurred_at:%Y-%m-%d %H:%M:%S} UTC; event {env.event_id}")
-        for key, value in entry["details"].items():
-            if value not in (None, "", [], {}):
-                md.append(f"- {key}: {value}")
-        if env.event_id in seen:
-            entry["duplicate"] = True
-            entry["changes"] = []
-            md.append("- a second copy of an event already applied (a producer retry): changes nothing\n")
-            steps.append(entry)
-            continue
-        seen.add(env.event_id)
-        if is_unattributed(pe.event):
-            entry["changes"] = []
-            md.append("- refused before it named an election: kept with the unit, part of no unit's state\n")
-            steps.append(entry)
-            continue
-        state_before = state
-        state = apply_unit(state, pe.event)
-        tally = compute_unit_tally(state, ctx)
-        changes = describe_changes(state_before, state, prev, tally, event=pe.event)
-        entry["changes"] = list(changes)
-        entry["tally"] = tally.to_json()
-        for change in changes:
-            md.append(f"  - {change}")
-        won = ", ".join(f"{c} {tally.cds[c]} CD / {tally.sde_display.get(c, Decimal(0))} SDE" for c in tally.cds if tally.cds[c])
-        md.append(f"- tally after: {tally.status}{' (' + tally.stage + ')' if tally.stage else ''}; {won or 'no delegates'}")
-        if tally.pending:
-            md.append("- tie pending: " + "; ".join(f"{p.seats} seat(s) among {', '.join(p.contenders)}" for p in tally.pending))
-        md.append("")
-        rows.extend(_tally_rows(len(steps) + 1, pe, tally))
-        steps.append(entry)
-        prev = tally
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=_TALLY_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    doc = {"unit_id": unit_id, "name": unit.name if unit else None, "county": county.name if county else None,
-           "election_id": ctx.election_id, "rule_set": ctx.rule_set_name, "events": steps,
-           "final_tally": None if prev is None else prev.to_json()}  # fmt: skip
-    return doc, "\n".join(md) + "\n", out.getvalue()
-
-
 # -- writing -------------------------------------------------------------------------------------------
 
 
@@ -344,7 +253,43 @@ def build_package(
     chosen, unit_ids = _resolve_units(ix, unit, county, election_id)
     if not unit_ids:
         raise RecountError(f"county {county!r} has no reporting units in the definition")
+    signed = _latest_trusted(scan, checkpoint_store, trusted, require_proofs)
+    per_unit, everything = _collect(scan, ix, codec, chosen, unit_ids, signed)
+    _check_proofs(everything, trusted, require_proofs)
 
+    if out.exists():
+        if any(out.iterdir()) and not overwrite:
+            raise RecountError(f"{out} exists and is not empty; choose a new directory (or --force)")
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, bytes] = {}
+    ctx = election_context(ix.elections.get(chosen), chosen, rule_set=rule_set)
+    partition_files = _evidence_files(files, scan, codec, everything, signed, chosen, unit_ids)
+    units_meta = _unit_files(files, unit_ids, per_unit, ctx)
+    if signed is not None:
+        files["checkpoint.json"] = _dumps(_checkpoint_json(signed)).encode()
+        files["public-key.pem"] = TrustedKey(signed.public_key).pem()
+    files["verify.py"] = resources.files("projections.audit").joinpath(VERIFY_SCRIPT).read_bytes()
+
+    manifest = _manifest(log_name, scan, chosen, ctx, units_meta, everything, signed, partition_files)
+    result = PackageResult(out, chosen, unit_ids, everything, signed)
+    files["README.md"] = package_readme(manifest, result).encode()
+    manifest["files"] = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+    files["manifest.json"] = _dumps(manifest).encode()
+    if signing_key is not None and signed is not None and signing_key.public_key == signed.public_key:
+        files["manifest.sig"] = (signing_key.sign(MANIFEST_CONTEXT + files["manifest.json"]).hex() + "\n").encode()
+    for name, data in files.items():
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (out / "verify.py").chmod(0o755)
+    result.files = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    return result
+
+
+def _latest_trusted(
+    scan: LogScan, checkpoint_store: CheckpointStore | None, trusted: Sequence[TrustedKey], require_proofs: bool
+) -> SignedCheckpoint | None:
+    """The newest checkpoint a trusted key signed: what every proof in the package leads to."""
     rows = checkpoint_store.checkpoints() if checkpoint_store is not None else []
     signed = None
     if trusted:
@@ -353,6 +298,13 @@ def build_package(
     if signed is None and require_proofs:
         why = "no public key to trust was given" if not trusted else "no checkpoint signed by a trusted key covers the log"
         raise RecountError(f"cannot prove the events: {why}; run `caucus checkpoint` first, or package without proofs (--allow-unproven)")
+    return signed
+
+
+def _collect(
+    scan: LogScan, ix: _Indexed, codec: Codec, chosen: str, unit_ids: list[str], signed: SignedCheckpoint | None
+) -> tuple[dict[str, list[PackagedEvent]], list[PackagedEvent]]:
+    """The election's events and each unit's, decoded and proven; a second copy of an event is marked."""
 
     def packaged(p: int, i: int, seen: set[str]) -> PackagedEvent:
         event = codec.decode(scan.parts[p].values[i])
@@ -367,7 +319,10 @@ def build_package(
     for uid in unit_ids:
         locs = sorted(ix.unit_events.get(uid, []))
         per_unit[uid] = [pe for pe in (packaged(p, i, seen) for p, i in locs) if pe.event.envelope.election_id in (chosen, "")]
-    everything = election_pe + [pe for uid in unit_ids for pe in per_unit[uid]]
+    return per_unit, election_pe + [pe for uid in unit_ids for pe in per_unit[uid]]
+
+
+def _check_proofs(everything: list[PackagedEvent], trusted: Sequence[TrustedKey], require_proofs: bool) -> None:
     missing = [pe for pe in everything if pe.proof is None]
     if missing and require_proofs:
         raise RecountError(
@@ -380,13 +335,12 @@ def build_package(
             if problems:
                 raise RecountError(f"the proof of {pe.position} does not verify: {'; '.join(problems)}")
 
-    if out.exists():
-        if any(out.iterdir()) and not overwrite:
-            raise RecountError(f"{out} exists and is not empty; choose a new directory (or --force)")
-    out.mkdir(parents=True, exist_ok=True)
-    files: dict[str, bytes] = {}
 
-    ctx = election_context(ix.elections.get(chosen), chosen, rule_set=rule_set)
+def _evidence_files(
+    files: dict[str, bytes], scan: LogScan, codec: Codec, everything: list[PackagedEvent],
+    signed: SignedCheckpoint | None, chosen: str, unit_ids: list[str],
+) -> list[dict[str, Any]]:
+    """Events, proofs, writer schemas and whole partitions into ``files``; return the partition files."""
     schemas: dict[str, str] = {}
     by_fp = {info.fingerprint: info for info in codec.schemas()}
     for pe in everything:
@@ -417,10 +371,16 @@ def build_package(
                     schemas[header.hex()] = info.canonical
     for fp, canonical in schemas.items():
         files[f"schemas/{fp}.avsc"] = (canonical + "\n").encode()
+    return partition_files
 
+
+def _unit_files(
+    files: dict[str, bytes], unit_ids: list[str], per_unit: dict[str, list[PackagedEvent]], ctx: ElectionContext
+) -> list[dict[str, Any]]:
+    """Each unit's paper trail and tallies into ``files``; return what the manifest says of each unit."""
     units_meta = []
     for uid in unit_ids:
-        doc, md, tallies = _trail(uid, per_unit[uid], ctx)
+        doc, md, tallies = unit_trail(uid, per_unit[uid], ctx)
         folder = f"units/{_safe(uid)}"
         files[f"{folder}/trail.json"] = _dumps(doc).encode()
         files[f"{folder}/trail.md"] = md.encode()
@@ -432,20 +392,26 @@ def build_package(
             "final": None if final is None else {"status": final["status"], "stage": final["stage"],
                                                  "cds": final["cds"], "sde": final["sde_display"]},
         })
+    return units_meta
 
-    if signed is not None:
-        c = signed.checkpoint
-        files["checkpoint.json"] = _dumps({
-            "event_id": signed.event_id, "position": None if signed.position is None else str(signed.position),
-            "time": c.time.isoformat(), "scope": c.scope, "key_id": c.key_id, "tree_size": c.tree_size,
-            "root_hash": c.root_hash.hex(), "partition_sizes": list(c.partition_sizes),
-            "partition_roots": [r.hex() for r in c.partition_roots], "signed_bytes": c.to_bytes().hex(),
-            "signature": signed.signature.hex(), "public_key": signed.public_key.hex(),
-        }).encode()
-        files["public-key.pem"] = TrustedKey(signed.public_key).pem()
-    files["verify.py"] = resources.files("projections.audit").joinpath(VERIFY_SCRIPT).read_bytes()
 
-    manifest = {
+def _checkpoint_json(signed: SignedCheckpoint) -> dict[str, Any]:
+    c = signed.checkpoint
+    return {
+        "event_id": signed.event_id, "position": None if signed.position is None else str(signed.position),
+        "time": c.time.isoformat(), "scope": c.scope, "key_id": c.key_id, "tree_size": c.tree_size,
+        "root_hash": c.root_hash.hex(), "partition_sizes": list(c.partition_sizes),
+        "partition_roots": [r.hex() for r in c.partition_roots], "signed_bytes": c.to_bytes().hex(),
+        "signature": signed.signature.hex(), "public_key": signed.public_key.hex(),
+    }
+
+
+def _manifest(
+    log_name: str, scan: LogScan, chosen: str, ctx: ElectionContext, units_meta: list[dict[str, Any]],
+    everything: list[PackagedEvent], signed: SignedCheckpoint | None, partition_files: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """manifest.json without its file digests (they are added once every other file is made)."""
+    return {
         "format": FORMAT,
         "created_at": utc_now().replace(microsecond=0).isoformat(),
         "log": log_name,
@@ -465,103 +431,9 @@ def build_package(
         "partitions": partition_files,
         "files": {},
     }
-    result = PackageResult(out, chosen, unit_ids, everything, signed)
-    files["README.md"] = _readme(manifest, result).encode()
-    manifest["files"] = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
-    files["manifest.json"] = _dumps(manifest).encode()
-    if signing_key is not None and signed is not None and signing_key.public_key == signed.public_key:
-        files["manifest.sig"] = (signing_key.sign(MANIFEST_CONTEXT + files["manifest.json"]).hex() + "\n").encode()
-    for name, data in files.items():
-        path = out / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    (out / "verify.py").chmod(0o755)
-    result.files = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-    return result
 
 
 def event_to_json_at(pe: PackagedEvent) -> dict[str, Any]:
     data = event_to_json(pe.event)
     data["position"] = str(pe.position)
     return data
-
-
-def _readme(manifest: dict[str, Any], result: PackageResult) -> str:
-    c = result.checkpoint
-    units = manifest["units"]
-    lines = [
-        f"# Recount package: {', '.join((u['name'] or u['unit_id']) for u in units[:3])}{' and others' if len(units) > 3 else ''}",
-        "",
-        f"Election `{manifest['election_id']}` (rule set {manifest['rule_set']}); made {manifest['created_at']} "
-        f"from {manifest['log'] or 'the ledger log'} ({manifest['log_records']} records).",
-        "",
-        "## Units",
-        "",
-        "| unit | name | county | events | CDs as tallied now |",
-        "|---|---|---|---|---|",
-    ]
-    for u in units:
-        final = u["final"]
-        cds = "not reporting" if final is None else ", ".join(f"{k} {v}" for k, v in final["cds"].items() if v) or "none"
-        lines.append(f"| {u['unit_id']} | {u['name'] or ''} | {u['county'] or ''} | {len(u['events'])} | {cds} |")
-    lines += ["", "## How to verify", ""]
-    if c is None:
-        lines += [
-            "**No signed checkpoint covered these events when the package was made**, so it holds no inclusion",
-            "proofs. `verify.py` still checks that each event's JSON matches its bytes, and reports INCOMPLETE.",
-            "",
-        ]
-    lines += [
-        "You need Python 3.9 or newer and the `cryptography` package (`pip install cryptography`). Nothing",
-        "else: `verify.py` is short, imports nothing from the ledger, and is meant to be read.",
-        "",
-        "```",
-        "python3 verify.py --public-key PARTY_KEY.pem   # the key you obtained from the party yourself",
-        "python3 verify.py                              # or the key in this package (compare its key id!)",
-        "```",
-        "",
-        "It prints `VERIFIED` and exits 0 when, for every event:",
-        "",
-        "1. `SHA-256(0x00 || bytes of events/P-OFFSET.avro)` is the leaf hash its proof starts from (RFC 9162);",
-        "2. the proof's audit path leads from that leaf to the root of the event's partition, and the partition's",
-        "   head (`u32 partition || u64 size || root`, hashed as a leaf) leads to the root of roots, with size and root",
-        "   exactly as written in the signed checkpoint bytes (`checkpoint.json`, field `signed_bytes`);",
-        "3. the Ed25519 signature over those bytes verifies with the public key;",
-        "4. the Avro bytes, decoded with the schema their fingerprint names (`schemas/`), say the same as the",
-        "   event's `.json` file.",
-        "",
-        "It also checks every file against the SHA-256 listed in `manifest.json`. The manifest is not signed: this",
-        "catches damage to the derived files (`units/*/trail.*`, `tallies.csv`), not forgery. Those are computed by",
-        "the ledger's caucus math from the events; recompute them with `caucus trail UNIT` on a copy of the log.",
-        "",
-        "What the package does not prove: that the log holds no *other* event about these units. Inclusion proofs",
-        "show that these events are in the signed log; to see that none is missing, verify the whole log against",
-        "the same checkpoint (`caucus verify --public-key KEY`) and list the unit's events (`caucus trail UNIT`).",
-        "",
-    ]
-    if c is not None:
-        k = c.checkpoint
-        lines += [
-            "## The checkpoint",
-            "",
-            f"- signed {k.time.isoformat()} by key id `{k.key_id}` (public key `{c.public_key.hex()}`)",
-            f"- covers {k.tree_size} records in {k.partitions} partitions; root of roots `{k.root_hash.hex()}`",
-            f"- recorded in the log as event `{c.event_id}`{'' if c.position is None else f' at {c.position}'}",
-            "",
-        ]
-    lines += [
-        "## Files",
-        "",
-        "- `events/P-OFFSET.avro`: the event exactly as the log stores it (Avro single-object encoding: `C3 01`,",
-        "  the writer schema's 8-byte fingerprint, the body); `P-OFFSET.json`: the same event, readable.",
-        "- `proofs/P-OFFSET.json`: its inclusion proof (leaf index, audit path, partition root, head path, checkpoint).",
-        "- `units/UNIT/trail.md` and `trail.json`: every event of the unit in log order, with actor, channel, times,",
-        "  reason, what it changed and the tally after it; `tallies.csv`: the tally after each event, per candidate.",
-        "- `checkpoint.json`, `public-key.pem`, `schemas/`, `manifest.json`, `verify.py`.",
-        "",
-    ]
-    if result.unproven:
-        lines += [f"**{len(result.unproven)} event(s) have no proof** (newer than the checkpoint): "
-                  + ", ".join(str(e.position) for e in result.unproven[:20]), ""]
-    return "\n".join(lines)
-

@@ -372,6 +372,32 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
         say(f"FAIL  manifest.json cannot be read: {exc}")
         return 1
 
+    _check_files(package, manifest, failures)
+    schemas = _load_schemas(package, failures)
+    checkpoint = None
+    public_key = None
+    cp_file: dict[str, Any] = {}
+    if manifest.get("checkpoint") is not None:
+        checkpoint, public_key, cp_file = _check_checkpoint(package, public_key_path, failures, say)
+    unbound = False
+    if public_key is not None and checkpoint is not None:
+        unbound = _manifest_unsigned(package, manifest_bytes, public_key, failures, say)
+
+    unproven = []
+    proven = 0
+    for item in manifest["events"]:
+        outcome = _check_event(package, item, schemas, checkpoint, cp_file, failures, say)
+        if outcome == "unproven":
+            unproven.append(f"{item['position']} {item['type']} {item['event_id']}")
+        elif outcome == "proven":
+            proven += 1
+
+    if checkpoint is not None:
+        failures.extend(_omissions(package, manifest, checkpoint, schemas, say))
+    return _verdict(len(manifest["events"]), proven, unproven, unbound, failures, say)
+
+
+def _check_files(package: Path, manifest: dict[str, Any], failures: list[str]) -> None:
     for name, digest in sorted(manifest.get("files", {}).items()):
         path = package / name
         if not path.is_file():
@@ -379,6 +405,8 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
         elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
             failures.append(f"{name}: its SHA-256 differs from the manifest's (the file was changed)")
 
+
+def _load_schemas(package: Path, failures: list[str]) -> dict[bytes, Any]:
     schemas: dict[bytes, Any] = {}
     for path in sorted((package / "schemas").glob("*.avsc")):
         canonical = path.read_text(encoding="utf-8").strip()
@@ -389,115 +417,123 @@ def verify(package: Path, public_key_path: Path | None = None, out: Any = sys.st
             failures.append(f"schemas/{path.name}: its CRC-64-AVRO fingerprint is {fp.hex()}, not the one in its name")
             continue
         schemas[bytes.fromhex(path.stem)] = json.loads(canonical)
+    return schemas
 
+
+def _check_checkpoint(
+    package: Path, public_key_path: Path | None, failures: list[str], say: Any
+) -> tuple[dict[str, Any] | None, bytes | None, dict[str, Any]]:
+    """Checks 3: the checkpoint, the public key, and the signature; returns what later checks use."""
     checkpoint = None
     public_key = None
-    cp_info = manifest.get("checkpoint")
     cp_file: dict[str, Any] = {}
-    if cp_info is not None:
-        try:
-            cp_file = json.loads((package / "checkpoint.json").read_text(encoding="utf-8"))
-            signed_bytes = bytes.fromhex(cp_file["signed_bytes"])
-            checkpoint = parse_checkpoint(signed_bytes)
-        except (OSError, ValueError, KeyError, Problem) as exc:
-            failures.append(f"checkpoint.json: {exc}")
-        key_file = public_key_path or package / "public-key.pem"
-        try:
-            public_key = load_public_key(key_file)
-        except Exception as exc:  # noqa: BLE001 - any unreadable key is a failure to report
-            failures.append(f"{key_file}: cannot read the public key: {exc}")
-        if checkpoint is not None and public_key is not None:
-            kid = hashlib.sha256(public_key).hexdigest()[:16]
-            say(f"public key {public_key.hex()} (key id {kid}) from {key_file}")
-            if kid != checkpoint["key_id"]:
-                failures.append(f"the checkpoint names key {checkpoint['key_id']}, not the given key {kid}")
-            elif not signature_ok(public_key, _unhex(cp_file.get("signature", "")), signed_bytes):
-                failures.append("the checkpoint's Ed25519 signature does not verify with the public key")
-            else:
-                when = EPOCH + timedelta(microseconds=checkpoint["time_micros"])
-                say(f"checkpoint signed {when.isoformat()}: {checkpoint['tree_size']} records in "
-                    f"{len(checkpoint['sizes'])} partitions, root {checkpoint['root'].hex()}: signature OK")
-
-    unbound = False
-    if public_key is not None and checkpoint is not None:
-        try:
-            sig = bytes.fromhex((package / "manifest.sig").read_text(encoding="utf-8").strip())
-        except FileNotFoundError:
-            unbound = True
-        except (OSError, ValueError) as exc:
-            failures.append(f"manifest.sig cannot be read: {exc}")
+    signed_bytes = b""
+    try:
+        cp_file = json.loads((package / "checkpoint.json").read_text(encoding="utf-8"))
+        signed_bytes = bytes.fromhex(cp_file["signed_bytes"])
+        checkpoint = parse_checkpoint(signed_bytes)
+    except (OSError, ValueError, KeyError, Problem) as exc:
+        failures.append(f"checkpoint.json: {exc}")
+    key_file = public_key_path or package / "public-key.pem"
+    try:
+        public_key = load_public_key(key_file)
+    except Exception as exc:  # noqa: BLE001 - any unreadable key is a failure to report
+        failures.append(f"{key_file}: cannot read the public key: {exc}")
+    if checkpoint is not None and public_key is not None:
+        kid = hashlib.sha256(public_key).hexdigest()[:16]
+        say(f"public key {public_key.hex()} (key id {kid}) from {key_file}")
+        if kid != checkpoint["key_id"]:
+            failures.append(f"the checkpoint names key {checkpoint['key_id']}, not the given key {kid}")
+        elif not signature_ok(public_key, _unhex(cp_file.get("signature", "")), signed_bytes):
+            failures.append("the checkpoint's Ed25519 signature does not verify with the public key")
         else:
-            if signature_ok(public_key, sig, MANIFEST_CONTEXT + manifest_bytes):
-                say("manifest signed with the checkpoint's key: every file it lists is as the signer wrote it")
-            else:
-                failures.append("manifest.json is not the one the checkpoint's key signed (manifest.sig): a file was changed")
+            when = EPOCH + timedelta(microseconds=checkpoint["time_micros"])
+            say(f"checkpoint signed {when.isoformat()}: {checkpoint['tree_size']} records in "
+                f"{len(checkpoint['sizes'])} partitions, root {checkpoint['root'].hex()}: signature OK")
+    return checkpoint, public_key, cp_file
 
-    unproven = []
-    proven = 0
-    for item in manifest["events"]:
-        label = f"{item['position']} {item['type']} {item['event_id']}"
-        try:
-            raw = (package / item["avro"]).read_bytes()
-            shown = json.loads((package / item["json"]).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            failures.append(f"{label}: {exc}")
-            continue
-        try:
-            record = decode_single_object(raw, schemas)
-            problems = compare_with_json(record, shown)
-        except (Problem, ValueError, IndexError, KeyError, TypeError, struct.error) as exc:
-            failures.append(f"{label}: the bytes cannot be read as the event its JSON shows: {exc}")
-        else:
-            for problem in problems:
-                failures.append(f"{label}: {problem}")
-            env = record.get("envelope", {})
-            if env.get("event_id") != item["event_id"] or env.get("unit_id") != item["unit_id"]:
-                failures.append(f"{label}: the bytes are event {env.get('event_id')} of unit {env.get('unit_id')!r}")
-        if item.get("proof") is None:
-            unproven.append(label)
-            continue
-        try:
-            proof = json.loads((package / item["proof"]).read_text(encoding="utf-8"))
-            path_hashes = [bytes.fromhex(h) for h in proof["audit_path"]]
-            head_hashes = [bytes.fromhex(h) for h in proof["head"]["audit_path"]]
-        except (OSError, ValueError, KeyError) as exc:
-            failures.append(f"{label}: its proof cannot be read: {exc}")
-            continue
-        leaf = leaf_hash(raw)
-        if leaf.hex() != proof["leaf_hash"]:
-            failures.append(f"{label}: its bytes hash to leaf {leaf.hex()[:16]}..., the proof is for {proof['leaf_hash'][:16]}...")
-            continue
-        if checkpoint is None:
-            failures.append(f"{label}: no readable checkpoint to prove against")
-            continue
-        if proof.get("checkpoint", {}).get("signed_bytes") != cp_file.get("signed_bytes"):
-            failures.append(f"{label}: the proof is against another checkpoint than checkpoint.json")
-            continue
-        p = proof["partition"]
-        size = proof["tree_size"]
-        if p >= len(checkpoint["sizes"]) or checkpoint["sizes"][p] != size:
-            failures.append(f"{label}: partition {p} size {size} is not the signed one")
-            continue
-        root = root_from_inclusion(leaf, proof["leaf_index"], size, path_hashes)
-        if root is None or root != checkpoint["roots"][p]:
-            failures.append(f"{label}: the audit path does not lead to partition {p}'s signed root")
-            continue
-        head = leaf_hash(head_entry(p, size, root))
-        top = root_from_inclusion(head, p, len(checkpoint["sizes"]), head_hashes)
-        if top != checkpoint["root"]:
-            failures.append(f"{label}: partition {p}'s head does not lead to the signed root of roots")
-            continue
-        proven += 1
-        say(f"OK  {label}: leaf {proof['leaf_index']} of {size} in partition {p}")
 
-    if checkpoint is not None:
-        failures.extend(_omissions(package, manifest, checkpoint, schemas, say))
+def _manifest_unsigned(package: Path, manifest_bytes: bytes, public_key: bytes, failures: list[str], say: Any) -> bool:
+    """Whether the package has no manifest.sig (its derived files are then bound to nothing)."""
+    try:
+        sig = bytes.fromhex((package / "manifest.sig").read_text(encoding="utf-8").strip())
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError) as exc:
+        failures.append(f"manifest.sig cannot be read: {exc}")
+        return False
+    if signature_ok(public_key, sig, MANIFEST_CONTEXT + manifest_bytes):
+        say("manifest signed with the checkpoint's key: every file it lists is as the signer wrote it")
+    else:
+        failures.append("manifest.json is not the one the checkpoint's key signed (manifest.sig): a file was changed")
+    return False
 
+
+def _check_event(
+    package: Path, item: dict[str, Any], schemas: dict[bytes, Any], checkpoint: dict[str, Any] | None,
+    cp_file: dict[str, Any], failures: list[str], say: Any,
+) -> str:
+    """Checks 1, 2 and 4 for one event: "proven", "unproven" (no proof in the package) or "failed"."""
+    label = f"{item['position']} {item['type']} {item['event_id']}"
+    try:
+        raw = (package / item["avro"]).read_bytes()
+        shown = json.loads((package / item["json"]).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        failures.append(f"{label}: {exc}")
+        return "failed"
+    try:
+        record = decode_single_object(raw, schemas)
+        problems = compare_with_json(record, shown)
+    except (Problem, ValueError, IndexError, KeyError, TypeError, struct.error) as exc:
+        failures.append(f"{label}: the bytes cannot be read as the event its JSON shows: {exc}")
+    else:
+        for problem in problems:
+            failures.append(f"{label}: {problem}")
+        env = record.get("envelope", {})
+        if env.get("event_id") != item["event_id"] or env.get("unit_id") != item["unit_id"]:
+            failures.append(f"{label}: the bytes are event {env.get('event_id')} of unit {env.get('unit_id')!r}")
+    if item.get("proof") is None:
+        return "unproven"
+    try:
+        proof = json.loads((package / item["proof"]).read_text(encoding="utf-8"))
+        path_hashes = [bytes.fromhex(h) for h in proof["audit_path"]]
+        head_hashes = [bytes.fromhex(h) for h in proof["head"]["audit_path"]]
+    except (OSError, ValueError, KeyError) as exc:
+        failures.append(f"{label}: its proof cannot be read: {exc}")
+        return "failed"
+    leaf = leaf_hash(raw)
+    if leaf.hex() != proof["leaf_hash"]:
+        failures.append(f"{label}: its bytes hash to leaf {leaf.hex()[:16]}..., the proof is for {proof['leaf_hash'][:16]}...")
+        return "failed"
+    if checkpoint is None:
+        failures.append(f"{label}: no readable checkpoint to prove against")
+        return "failed"
+    if proof.get("checkpoint", {}).get("signed_bytes") != cp_file.get("signed_bytes"):
+        failures.append(f"{label}: the proof is against another checkpoint than checkpoint.json")
+        return "failed"
+    p = proof["partition"]
+    size = proof["tree_size"]
+    if p >= len(checkpoint["sizes"]) or checkpoint["sizes"][p] != size:
+        failures.append(f"{label}: partition {p} size {size} is not the signed one")
+        return "failed"
+    root = root_from_inclusion(leaf, proof["leaf_index"], size, path_hashes)
+    if root is None or root != checkpoint["roots"][p]:
+        failures.append(f"{label}: the audit path does not lead to partition {p}'s signed root")
+        return "failed"
+    head = leaf_hash(head_entry(p, size, root))
+    top = root_from_inclusion(head, p, len(checkpoint["sizes"]), head_hashes)
+    if top != checkpoint["root"]:
+        failures.append(f"{label}: partition {p}'s head does not lead to the signed root of roots")
+        return "failed"
+    say(f"OK  {label}: leaf {proof['leaf_index']} of {size} in partition {p}")
+    return "proven"
+
+
+def _verdict(total: int, proven: int, unproven: list[str], unbound: bool, failures: list[str], say: Any) -> int:
     for label in unproven:
         say(f"UNPROVEN  {label}: no checkpoint covered it when the package was made")
     for failure in failures:
         say(f"FAIL  {failure}")
-    total = len(manifest["events"])
     if failures:
         say(f"NOT VERIFIED: {len(failures)} problem(s); {proven} of {total} events proven")
         return 1

@@ -15,40 +15,30 @@ Two grades of problem:
   differs from the one given when the unit opened, a correction that changes nothing).
 
 Every problem names the field (``final_alignment.Sanders``) and the rule (a stable code and a message).
+
+The payload a command asks for, before any check, is ``producers.payloads`` (``to_payload`` and
+``with_warnings`` are exported here too, beside the checks that follow them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ledger.events import (
-    CorrectionStage,
     Event,
-    County,
     ElectionDefined,
     Payload,
     Problem,
-    Result,
     ResultCorrected,
     ResultReported,
-    SatelliteGroup,
     TieBroken,
-    TieMethod,
-    UnitDefinition,
     UnitOpened,
 )
-from producers.commands import (
-    Command,
-    CorrectResult,
-    DefineElection,
-    OpenUnit,
-    RecordTie,
-    ReportResult,
-    parse_ratio,
-)
+from producers.commands import Command, CorrectResult, DefineElection, OpenUnit, RecordTie, ReportResult
 from producers.intake_state import ElectionInfo, IntakeView
+from producers.payloads import result_of, to_payload, with_warnings
 from producers.tie_settlement import settled_meanwhile, settlement_problems
 from ledger.caucus_math import CaucusMathError, Finding, Severity, get_rule_set, satellite_delegates
 
@@ -137,97 +127,6 @@ def precheck(data: Mapping[str, Any], view: IntakeView) -> tuple[Problem, ...]:
     if isinstance(supersedes, str) and view.result_event(supersedes) is None:
         found.append(Problem("supersedes", "UNKNOWN_EVENT", f"no result event {supersedes!r} is recorded"))
     return tuple(found)
-
-
-# -- command -> payload (no state) -----------------------------------------------------------------------
-
-
-def _result(command: ReportResult | CorrectResult) -> Result:
-    return Result(
-        first_alignment=command.first_alignment,
-        final_alignment=command.final_alignment,
-        attendance=command.attendance,
-        delegates_reported=command.delegates_reported,
-        worksheet_digest=command.worksheet_digest,
-    )
-
-
-def to_payload(command: Command, actor: str) -> tuple[Payload | None, tuple[Problem, ...]]:
-    """The event body a command asks for, before any check against the state (and without warnings).
-    Only an election definition can fail here: its ratios are text until parsed."""
-    if isinstance(command, DefineElection):
-        return _election_payload(command)
-    if isinstance(command, OpenUnit):
-        return UnitOpened(command.attendance), ()
-    if isinstance(command, ReportResult):
-        return ResultReported(_result(command), command.reporter or actor), ()
-    if isinstance(command, CorrectResult):
-        return (
-            ResultCorrected(
-                result=_result(command),
-                supersedes=command.supersedes,
-                reason=command.reason,
-                authority=command.authority,
-                stage=CorrectionStage(command.stage),
-            ),
-            (),
-        )
-    if isinstance(command, RecordTie):
-        return (
-            TieBroken(
-                contenders=command.contenders,
-                seats=command.seats,
-                winners=command.winners,
-                method=TieMethod(command.method),
-                caller=command.caller,
-                witnesses=command.witnesses,
-                reason=command.reason,
-                supersedes=command.supersedes or "",
-            ),
-            (),
-        )
-    raise TypeError(f"not a command: {type(command).__name__}")
-
-
-def _election_payload(command: DefineElection) -> tuple[ElectionDefined | None, tuple[Problem, ...]]:
-    problems: list[Problem] = []
-
-    def ratio(value: Any, where: str) -> Any:
-        if value is None:
-            return None
-        parsed, problem = parse_ratio(value, where)
-        if problem is not None:
-            problems.append(problem)
-        return parsed
-
-    counties = tuple(
-        County(c.county_id, c.name, ratio(c.sde_ratio, f"counties.{i}.sde_ratio")) for i, c in enumerate(command.counties)
-    )
-    groups = tuple(
-        SatelliteGroup(g.group_id, g.name, ratio(g.sde_pool, f"satellite_groups.{i}.sde_pool"), g.attendance_base)
-        for i, g in enumerate(command.satellite_groups)
-    )
-    units = tuple(
-        UnitDefinition(
-            unit_id=u.unit_id,
-            name=u.name,
-            county_id=u.county_id,
-            delegates=u.delegates,
-            satellite_group=u.satellite_group,
-            short_name=u.short_name,
-            sde_weight=ratio(u.sde_weight, f"units.{i}.sde_weight"),
-        )
-        for i, u in enumerate(command.units)
-    )
-    if problems:
-        return None, tuple(problems)
-    return ElectionDefined(command.name, command.rule_set, command.candidates, counties, units, groups), ()
-
-
-def with_warnings(payload: Payload, warnings: tuple[Problem, ...]) -> Payload:
-    if warnings and isinstance(payload, (ResultReported, ResultCorrected)):
-        return replace(payload, warnings=warnings)
-    return payload
 
 
 # -- checks against the state ----------------------------------------------------------------------------
@@ -477,7 +376,7 @@ def _check_correction(command: CorrectResult, election: ElectionInfo, view: Inta
                     f"{status.result_event_id} instead",
                 ),
             )
-        elif status.result is not None and status.result == _result(command):
+        elif status.result is not None and status.result == result_of(command):
             warnings.append(
                 Problem("supersedes", "CORRECTION_UNCHANGED", f"the correction repeats the result of {command.supersedes} unchanged")
             )

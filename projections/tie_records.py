@@ -1,0 +1,132 @@
+"""What a unit's state records of each tie: the toss that stands, and every later toss of the same tie.
+
+Its own module because the rule it keeps is the ledger's most disputed one (DESIGN: a settled tie stays
+settled): the first toss of a tie settles it, and a later toss replaces it only as an official's redraw
+(``TieBroken.redraws``); any other later toss is kept visibly, for the trail and the audit, and changes
+nothing. The reducers apply it; the tallies, the trail and the audit read the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.caucus_math import CaucusMathError, TieResolution
+from ledger.events import Event, TieBroken
+
+__all__ = ["TossNote", "TieRecord", "tossed_ties"]
+
+
+@dataclass(frozen=True, slots=True)
+class TossNote:
+    """A toss of a tie that was already settled: an official's redraw (``redrew``: it replaced the
+    standing toss) or a toss that was ignored (``ignored``: it named no standing toss, or gave no
+    reason). ``against`` is the toss that stood when it came, and ``against_winners`` its winners."""
+
+    event_id: str
+    winners: tuple[str, ...]
+    method: str
+    outcome: str
+    against: str
+    against_winners: tuple[str, ...]
+    supersedes: str = ""
+    reason: str = ""
+
+    @property
+    def redrew(self) -> bool:
+        return self.outcome == "redrew"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "winners": list(self.winners),
+            "method": self.method,
+            "outcome": self.outcome,
+            "against": self.against,
+            "against_winners": list(self.against_winners),
+            "supersedes": self.supersedes,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TossNote:
+        return cls(d["event_id"], tuple(d["winners"]), d["method"], d["outcome"], d["against"], tuple(d["against_winners"]),
+                   d.get("supersedes", ""), d.get("reason", ""))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class TieRecord:
+    """The toss that stands for one tie of a unit (contenders sorted, seats), as ``TieBroken`` recorded
+    it, and every later toss of the same tie (``later``, in log order): a settled tie stays settled,
+    so a later toss replaces the standing one only as an official's redraw (``TieBroken.redraws``);
+    any other is kept here, visibly, and changes nothing."""
+
+    contenders: tuple[str, ...]
+    seats: int
+    winners: tuple[str, ...]
+    method: str
+    event_id: str
+    later: tuple[TossNote, ...] = ()
+    _checked: TieResolution | str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def key(self) -> tuple[tuple[str, ...], int]:
+        return self.contenders, self.seats
+
+    @property
+    def disputed(self) -> bool:
+        """Tossed more than once (redrawn, or contradicted by an ignored toss)."""
+        return bool(self.later)
+
+    def note_of(self, event_id: str) -> TossNote | None:
+        """What became of a later toss of this tie, if ``event_id`` is one."""
+        return next((n for n in self.later if n.event_id == event_id), None)
+
+    def tossed(self, event_id: str, toss: TieBroken) -> TieRecord:
+        """This tie after one more toss of it (see the class docstring)."""
+        winners = tuple(sorted(toss.winners))
+        redraw = toss.redraws(self.event_id)
+        note = TossNote(event_id, winners, toss.method.value, "redrew" if redraw else "ignored", self.event_id, self.winners,
+                        toss.supersedes, toss.reason)  # fmt: skip
+        if redraw:
+            return TieRecord(self.contenders, self.seats, winners, toss.method.value, event_id, (*self.later, note))
+        return TieRecord(self.contenders, self.seats, self.winners, self.method, self.event_id, (*self.later, note))
+
+    def resolution(self) -> TieResolution | str:
+        """The toss as the caucus math takes it, or why it cannot be used. Checked once per record:
+        a unit's tally is computed again whenever the unit changes, its recorded tosses with it."""
+        checked = self._checked
+        if checked is None:
+            try:
+                checked = TieResolution(self.contenders, self.seats, self.winners, self.method)  # type: ignore[arg-type]
+            except CaucusMathError as exc:
+                checked = str(exc)
+            object.__setattr__(self, "_checked", checked)
+        return checked
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "contenders": list(self.contenders),
+            "seats": self.seats,
+            "winners": list(self.winners),
+            "method": self.method,
+            "event_id": self.event_id,
+        }
+        if self.later:  # absent for a tie tossed once: stored states of such units keep their bytes
+            out["later"] = [n.to_json() for n in self.later]
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TieRecord:
+        later = tuple(TossNote.from_json(n) for n in d.get("later", ()))
+        return cls(tuple(d["contenders"]), d["seats"], tuple(d["winners"]), d["method"], d["event_id"], later)
+
+
+def tossed_ties(ties: tuple[TieRecord, ...], event: Event[Any], toss: TieBroken) -> tuple[TieRecord, ...]:
+    """A unit's ties after a toss: the first toss of a tie settles it, later ones go to its record."""
+    contenders, seats = toss.tie
+    for i, tie in enumerate(ties):
+        if tie.key == (contenders, seats):
+            return (*ties[:i], tie.tossed(event.event_id, toss), *ties[i + 1 :])
+    return (*ties, TieRecord(contenders, seats, tuple(sorted(toss.winners)), toss.method.value, event.event_id))

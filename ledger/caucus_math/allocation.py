@@ -162,6 +162,49 @@ def _build(*values: object) -> Allocation:
 # --------------------------------------------------------------------------- entry point
 
 
+def _checked_inputs(
+    delegates: int,
+    attendance: int | None,
+    first: Mapping[str, int],
+    final: Mapping[str, int],
+    worksheet_decimals: int | None,
+    check_totals: bool,
+) -> tuple[int, int, dict[str, int], dict[str, int], int]:
+    """D, T, both alignments over the same candidates (0 where one names a group the other does not)
+    and the final total; CaucusMathError for input no caucus can produce (see ``allocate``)."""
+    d = delegates if type(delegates) is int and delegates >= 0 else check_int("delegates", delegates)
+    first_c = validate_counts("first", first)
+    final_c = validate_counts("final", final)
+    sum_first = sum(first_c.values())
+    sum_final = sum(final_c.values())
+    if attendance is None:
+        t = sum_first
+    else:
+        t = attendance if type(attendance) is int and attendance >= 0 else check_int("attendance", attendance)
+        if sum_first > t and check_totals:
+            raise CaucusMathError(
+                "first",
+                f"first-alignment total {sum_first} exceeds the {t} attendees counted at the start (overcount)",
+                "RULES §2 step 3",
+            )
+    if sum_final > t and check_totals:
+        raise CaucusMathError(
+            "final",
+            f"final-alignment total {sum_final} exceeds the {t} attendees counted at the start; "
+            "nobody new is admitted",
+            "RULES §4.4",
+        )
+    if worksheet_decimals is not None and decimals_bad(worksheet_decimals):
+        raise CaucusMathError("worksheet_decimals", f"must be None or an integer >= 0, got {worksheet_decimals!r}")
+
+    if first_c.keys() != final_c.keys():
+        for k in final_c.keys() - first_c.keys():
+            first_c[k] = 0
+        for k in first_c.keys() - final_c.keys():
+            final_c[k] = 0
+    return d, t, first_c, final_c, sum_final
+
+
 def allocate(
     *,
     delegates: int,
@@ -190,38 +233,8 @@ def allocate(
     for a published result that breaks §4.4 (RULES §1, §12: T stays the
     denominator), not refuse to look at it.
     """
-    d = delegates if type(delegates) is int and delegates >= 0 else check_int("delegates", delegates)
-    first_c = validate_counts("first", first)
-    final_c = validate_counts("final", final)
-    sum_first = sum(first_c.values())
-    sum_final = sum(final_c.values())
-    if attendance is None:
-        t = sum_first
-    else:
-        t = attendance if type(attendance) is int and attendance >= 0 else check_int("attendance", attendance)
-        if sum_first > t and check_totals:
-            raise CaucusMathError(
-                "first",
-                f"first-alignment total {sum_first} exceeds the {t} attendees counted at the start (overcount)",
-                "RULES §2 step 3",
-            )
-    if sum_final > t and check_totals:
-        raise CaucusMathError(
-            "final",
-            f"final-alignment total {sum_final} exceeds the {t} attendees counted at the start; "
-            "nobody new is admitted",
-            "RULES §4.4",
-        )
-    if worksheet_decimals is not None and decimals_bad(worksheet_decimals):
-        raise CaucusMathError("worksheet_decimals", f"must be None or an integer >= 0, got {worksheet_decimals!r}")
+    d, t, first_s, final_s, sum_final = _checked_inputs(delegates, attendance, first, final, worksheet_decimals, check_totals)
     book = TieBook(ties) if ties else NO_TIES
-
-    if first_c.keys() != final_c.keys():
-        for k in final_c.keys() - first_c.keys():
-            first_c[k] = 0
-        for k in first_c.keys() - final_c.keys():
-            final_c[k] = 0
-    first_s, final_s = first_c, final_c
     names = final_s
 
     if d == 0:

@@ -130,11 +130,26 @@ def create_app(
         lifespan=lifespan,
     )
     metrics = IntakeMetrics(intake)
+    _add_command_routes(app, intake, store, metrics, retry_seconds)
+    _add_read_routes(app, intake, store, retry_seconds)
+    instrument(app, intake, metrics)
+    _publish_schema_defs(app)
+    return app
+
+
+def _unavailable(exc: Exception, retry_seconds: float) -> JSONResponse:
+    """Neither the log nor the spool could keep the command: nothing was recorded, send it again."""
+    retry = str(max(1, math.ceil(retry_seconds)))
+    return JSONResponse({"status": "error", "message": str(exc)}, status_code=503, headers={"Retry-After": retry})
+
+
+def _add_command_routes(
+    app: FastAPI, intake: Intake, store: CredentialStore, metrics: IntakeMetrics, retry_seconds: float
+) -> None:
+    """One POST route per command; each hands the body to the intake verbatim (a refusal is recorded as sent)."""
 
     def unavailable(exc: Exception) -> JSONResponse:
-        """Neither the log nor the spool could keep the command: nothing was recorded, send it again."""
-        retry = str(max(1, math.ceil(retry_seconds)))
-        return JSONResponse({"status": "error", "message": str(exc)}, status_code=503, headers={"Retry-After": retry})
+        return _unavailable(exc, retry_seconds)
 
     async def submit(request: Request, kind: CommandKind, unit: str | None, channel: str | None) -> JSONResponse:
         try:
@@ -201,6 +216,13 @@ def create_app(
     route("/units/{unit}/corrections", CommandKind.CORRECT, "Correct a unit's result (official)")
     route("/units/{unit}/ties", CommandKind.TOSS, "Record a coin toss or drawing of lots (official)")
 
+
+def _add_read_routes(app: FastAPI, intake: Intake, store: CredentialStore, retry_seconds: float) -> None:
+    """A command's receipt, by its idempotency key, and the intake's health."""
+
+    def unavailable(exc: Exception) -> JSONResponse:
+        return _unavailable(exc, retry_seconds)
+
     @app.get("/receipts/{idempotency_key:path}", summary="What became of a command, by its idempotency key")
     async def receipt(request: Request, idempotency_key: str) -> JSONResponse:
         try:
@@ -225,10 +247,6 @@ def create_app(
         writing = status["reachable"] and not status["spool"]["pending"]  # events waiting: appends are failing
         status["status"] = "ok" if ok and writing else ("degraded" if ok else "log lost")
         return JSONResponse(status, status_code=200 if ok else 503)
-
-    instrument(app, intake, metrics)
-    _publish_schema_defs(app)
-    return app
 
 
 def _publish_schema_defs(app: FastAPI) -> None:

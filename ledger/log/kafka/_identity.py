@@ -17,7 +17,7 @@ The rules, and the broker quirks behind them (DESIGN.md):
   reader that may not write), and existence is asked through metadata, never by fetching (a fetch
   would create it on Tansu).
 - Positions are found by fetching from offset 0 and reading the fetch high watermark, never with
-  ``end_offsets`` (wrong on Tansu).
+  ``end_offsets`` (wrong on Tansu; see ``_watermarks.py``).
 - A memory-only broker that restarts loses both topics; the log that comes back is a new log with a
   new id, which is the truth: the projections built from the old one no longer match it.
 """
@@ -34,6 +34,7 @@ from kafka import TopicPartition
 from kafka import errors as kafka_errors
 
 from ledger.log.kafka._topics import TopicError, TopicPartitionMismatch, provision_topic
+from ledger.log.kafka._watermarks import SNAPSHOT_WAIT_MS
 from ledger.log.port import LogError, LogUnavailableError
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def _exists(log: KafkaLog, name: str) -> bool:
 def _records(log: KafkaLog, name: str) -> list[dict[str, Any]]:
     """Every record of partition 0 of ``name``, decoded, in offset order (the topic holds a few)."""
     tp = TopicPartition(name, 0)
-    consumer = log._new_consumer(fetch_max_wait_ms=10)  # noqa: SLF001
+    consumer = log._new_consumer(fetch_max_wait_ms=SNAPSHOT_WAIT_MS)  # noqa: SLF001
     out: list[dict[str, Any]] = []
     try:
         consumer.assign([tp])

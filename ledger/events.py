@@ -81,7 +81,6 @@ class Envelope:
         return self.unit_id or f"election:{self.election_id}"
 
 
-
 class Payload:
     """Base of every event body. TYPE names the Avro record, VERSION the schema the class matches."""
 

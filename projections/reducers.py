@@ -178,8 +178,6 @@ class UnitState:
         return cls.from_json(json.loads(text))
 
 
-
-
 _UNIT_FIELDS = tuple(f.name for f in fields(UnitState))
 
 

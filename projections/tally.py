@@ -425,5 +425,3 @@ def _sdes(
         return weight, divisor, {}
     per_cd = weight / divisor if divisor else Fraction(0)
     return weight, divisor, {c: (per_cd * n if n else _ZERO) for c, n in official.items()}
-
-

@@ -39,6 +39,7 @@ __all__ = [
     "signed",
 ]
 
+
 def _delta(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else b - a
 

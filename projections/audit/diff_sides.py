@@ -303,5 +303,3 @@ def load_snapshot(spec: SideSpec, sources: Sources, *, election_id: str | None =
 
 
 # -- comparing --------------------------------------------------------------------------------------
-
-

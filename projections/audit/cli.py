@@ -161,8 +161,11 @@ def checkpoint_command(
                                kind="tampering") from None
                 except SignerStateError as exc:
                     raise fail(str(exc), OPERATIONAL) from None
+                log_id = log.log_id or f"scope:{settings.topic}"
+            known = [row.signed for row in store.checkpoints() if row.signed is not None]
         finally:
             store.close()
+    feed = _publish_on_feed(settings, [*known, issued.signed], log_id)
     s = issued.signed
     c = s.checkpoint
     data = {
@@ -178,6 +181,7 @@ def checkpoint_command(
         "public_key": s.public_key.hex(),
         "signature": s.signature.hex(),
         "key_created": created,
+        "feed": {"published": feed.published, "feed": feed.feed, "error": feed.error},
     }
 
     def human() -> None:
@@ -187,8 +191,22 @@ def checkpoint_command(
         typer.echo(f"  covers {c.tree_size} records in {c.partitions} partitions: {', '.join(map(str, c.partition_sizes))}")
         typer.echo(f"  root   {c.root_hash.hex()}")
         typer.echo(f"  key    {c.key_id}   time {c.time.isoformat()}")
+        if feed.error is None:
+            typer.echo(f"  published on the results feed {feed.feed} ({feed.published} checkpoint(s))")
 
     emit(data, as_json, human)
+
+
+def _publish_on_feed(settings: Settings, known: list[Any], log_id: str) -> Any:
+    """Every checkpoint the feed lacks goes out on it; a feed that is away costs a warning (the
+    checkpoint is in the log and its store already, and the next run publishes what was missed)."""
+    from projections.feed_checkpoints import publish_on_feed
+
+    outcome = publish_on_feed(settings, known, log_id)
+    if outcome.error is not None:
+        typer.echo(f"warning: the checkpoint was not published on the results feed {outcome.feed}: {outcome.error} "
+                   "(the next `caucus checkpoint` publishes it)", err=True)
+    return outcome
 
 
 # -- caucus verify -------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,8 +27,9 @@ from ledger.integrity.checkpoints import Checkpoint, SignedCheckpoint
 from ledger.integrity.keys import KeyFileError, SigningKey, TrustedKey, load_or_create_signing_key, load_trusted_key
 from ledger.integrity.merkle import verify_consistency
 from ledger.integrity.scan import LogScan
+from ledger.integrity.witness_proofs import proofs_problem
 
-__all__ = ["WitnessError", "WitnessRefused", "Witnessed", "WitnessDir", "COSIGN_CONTEXT"]
+__all__ = ["WitnessError", "WitnessRefused", "Witnessed", "WitnessDir", "COSIGN_CONTEXT", "held_problems"]
 
 COSIGN_CONTEXT = b"caucus-ledger witness cosignature v1\n"
 KEY_FILE = "witness-key.pem"
@@ -139,13 +141,7 @@ class WitnessDir:
     def cosign(self, log_id: str, scan: LogScan, signed: SignedCheckpoint) -> Witnessed:
         """Cosign ``signed`` (already checked against the signer's trusted key) if the log extends the
         last checkpoint witnessed for it and ``signed`` covers the log as scanned; else WitnessRefused."""
-        held = [w for w in self.witnessed() if w.log_id == log_id]
-        others = {w.log_id for w in self.witnessed()} - {log_id}
-        if not held and others:
-            raise WitnessRefused(
-                f"this witness holds checkpoints of log {', '.join(sorted(others))}, not of {log_id}: another log was "
-                "put in its place (a witness directory serves one log)"
-            )
+        held = self._held(log_id)
         for p, (size, root) in enumerate(zip(signed.checkpoint.partition_sizes, signed.checkpoint.partition_roots)):
             part = scan.parts.get(p)
             if part is None or part.size < size or part.tree.root(size) != root:
@@ -157,6 +153,40 @@ class WitnessDir:
             problem = _consistency_problem(scan, last, signed.checkpoint)
             if problem is not None:
                 raise WitnessRefused(problem)
+        return self._keep(log_id, signed)
+
+    def accept(self, log_id: str, signed: SignedCheckpoint, proofs: Sequence[Sequence[bytes]],
+               signers: Sequence[TrustedKey]) -> Witnessed:
+        """Cosign ``signed`` without a copy of the log (``caucus witness serve``): it must be signed by
+        one of ``signers`` and, if a checkpoint of this log is held, ``proofs`` (one RFC 9162
+        consistency proof per partition, ``witness_proofs``) must show it extends that one. The first
+        checkpoint of a log is taken on its signature alone. Else WitnessRefused."""
+        problem = signed.signature_problem(signers)
+        if problem is not None:
+            raise WitnessRefused(f"{signed.label}: {problem}")
+        held = self._held(log_id)
+        if held:
+            last = held[-1].signed.checkpoint
+            if signed.checkpoint.to_bytes() == last.to_bytes():
+                return held[-1]
+            problem = proofs_problem(last, signed.checkpoint, proofs)
+            if problem is not None:
+                raise WitnessRefused(problem)
+        return self._keep(log_id, signed)
+
+    def _held(self, log_id: str) -> list[Witnessed]:
+        """What this witness cosigned for ``log_id``; WitnessRefused if it serves another log."""
+        everything = self.witnessed()
+        held = [w for w in everything if w.log_id == log_id]
+        others = {w.log_id for w in everything} - {log_id}
+        if not held and others:
+            raise WitnessRefused(
+                f"this witness holds checkpoints of log {', '.join(sorted(others))}, not of {log_id}: another log was "
+                "put in its place (a witness directory serves one log)"
+            )
+        return held
+
+    def _keep(self, log_id: str, signed: SignedCheckpoint) -> Witnessed:
         key = self.key()
         done = Witnessed(log_id, signed, key.sign(cosigned_message(log_id, signed.checkpoint)),
                          datetime.now(UTC).isoformat(timespec="seconds"))
@@ -171,20 +201,25 @@ class WitnessDir:
 
     def check(self, log_id: str | None, scan: LogScan) -> list[str]:
         """Why the scanned log is not the one this witness cosigned (empty: it extends all of it)."""
-        problems: list[str] = []
-        trusted = self.public_key()
-        held = self.witnessed()
-        if not held:
-            return [f"the witness {self.path} holds no checkpoint yet"]
-        for w in held:
-            if not trusted.verifies(w.message(), w.cosignature):
-                problems.append(f"the witness's cosignature of checkpoint {w.signed.event_id} does not verify")
-        ids = {w.log_id for w in held}
-        if log_id is not None and log_id not in ids:
-            problems.append(f"the log's id is {log_id}, but the witness cosigned log {', '.join(sorted(ids))}: another log")
-            return problems
-        last = [w for w in held if w.log_id == (log_id or w.log_id)][-1]
-        problem = _consistency_problem(scan, last.signed.checkpoint, None)
-        if problem is not None:
-            problems.append(f"against the checkpoint the witness cosigned at {last.witnessed_at}: {problem}")
+        return held_problems(self.witnessed(), self.public_key(), log_id, scan, str(self.path))
+
+
+def held_problems(held: Sequence[Witnessed], witness_key: TrustedKey, log_id: str | None, scan: LogScan,
+                  where: str) -> list[str]:
+    """Why the scanned log is not the one a witness (``where``, its directory or URL) cosigned, given
+    what it holds and its public key (empty: the log extends all of it)."""
+    problems: list[str] = []
+    if not held:
+        return [f"the witness {where} holds no checkpoint yet"]
+    for w in held:
+        if not witness_key.verifies(w.message(), w.cosignature):
+            problems.append(f"the witness's cosignature of checkpoint {w.signed.event_id} does not verify")
+    ids = {w.log_id for w in held}
+    if log_id is not None and log_id not in ids:
+        problems.append(f"the log's id is {log_id}, but the witness cosigned log {', '.join(sorted(ids))}: another log")
         return problems
+    last = [w for w in held if w.log_id == (log_id or w.log_id)][-1]
+    problem = _consistency_problem(scan, last.signed.checkpoint, None)
+    if problem is not None:
+        problems.append(f"against the checkpoint the witness cosigned at {last.witnessed_at}: {problem}")
+    return problems

@@ -8,9 +8,10 @@ removed and is reported. Hashing never depends on the catalogue being able to re
 
 The leaf covers the value only; the columns a log stores beside it are checked against the value they
 must agree with (``column_problems``): the key (the event's partition key) and the headers that repeat
-what the value says (type, schema fingerprint, election, unit, content type). Two columns cannot be
-checked so: the writer header (who appended the record) and the log's own timestamp; nothing decides
-anything by them, and ``caucus log tail`` shows them as the log's say-so.
+what the value says (type, schema fingerprint, election, unit, content type). The log's own append
+time cannot be checked against the value; it is kept (``append_ms``) and held to the signed
+checkpoints' times (``append_times``). The writer header (who appended the record) is covered by
+nothing: ``caucus log tail`` shows it as the log's say-so, and nothing decides anything by it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class PartitionScan:
     leaf_hashes: list[bytes] = field(default_factory=list)
     gaps: list[tuple[int, int]] = field(default_factory=list)  # (offset expected, offset found)
     column_problems: list[tuple[int, str]] = field(default_factory=list)  # (offset, what disagrees with the value)
+    append_ms: list[int] = field(default_factory=list)  # the log's own append time of each record
     tree: MerkleTree = field(default_factory=MerkleTree)
 
     @property
@@ -96,6 +98,7 @@ def scan_log(log: EventLog, codec: Codec | None = None) -> LogScan:
         ps.offsets.append(off)
         ps.values.append(value)
         ps.leaf_hashes.append(sha256(b"\x00" + value).digest())
+        ps.append_ms.append(rec.timestamp_ms)
         if value[2:10] in checkpoint_fps:
             found.append(_checkpoint_at(codec, rec.position, value))
         problem = _columns_problem(codec, rec)

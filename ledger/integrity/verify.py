@@ -16,6 +16,8 @@ What is checked, in order:
    verified from nothing but the two signed roots, so a checkpoint signed over a rewritten history (a fork) is caught even when the log
    now agrees with the later one.
 5. Offsets within a partition run 0, 1, 2, ... with no holes.
+6. The columns beside each value: the key and the derived headers against the value (``scan``), the
+   log's append time against the signed checkpoints' times (``append_times``).
 
 Positions in findings are ``partition:offset`` in the history the checkpoints signed.
 """
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.codec import Codec, CodecError, default_codec
+from ledger.integrity.append_times import append_time_problems
 from ledger.integrity.checkpoints import SignedCheckpoint
 from ledger.integrity.keys import ENV_PUBLIC_KEY, PUBLIC_KEY_FILE, TrustedKey
 from ledger.integrity.merkle import MerkleTree, verify_consistency
@@ -42,7 +45,7 @@ class IntegrityFinding:
     """One thing that is wrong. ``kind`` is one of: altered, missing, inserted, reordered, truncated,
     mismatch, gap, inconsistent, signature, malformed-checkpoint, checkpoint-missing,
     checkpoint-altered, store-altered, column (a stored column contradicts the record's value),
-    witness (the log does not extend what a witness cosigned)."""
+    append-time (the log's append time contradicts the signed checkpoints' times), witness (the log does not extend what a witness cosigned)."""
 
     kind: str
     message: str
@@ -352,6 +355,9 @@ def verify_scan(
         check.check_gaps()
         for off, problem in scan.parts[p].column_problems:
             findings.append(IntegrityFinding("column", f"the record at {p}:{off} stores {problem}", Position(p, off)))
+        for index, problem in append_time_problems(p, scan.parts[p].append_ms, valid):
+            at = Position(p, scan.parts[p].offset_of(index))
+            findings.append(IntegrityFinding("append-time", f"the record at {at} {problem}", at))
         check.check_checkpoints(valid)
         check.check_consistency(valid)
     latest = valid[-1] if valid else None

@@ -8,6 +8,10 @@ cosigned a checkpoint, ``caucus verify --against WITNESS_DIR`` holds the log to 
 whose first ``size`` records of a partition no longer hash to the root the witness kept is caught, and
 so is another log put in its place (another log id), however freshly it was re-signed.
 
+A witness can also be served by URL (``witness_service``: ``caucus witness serve``); it holds no log,
+so it cosigns a newer checkpoint only with consistency proofs from the one it holds (``accept``,
+``witness_proofs``), and ``held_problems`` is the check ``verify --against`` makes of either kind.
+
 The witness directory holds its own Ed25519 key (``witness-key.pem``, 0600, and ``witness-key.pub``),
 and ``witnessed.jsonl``: one line per cosigned checkpoint, append-only. A cosignature is the witness's
 signature over ``COSIGN_CONTEXT || log id || 0x00 || checkpoint bytes``.

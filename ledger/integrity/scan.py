@@ -10,8 +10,9 @@ The leaf covers the value only; the columns a log stores beside it are checked a
 must agree with (``column_problems``): the key (the event's partition key) and the headers that repeat
 what the value says (type, schema fingerprint, election, unit, content type). The log's own append
 time cannot be checked against the value; it is kept (``append_ms``) and held to the signed
-checkpoints' times (``append_times``). The writer header (who appended the record) is covered by
-nothing: ``caucus log tail`` shows it as the log's say-so, and nothing decides anything by it.
+checkpoints' times (``append_times``). The headers not derived from the value (the writer: who
+appended the record) get a tree of their own per partition (``column_hashes``, ``columns``), whose
+roots newer checkpoints sign.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ledger.codec import Codec, CodecError, default_codec
 from ledger.integrity.checkpoints import CheckpointFormatError, SignedCheckpoint
+from ledger.integrity.columns import EMPTY_LEAF, columns_leaf
 from ledger.integrity.merkle import MerkleTree
 from ledger.log.port import EventLog, Position, StoredRecord
 from ledger.record_headers import DERIVED, event_headers
@@ -37,7 +39,9 @@ class PartitionScan:
     gaps: list[tuple[int, int]] = field(default_factory=list)  # (offset expected, offset found)
     column_problems: list[tuple[int, str]] = field(default_factory=list)  # (offset, what disagrees with the value)
     append_ms: list[int] = field(default_factory=list)  # the log's own append time of each record
+    column_hashes: list[bytes] = field(default_factory=list)  # leaves of the columns tree (``columns``)
     tree: MerkleTree = field(default_factory=MerkleTree)
+    column_tree: MerkleTree = field(default_factory=MerkleTree)
 
     @property
     def size(self) -> int:
@@ -99,6 +103,7 @@ def scan_log(log: EventLog, codec: Codec | None = None) -> LogScan:
         ps.values.append(value)
         ps.leaf_hashes.append(sha256(b"\x00" + value).digest())
         ps.append_ms.append(rec.timestamp_ms)
+        ps.column_hashes.append(columns_leaf(rec.headers) if rec.headers else EMPTY_LEAF)
         if value[2:10] in checkpoint_fps:
             found.append(_checkpoint_at(codec, rec.position, value))
         problem = _columns_problem(codec, rec)
@@ -106,6 +111,7 @@ def scan_log(log: EventLog, codec: Codec | None = None) -> LogScan:
             ps.column_problems.append((off, problem))
     for ps in parts.values():
         ps.tree = MerkleTree(ps.leaf_hashes)
+        ps.column_tree = MerkleTree(ps.column_hashes)
     return LogScan(max(log.partitions, len(parts)), marks, parts, found)
 
 

@@ -77,6 +77,8 @@ class WitnessUrl:
         """Offer ``signed`` with the proofs that the scanned log extends what the witness holds."""
         held = self.latest(log_id)
         proofs = partition_proofs(scan, held.signed.checkpoint, signed.checkpoint) if held is not None else []
+        column_proofs = (partition_proofs(scan, held.signed.checkpoint, signed.checkpoint, columns=True)
+                         if held is not None and held.signed.column_roots else [])
         body = {
             "event_id": signed.event_id,
             "position": None if signed.position is None else str(signed.position),
@@ -84,6 +86,9 @@ class WitnessUrl:
             "public_key": signed.public_key.hex(),
             "signature": signed.signature.hex(),
             "proofs": [[h.hex() for h in proof] for proof in proofs],
+            "column_roots": [r.hex() for r in signed.column_roots],
+            "column_signature": signed.column_signature.hex(),
+            "column_proofs": [[h.hex() for h in proof] for proof in column_proofs],
         }
         response = self._call("POST", f"/v1/logs/{quote(log_id, safe='')}/checkpoints", body)
         if response.status_code == 409:

@@ -16,19 +16,29 @@ from ledger.integrity.checkpoints import Checkpoint
 from ledger.integrity.merkle import verify_consistency
 from ledger.integrity.scan import LogScan
 
-__all__ = ["partition_proofs", "proofs_problem"]
+__all__ = ["partition_proofs", "proofs_problem", "with_roots"]
 
 
-def partition_proofs(scan: LogScan, old: Checkpoint, new: Checkpoint) -> list[list[bytes]]:
+def partition_proofs(scan: LogScan, old: Checkpoint, new: Checkpoint, *, columns: bool = False) -> list[list[bytes]]:
     """Per partition, the proof that the scanned log's first ``new`` records extend its first ``old``
-    (empty where there is nothing to prove). The log must hold at least ``new``'s records."""
+    (empty where there is nothing to prove); ``columns``: of the columns trees instead. The log must
+    hold at least ``new``'s records."""
     proofs: list[list[bytes]] = []
     for p in range(new.partitions):
         m = old.partition_sizes[p] if p < old.partitions else 0
         n = new.partition_sizes[p]
         part = scan.parts.get(p)
-        proofs.append(part.tree.consistency_proof(m, n) if part is not None and 0 < m < n <= part.size else [])
+        if part is None or not 0 < m < n <= part.size:
+            proofs.append([])
+            continue
+        proofs.append((part.column_tree if columns else part.tree).consistency_proof(m, n))
     return proofs
+
+
+def with_roots(checkpoint: Checkpoint, roots: Sequence[bytes]) -> Checkpoint:
+    """The checkpoint's sizes with other roots (its column roots), to prove those trees consistent too."""
+    return Checkpoint(checkpoint.scope, checkpoint.timestamp_micros, checkpoint.key_id, checkpoint.partition_sizes,
+                      tuple(roots))
 
 
 def proofs_problem(old: Checkpoint, new: Checkpoint, proofs: Sequence[Sequence[bytes]]) -> str | None:

@@ -2,7 +2,8 @@
 
 Read-mostly, as Certificate Transparency witnesses are: anyone may read what it cosigned; a new
 checkpoint is cosigned only when it is signed by a key the witness was told to trust and comes with
-consistency proofs (``witness_proofs``) that it extends the checkpoint held for its log. The witness
+consistency proofs (``witness_proofs``) that it extends the checkpoint held for its log (and, where the
+held one signs column roots, that its columns trees extend those too). The witness
 never sees the log, so it cannot be shown a rewritten one: a rewrite below what it holds has no proof
 that verifies. The first checkpoint of a log is taken on its signature (trust on first use); one
 directory serves one log, as ``WitnessDir`` does.
@@ -42,22 +43,37 @@ class Submission(BaseModel):
     public_key: str = Field(max_length=_HEX_HASH)
     signature: str = Field(max_length=128)
     proofs: list[list[str]] = Field(default_factory=list, max_length=10_000)
+    column_roots: list[str] = Field(default_factory=list, max_length=10_000, description="The columns trees' roots, hex.")
+    column_signature: str = Field(default="", max_length=128)
+    column_proofs: list[list[str]] = Field(default_factory=list, max_length=10_000)
 
 
-def _signed(body: Submission) -> tuple[SignedCheckpoint, list[list[bytes]]]:
-    """The submission as a signed checkpoint and proofs; ValueError says what is malformed."""
+def _hashes(proofs: list[list[str]], what: str) -> list[list[bytes]]:
+    out = [[bytes.fromhex(h) for h in proof] for proof in proofs]
+    if any(len(h) != 32 for proof in out for h in proof):
+        raise ValueError(f"{what}: every hash is 32 bytes")
+    return out
+
+
+def _signed(body: Submission) -> tuple[SignedCheckpoint, list[list[bytes]], list[list[bytes]]]:
+    """The submission as a signed checkpoint, its proofs and its column proofs; ValueError says what
+    is malformed."""
     try:
         checkpoint = Checkpoint.from_bytes(bytes.fromhex(body.checkpoint))
         public_key, signature = bytes.fromhex(body.public_key), bytes.fromhex(body.signature)
-        proofs = [[bytes.fromhex(h) for h in proof] for proof in body.proofs]
+        proofs, column_proofs = _hashes(body.proofs, "proofs"), _hashes(body.column_proofs, "column_proofs")
+        column_roots = tuple(root for [root] in _hashes([[r] for r in body.column_roots], "column_roots"))
+        column_signature = bytes.fromhex(body.column_signature)
     except CheckpointFormatError as exc:
         raise ValueError(f"checkpoint: {exc}") from None
-    except ValueError:
-        raise ValueError("checkpoint, public_key, signature and proofs are hex") from None
-    if any(len(h) != 32 for proof in proofs for h in proof):
-        raise ValueError("proofs: every hash is 32 bytes")
-    position = Position.parse(body.position) if body.position else None
-    return SignedCheckpoint(checkpoint, public_key, signature, body.event_id, position), proofs
+    except ValueError as exc:
+        raise ValueError(str(exc) if "32 bytes" in str(exc) else "checkpoint, keys, signatures, roots and proofs are hex") from None
+    try:
+        position = Position.parse(body.position) if body.position else None
+    except ValueError as exc:
+        raise ValueError(f"position: {exc}") from None
+    signed = SignedCheckpoint(checkpoint, public_key, signature, body.event_id, position, column_roots, column_signature)
+    return signed, proofs, column_proofs
 
 
 def create_witness_app(directory: WitnessDir, signers: Sequence[TrustedKey]) -> FastAPI:
@@ -100,12 +116,12 @@ def create_witness_app(directory: WitnessDir, signers: Sequence[TrustedKey]) -> 
     @app.post("/v1/logs/{log_id}/checkpoints")
     def submit(log_id: str, body: Submission) -> Any:
         try:
-            signed, proofs = _signed(body)
+            signed, proofs, column_proofs = _signed(body)
         except ValueError as exc:
             return error(400, str(exc))
         try:
             with lock:
-                done = directory.accept(log_id, signed, proofs, signers)
+                done = directory.accept(log_id, signed, proofs, signers, column_proofs)
         except WitnessRefused as exc:
             return error(409, str(exc))
         except WitnessError as exc:

@@ -1,7 +1,8 @@
 """What a reader sees beside a record's value, and what holds it: the leaf covers the value; the key
 and the derived headers are checked against it (``test_insider_rewrite``); the log's append time is
 held to the signed checkpoints' times (``ledger.integrity.append_times``); the writer header by the
-column roots a checkpoint signs (``ledger.integrity.columns``)."""
+column roots a checkpoint signs (``ledger.integrity.columns``), which the signer's record and the
+witnesses (directory and URL) hold too, so a key holder who re-signs a rewritten writer is caught."""
 
 from __future__ import annotations
 
@@ -94,3 +95,46 @@ def test_logs_checkpointed_before_column_roots_still_verify(checkpointed: Any) -
         signed = [codec.decode(rec.value) for rec in log.read() if b"caucus checkpoint" in rec.value]
     assert len(signed) == 2 and all(e.payload.column_roots and e.payload.column_signature for e in signed)
     assert checkpointed.verify()[1].ok
+
+
+def _rewrite_a_writer(site: Site) -> None:
+    """The insider's edit of a header only: one record's writer changed, the last checkpoint's event (no
+    checkpoint covers it, so the value trees keep their roots) cut, the checkpoint store deleted."""
+    db = sqlite3.connect(site.data / "log.sqlite3")
+    try:
+        db.execute("DROP TRIGGER log_records_no_update")
+        db.execute("DROP TRIGGER log_records_no_delete")
+        seq, headers = db.execute("SELECT seq, headers FROM log_records WHERE instr(CAST(headers AS TEXT), "
+                                  "'caucus-writer') > 0 ORDER BY seq LIMIT 1 OFFSET 3").fetchone()
+        db.execute("UPDATE log_records SET headers = ? WHERE seq = ?",
+                   (json.dumps({**json.loads(headers), "caucus-writer": "system:intake (really: an official)"}), seq))
+        cut = db.execute("DELETE FROM log_records WHERE seq = (SELECT MAX(seq) FROM log_records WHERE "
+                         "instr(value, CAST('caucus checkpoint' AS BLOB)) > 0)").rowcount
+        assert cut == 1
+        db.commit()
+    finally:
+        db.close()
+    (site.data / "checkpoints.sqlite3").unlink()
+
+
+def test_a_key_holder_who_rewrites_a_writer_and_re_signs_is_caught_by_the_witnesses(
+    tmp_path: Path, site_at: Callable[[Path], Site], serve_witness: Callable[..., Any]
+) -> None:
+    site = site_at(tmp_path / "operator")
+    site.run("demo")  # one checkpoint, its event the last record of its partition
+    served = serve_witness(tmp_path / "newsroom", site.public_key)
+    for witness in (str(site.witness), served.url):
+        site.run("witness", witness, "--public-key", site.public_key)
+
+    _rewrite_a_writer(site)
+    refused = site.run("checkpoint", code=1)  # the signer's record holds the column roots it signed
+    assert "REFUSED TO SIGN" in refused.stderr and "(the writer)" in refused.stderr
+    (site.keys / "checkpoint-key.signed.json").unlink()
+    site.run("checkpoint")
+    site.run("verify", "--public-key", site.public_key)  # a genuine signature over the rewritten headers
+    for witness in (str(site.witness), served.url):
+        caught = site.run("verify", "--public-key", site.public_key, "--against", witness, "--json", code=1)
+        found = json.loads(caught.stdout)["findings"]
+        assert [f["kind"] for f in found] == ["witness"] and "(the writer)" in found[0]["message"], found
+        refused = site.run("witness", witness, "--public-key", site.public_key, code=1)
+        assert "REFUSED TO COSIGN" in refused.stderr and "headers" in refused.stderr, refused.stderr

@@ -86,7 +86,12 @@ def test_the_url_witness_follows_a_growing_log_and_refuses_bad_proofs(site: Site
     for proofs in ([[] for _ in offer["proofs"]], [[h[:-2] + ("00" if h[-2:] != "00" else "11") for h in p] for p in offer["proofs"]]):
         answer = httpx.post(base, json={**offer, "proofs": proofs}, timeout=10)
         assert answer.status_code == 409 and "rewritten" in answer.json()["error"], answer.text
-    for bad in ({**offer, "checkpoint": "zz"}, {**offer, "checkpoint": offer["checkpoint"][:-2]}, {"event_id": 3}):
+    assert held[0]["column_roots"] and any(offer["column_proofs"])
+    for columns in ({"column_proofs": [[] for _ in offer["column_proofs"]]}, {"column_roots": [], "column_signature": ""}):
+        answer = httpx.post(base, json={**offer, **columns}, timeout=10)
+        assert answer.status_code == 409 and "headers" in answer.json()["error"], answer.text
+    for bad in ({**offer, "checkpoint": "zz"}, {**offer, "checkpoint": offer["checkpoint"][:-2]}, {"event_id": 3},
+                {**offer, "column_roots": ["00"]}, {**offer, "position": "nowhere"}):
         answer = httpx.post(base, json=bad, timeout=10)
         assert answer.status_code in (400, 422), answer.text
     assert len(_held(witness)) == 2
@@ -115,7 +120,11 @@ def _offer(site: Site, held: dict[str, Any]) -> dict[str, Any]:
     finally:
         log.close()
         store.close()
-    proofs = partition_proofs(scan, Checkpoint.from_bytes(bytes.fromhex(held["checkpoint"])), signed.checkpoint)
+    old = Checkpoint.from_bytes(bytes.fromhex(held["checkpoint"]))
+    proofs = partition_proofs(scan, old, signed.checkpoint)
+    column_proofs = partition_proofs(scan, old, signed.checkpoint, columns=True)
     return {"event_id": signed.event_id, "position": str(signed.position), "checkpoint": signed.checkpoint.to_bytes().hex(),
             "public_key": signed.public_key.hex(), "signature": signed.signature.hex(),
-            "proofs": [[h.hex() for h in proof] for proof in proofs]}
+            "proofs": [[h.hex() for h in proof] for proof in proofs],
+            "column_roots": [r.hex() for r in signed.column_roots], "column_signature": signed.column_signature.hex(),
+            "column_proofs": [[h.hex() for h in proof] for proof in column_proofs]}

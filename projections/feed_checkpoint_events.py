@@ -42,27 +42,32 @@ class CheckpointPublished(Payload):
     signed_bytes: bytes
     public_key: bytes
     signature: bytes
+    column_roots: tuple[bytes, ...] = ()
+    column_signature: bytes = b""
 
     @classmethod
     def of(cls, signed: SignedCheckpoint, log_id: str) -> CheckpointPublished:
-        return cls(log_id, signed.event_id, signed.position, signed.checkpoint.to_bytes(), signed.public_key, signed.signature)
+        return cls(log_id, signed.event_id, signed.position, signed.checkpoint.to_bytes(), signed.public_key, signed.signature,
+                   signed.column_roots, signed.column_signature)
 
     def signed(self) -> SignedCheckpoint:
         """The checkpoint again (``CheckpointFormatError`` if the bytes are not a well-formed one)."""
         return SignedCheckpoint(Checkpoint.from_bytes(self.signed_bytes), self.public_key, self.signature,
-                                self.checkpoint_event_id, self.position)
+                                self.checkpoint_event_id, self.position, self.column_roots, self.column_signature)
 
     def to_avro(self) -> dict[str, Any]:
         where = None if self.position is None else {"partition": self.position.partition, "offset": self.position.offset}
         return {"log_id": self.log_id, "checkpoint_event_id": self.checkpoint_event_id, "position": where,
-                "signed_bytes": self.signed_bytes, "public_key": self.public_key, "signature": self.signature}
+                "signed_bytes": self.signed_bytes, "public_key": self.public_key, "signature": self.signature,
+                "column_roots": list(self.column_roots), "column_signature": self.column_signature}
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> CheckpointPublished:
         where = record.get("position")
         position = None if where is None else Position(int(where["partition"]), int(where["offset"]))
         return cls(str(record["log_id"]), str(record["checkpoint_event_id"]), position, bytes(record["signed_bytes"]),
-                   bytes(record["public_key"]), bytes(record["signature"]))
+                   bytes(record["public_key"]), bytes(record["signature"]),
+                   tuple(bytes(r) for r in record.get("column_roots", ())), bytes(record.get("column_signature", b"")))
 
 
 def checkpoint_feed_event(signed: SignedCheckpoint, log_id: str, at: datetime | None = None) -> Event[CheckpointPublished]:
@@ -96,6 +101,8 @@ def checkpoint_json(event: Event[CheckpointPublished]) -> dict[str, Any]:
         "public_key": p.public_key.hex(),
         "signature": p.signature.hex(),
         "signed_bytes": p.signed_bytes.hex(),
+        "column_roots": [r.hex() for r in p.column_roots],
+        "column_signature": p.column_signature.hex(),
         "published_at": event.recorded_at.isoformat(),
         "event_id": event.event_id,
     }

@@ -20,6 +20,10 @@ the log carries its own history of commitments and anyone with the log and the p
 it) and in a small store beside the log (``ledger.integrity.store``), which survives a log that was cut
 short or rewritten. A checkpoint covers the log as it stood *before* its own event was appended; that
 event is an ordinary leaf of its partition and is covered by the next checkpoint.
+
+Beside the checkpoint, the same key signs the roots of the columns trees (``ledger.integrity.columns``:
+the headers the value does not repeat) as a statement of their own, so the bytes above, and every
+proof, witness and recount package built on them, stay as they were.
 """
 
 from __future__ import annotations

@@ -166,10 +166,10 @@ def checkpoint_command(
                 except SignerStateError as exc:
                     raise fail(str(exc), OPERATIONAL) from None
                 log_id = log.log_id or f"scope:{settings.topic}"
-            known = [row.signed for row in store.checkpoints() if row.signed is not None]
         finally:
             store.close()
-    feed = _publish_on_feed(settings, [*known, issued.signed], log_id)
+    # The earlier checkpoints as the audit before signing read them: verified, with the log's column roots.
+    feed = _publish_on_feed(settings, [*issued.report.checkpoints, issued.signed], log_id)
     s = issued.signed
     c = s.checkpoint
     data = {

@@ -16,6 +16,7 @@ from typing import Any
 from ledger.codec import Codec, CodecError, load_catalogue
 from ledger.config import Settings, open_log
 from ledger.integrity.checkpoints import Checkpoint
+from ledger.integrity.columns import columns_message
 from ledger.integrity.keys import load_trusted_key
 from ledger.log.sqlite import SqliteLog
 from projections.feed_events import AreaTallyPublished, UnitTallyPublished
@@ -55,6 +56,9 @@ def _check_lines(lines: list[dict[str, Any]], issued: list[dict[str, Any]], publ
         checkpoint = Checkpoint.from_bytes(signed)
         assert checkpoint.root_hash.hex() == c["root_hash"] == line["root_hash"]
         assert list(checkpoint.partition_sizes) == c["partition_sizes"] and line["position"] == c["position"]
+        roots = [bytes.fromhex(r) for r in line["column_roots"]]
+        assert len(roots) == checkpoint.partitions
+        assert trusted.verifies(columns_message(checkpoint.root_hash, roots), bytes.fromhex(line["column_signature"]))
         forged = bytearray(signed)
         forged[-1] ^= 1
         assert not trusted.verifies(bytes(forged), bytes.fromhex(line["signature"]))

@@ -32,6 +32,7 @@ from ledger.log.port import Position
 __all__ = ["Submission", "create_witness_app"]
 
 _HEX_HASH = 64
+_MAX_PROOF = 128  # a proof of a tree of 2**64 leaves has fewer: longer lists are refused before hex decoding
 
 
 class Submission(BaseModel):
@@ -49,6 +50,8 @@ class Submission(BaseModel):
 
 
 def _hashes(proofs: list[list[str]], what: str) -> list[list[bytes]]:
+    if any(len(proof) > _MAX_PROOF for proof in proofs):
+        raise ValueError(f"{what}: a consistency proof has at most {_MAX_PROOF} hashes")
     out = [[bytes.fromhex(h) for h in proof] for proof in proofs]
     if any(len(h) != 32 for proof in out for h in proof):
         raise ValueError(f"{what}: every hash is 32 bytes")
@@ -67,7 +70,8 @@ def _signed(body: Submission) -> tuple[SignedCheckpoint, list[list[bytes]], list
     except CheckpointFormatError as exc:
         raise ValueError(f"checkpoint: {exc}") from None
     except ValueError as exc:
-        raise ValueError(str(exc) if "32 bytes" in str(exc) else "checkpoint, keys, signatures, roots and proofs are hex") from None
+        said = str(exc)
+        raise ValueError(said if "32 bytes" in said or "at most" in said else "checkpoint, keys, signatures, roots and proofs are hex") from None
     try:
         position = Position.parse(body.position) if body.position else None
     except ValueError as exc:

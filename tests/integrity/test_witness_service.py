@@ -91,7 +91,7 @@ def test_the_url_witness_follows_a_growing_log_and_refuses_bad_proofs(site: Site
         answer = httpx.post(base, json={**offer, **columns}, timeout=10)
         assert answer.status_code == 409 and "headers" in answer.json()["error"], answer.text
     for bad in ({**offer, "checkpoint": "zz"}, {**offer, "checkpoint": offer["checkpoint"][:-2]}, {"event_id": 3},
-                {**offer, "column_roots": ["00"]}, {**offer, "position": "nowhere"}):
+                {**offer, "column_roots": ["00"]}, {**offer, "position": "nowhere"}, {**offer, "proofs": [["00" * 32] * 200]}):
         answer = httpx.post(base, json=bad, timeout=10)
         assert answer.status_code in (400, 422), answer.text
     assert len(_held(witness)) == 2

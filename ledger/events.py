@@ -348,12 +348,13 @@ class CheckpointSigned(Payload):
     """A signed checkpoint of the log (see ``ledger.integrity.checkpoints``).
 
     Version 2 carries one tree per partition (``partition_sizes[i]``, ``partition_roots[i]``) and the
-    time the sizes were taken; ``tree_size``/``root_hash`` then cover all partitions. Version 1
-    records read as version 2 with empty lists and time 0.
+    time the sizes were taken; ``tree_size``/``root_hash`` then cover all partitions. Version 3 adds
+    the roots of the columns trees and their signature (``ledger.integrity.columns``). Older records
+    read with empty lists, time 0 and no column signature.
     """
 
     TYPE: ClassVar[str] = "CheckpointSigned"
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
 
     tree_size: int
     root_hash: bytes
@@ -364,10 +365,13 @@ class CheckpointSigned(Payload):
     partition_sizes: tuple[int, ...] = ()
     partition_roots: tuple[bytes, ...] = ()
     timestamp_micros: int = 0
+    column_roots: tuple[bytes, ...] = ()
+    column_signature: bytes = b""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "partition_sizes", tuple(self.partition_sizes))
         object.__setattr__(self, "partition_roots", tuple(self.partition_roots))
+        object.__setattr__(self, "column_roots", tuple(self.column_roots))
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -380,6 +384,8 @@ class CheckpointSigned(Payload):
             "partition_sizes": list(self.partition_sizes),
             "partition_roots": list(self.partition_roots),
             "timestamp_micros": self.timestamp_micros,
+            "column_roots": list(self.column_roots),
+            "column_signature": self.column_signature,
         }
 
     @classmethod
@@ -395,6 +401,8 @@ class CheckpointSigned(Payload):
             tuple(record.get("partition_sizes", ())),
             tuple(record.get("partition_roots", ())),
             record.get("timestamp_micros", 0),
+            tuple(record.get("column_roots", ())),
+            record.get("column_signature", b""),
         )
 
 

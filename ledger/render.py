@@ -16,7 +16,7 @@ from ledger.journal import LoggedEvent
 __all__ = ["event_to_json", "event_from_json", "event_summary"]
 
 _BYTES_FIELDS = {
-    "CheckpointSigned": ("root_hash", "public_key", "signature", "partition_roots"),
+    "CheckpointSigned": ("root_hash", "public_key", "signature", "partition_roots", "column_roots", "column_signature"),
     "SubmissionRejected": ("raw_bytes",),
 }
 

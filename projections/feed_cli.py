@@ -3,7 +3,8 @@
 The feed is at-least-once (``projections.feed``): the same tally can arrive twice, and partitions are
 read in no common order. Each line printed is newer than anything printed before for its unit, county
 or state (its ``version`` is higher), so a program reading the lines can simply keep the last one per
-``kind`` and ``key``.
+``kind`` and ``key``. Signed checkpoints of the event log come on the same feed (kind ``checkpoint``,
+one line each): a subscriber that keeps them can later hold the log to them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import typer
 from ledger.cli_output import fail, settings_of
 from ledger.codec import CodecError
 from ledger.events import Event
+from ledger.integrity.checkpoints import CheckpointFormatError
 from ledger.log.port import LogError, LogMissingError
 from projections.feed import open_results_log, results_log_name
 from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key
@@ -25,8 +27,11 @@ from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec,
 __all__ = ["register", "subscribe"]
 
 
-def _wanted(event: Event[Any], unit: str | None, county: str | None, election: str | None) -> bool:
+def _wanted(event: Event[Any], unit: str | None, county: str | None, election: str | None, checkpoints_only: bool = False) -> bool:
     election_id, kind, key = feed_key(event)
+    if kind == "checkpoint" or checkpoints_only:
+        # A checkpoint covers the whole log, every election's units: shown unless a unit or county is asked for.
+        return kind == "checkpoint" and (checkpoints_only or (unit is None and county is None))
     if election is not None and election_id != election:
         return False
     if unit is None and county is None:
@@ -78,8 +83,11 @@ def subscribe(
     election: Optional[str] = typer.Option(None, "--election", help="Only this election."),
     max_lines: Optional[int] = typer.Option(None, "--max", min=1, help="Stop after printing this many lines."),
     until_idle: Optional[float] = typer.Option(None, "--until-idle", min=0.0, help="Stop once nothing has arrived for this many seconds."),
+    checkpoints_only: bool = typer.Option(False, "--checkpoints", help="Only the event log's signed checkpoints (kind checkpoint), to keep them."),
 ) -> None:
-    """Follow the results feed: one JSON line per new unit, county or state tally.
+    """Follow the results feed: one JSON line per new unit, county or state tally, and per signed
+    checkpoint of the event log (kind checkpoint: its signed bytes, signature and key; not shown with
+    --unit or --county).
 
     Tallies already printed, republished copies and out-of-date versions are dropped. Runs until
     Ctrl-C (or --max / --until-idle)."""
@@ -110,9 +118,14 @@ def subscribe(
             except CodecError as exc:
                 typer.echo(f"warning: skipping record {rec.position} of the results feed: {exc}", err=True)
                 continue
-            if not _wanted(event, unit, county, election) or not dedupe.fresh(event):
+            if not _wanted(event, unit, county, election, checkpoints_only) or not dedupe.fresh(event):
                 continue
-            sys.stdout.write(json.dumps(feed_json(event), sort_keys=True) + "\n")
+            try:
+                line = feed_json(event)
+            except CheckpointFormatError as exc:
+                typer.echo(f"warning: skipping record {rec.position} of the results feed: {exc}", err=True)
+                continue
+            sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
             sys.stdout.flush()
             printed += 1
             if stop():

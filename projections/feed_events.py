@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from ledger.codec import Codec, load_catalogue
 from ledger.events import Channel, Event, Payload, new_event
+from projections.feed_checkpoint_events import CheckpointPublished, checkpoint_json
 from projections.tally import AreaTally, UnitTally, fraction_text
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "feed_codec",
     "feed_key",
     "FeedDeduper",
+    "feed_version",
     "unit_event",
     "area_event",
     "feed_json",
@@ -187,7 +189,10 @@ class AreaTallyPublished(Payload):
         return cls(FeedStamp.from_avro(record), record["kind"], record["area"], {k: record[k] for k in cls._FIELDS})
 
 
-FEED_TYPES: dict[str, type[Payload]] = {cls.TYPE: cls for cls in (UnitTallyPublished, AreaTallyPublished)}
+FEED_TYPES: dict[str, type[Payload]] = {
+    cls.TYPE: cls for cls in (UnitTallyPublished, AreaTallyPublished, CheckpointPublished)
+}
+"""The feed's record kinds: tallies, and the event log's signed checkpoints (``feed_checkpoint_events``)."""
 
 
 @lru_cache(maxsize=1)
@@ -197,8 +202,11 @@ def feed_codec() -> Codec:
 
 
 def feed_key(event: Event[Any]) -> tuple[str, str, str]:
-    """What a version is counted per: (election, kind, id), kind ``unit``, ``county`` or ``state``."""
+    """What a version is counted per: (election, kind, id), kind ``unit``, ``county`` or ``state``;
+    a checkpoint is its own key (kind ``checkpoint``, id its ``CheckpointSigned`` event's)."""
     p = event.payload
+    if isinstance(p, CheckpointPublished):
+        return "", "checkpoint", p.checkpoint_event_id
     if isinstance(p, UnitTallyPublished):
         return event.envelope.election_id, "unit", event.unit_id
     if isinstance(p, AreaTallyPublished):
@@ -237,7 +245,7 @@ class FeedDeduper:
 
     def fresh(self, event: Event[Any]) -> bool:
         key = feed_key(event)
-        version = event.payload.stamp.version
+        version = feed_version(event)
         if version <= self.seen.get(key, -1):
             self.dropped += 1
             return False
@@ -245,8 +253,16 @@ class FeedDeduper:
         return True
 
 
+def feed_version(event: Event[Any]) -> int:
+    """A tally's version; a checkpoint never changes, so any copy after the first is a copy."""
+    p = event.payload
+    return 0 if isinstance(p, CheckpointPublished) else int(p.stamp.version)
+
+
 def feed_json(event: Event[Any]) -> dict[str, Any]:
-    """One published tally as the JSON line ``caucus subscribe`` prints."""
+    """One published tally (or checkpoint) as the JSON line ``caucus subscribe`` prints."""
+    if isinstance(event.payload, CheckpointPublished):
+        return checkpoint_json(event)
     election_id, kind, key = feed_key(event)
     p = event.payload
     body = dict(p.tally) if isinstance(p, UnitTallyPublished) else dict(p.sums)

@@ -13,6 +13,12 @@ The definitions, in one place (each module's docstring says why):
   before they were appended; they are ordinary leaves for the next checkpoint) and in a store beside
   the log, with the leaf hashes they cover (``store``).
 
+- beside the value: the key and derived headers are checked against it (``scan``); the other headers
+  (the writer) form a columns tree per partition whose roots the checkpoint key also signs
+  (``columns``); the log's append time is held to the checkpoints' times (``append_times``);
+- witnesses: another party keeps the checkpoints it cosigned, in a directory or served by URL
+  (``witness``, ``witness_proofs``, ``witness_service``, ``witness_client``).
+
 ``merkle`` is the pure RFC 9162 tree; ``verify``, ``issue`` and ``proofs`` are what ``caucus verify``,
 ``caucus checkpoint`` and ``caucus prove`` do.
 """

@@ -20,6 +20,10 @@ the log carries its own history of commitments and anyone with the log and the p
 it) and in a small store beside the log (``ledger.integrity.store``), which survives a log that was cut
 short or rewritten. A checkpoint covers the log as it stood *before* its own event was appended; that
 event is an ordinary leaf of its partition and is covered by the next checkpoint.
+
+Beside the checkpoint, the same key signs the roots of the columns trees (``ledger.integrity.columns``:
+the headers the value does not repeat) as a statement of their own, so the bytes above, and every
+proof, witness and recount package built on them, stay as they were.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.events import Channel, CheckpointSigned, Event, new_event
+from ledger.integrity.columns import columns_message
 from ledger.integrity.keys import SigningKey, TrustedKey, key_id
 from ledger.integrity.merkle import HASH_SIZE, MerkleTree, leaf_hash
 from ledger.log.port import Position
@@ -168,6 +173,19 @@ class SignedCheckpoint:
     signature: bytes
     event_id: str = ""
     position: Position | None = None
+    column_roots: tuple[bytes, ...] = ()  # the columns trees' roots (``columns``); empty: not recorded
+    column_signature: bytes = b""
+
+    def columns_problem(self) -> str | None:
+        """Why the column roots cannot be trusted (None: none recorded, or signed by this checkpoint's key)."""
+        if not self.column_roots:
+            return None
+        if len(self.column_roots) != self.checkpoint.partitions or any(len(r) != HASH_SIZE for r in self.column_roots):
+            return f"it carries {len(self.column_roots)} column roots for {self.checkpoint.partitions} partitions"
+        message = columns_message(self.checkpoint.root_hash, self.column_roots)
+        if not TrustedKey(self.public_key).verifies(message, self.column_signature):
+            return "the signature of its column roots does not verify with its key"
+        return None
 
     @property
     def label(self) -> str:
@@ -199,6 +217,8 @@ class SignedCheckpoint:
             partition_sizes=c.partition_sizes,
             partition_roots=c.partition_roots,
             timestamp_micros=c.timestamp_micros,
+            column_roots=self.column_roots,
+            column_signature=self.column_signature,
         )
 
     def to_event(self, *, actor: str = "caucus checkpoint") -> Event[CheckpointSigned]:
@@ -230,7 +250,8 @@ class SignedCheckpoint:
             raise CheckpointFormatError(
                 f"checkpoint event {event.event_id}: tree_size/root_hash do not follow from its partition heads"
             )
-        return cls(checkpoint, payload.public_key, payload.signature, event.event_id, position)
+        return cls(checkpoint, payload.public_key, payload.signature, event.event_id, position,
+                   payload.column_roots, payload.column_signature)
 
     def same_statement(self, other: SignedCheckpoint) -> bool:
         return (
@@ -240,7 +261,12 @@ class SignedCheckpoint:
         )
 
 
-def sign_checkpoint(checkpoint: Checkpoint, key: SigningKey, *, event_id: str = "") -> SignedCheckpoint:
+def sign_checkpoint(
+    checkpoint: Checkpoint, key: SigningKey, *, event_id: str = "", column_roots: Sequence[bytes] = ()
+) -> SignedCheckpoint:
+    """Sign the checkpoint and, if given, its column roots (``columns``), with the same key."""
     if checkpoint.key_id != key.key_id:
         raise ValueError(f"checkpoint names key {checkpoint.key_id} but is signed with {key.key_id}")
-    return SignedCheckpoint(checkpoint, key.public_key, key.sign(checkpoint.to_bytes()), event_id)
+    roots = tuple(column_roots)
+    column_signature = key.sign(columns_message(checkpoint.root_hash, roots)) if roots else b""
+    return SignedCheckpoint(checkpoint, key.public_key, key.sign(checkpoint.to_bytes()), event_id, None, roots, column_signature)

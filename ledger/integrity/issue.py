@@ -100,7 +100,8 @@ def _issue(
         partition_sizes=tuple(ps.size for ps in parts),
         partition_roots=tuple(ps.tree.root() for ps in parts),
     )
-    signed = sign_checkpoint(checkpoint, key, event_id=str(uuid.uuid4()))
+    signed = sign_checkpoint(checkpoint, key, event_id=str(uuid.uuid4()),
+                             column_roots=[ps.column_tree.root() for ps in parts])
     position = Journal(log, codec).append(signed.to_event())
     signed = replace(signed, position=position)
     new_leaves = {}

@@ -8,9 +8,11 @@ removed and is reported. Hashing never depends on the catalogue being able to re
 
 The leaf covers the value only; the columns a log stores beside it are checked against the value they
 must agree with (``column_problems``): the key (the event's partition key) and the headers that repeat
-what the value says (type, schema fingerprint, election, unit, content type). Two columns cannot be
-checked so: the writer header (who appended the record) and the log's own timestamp; nothing decides
-anything by them, and ``caucus log tail`` shows them as the log's say-so.
+what the value says (type, schema fingerprint, election, unit, content type). The log's own append
+time cannot be checked against the value; it is kept (``append_ms``) and held to the signed
+checkpoints' times (``append_times``). The headers not derived from the value (the writer: who
+appended the record) get a tree of their own per partition (``column_hashes``, ``columns``), whose
+roots newer checkpoints sign.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ledger.codec import Codec, CodecError, default_codec
 from ledger.integrity.checkpoints import CheckpointFormatError, SignedCheckpoint
+from ledger.integrity.columns import EMPTY_LEAF, columns_leaf
 from ledger.integrity.merkle import MerkleTree
 from ledger.log.port import EventLog, Position, StoredRecord
 from ledger.record_headers import DERIVED, event_headers
@@ -35,7 +38,10 @@ class PartitionScan:
     leaf_hashes: list[bytes] = field(default_factory=list)
     gaps: list[tuple[int, int]] = field(default_factory=list)  # (offset expected, offset found)
     column_problems: list[tuple[int, str]] = field(default_factory=list)  # (offset, what disagrees with the value)
+    append_ms: list[int] = field(default_factory=list)  # the log's own append time of each record
+    column_hashes: list[bytes] = field(default_factory=list)  # leaves of the columns tree (``columns``)
     tree: MerkleTree = field(default_factory=MerkleTree)
+    column_tree: MerkleTree = field(default_factory=MerkleTree)
 
     @property
     def size(self) -> int:
@@ -96,6 +102,8 @@ def scan_log(log: EventLog, codec: Codec | None = None) -> LogScan:
         ps.offsets.append(off)
         ps.values.append(value)
         ps.leaf_hashes.append(sha256(b"\x00" + value).digest())
+        ps.append_ms.append(rec.timestamp_ms)
+        ps.column_hashes.append(columns_leaf(rec.headers) if rec.headers else EMPTY_LEAF)
         if value[2:10] in checkpoint_fps:
             found.append(_checkpoint_at(codec, rec.position, value))
         problem = _columns_problem(codec, rec)
@@ -103,6 +111,7 @@ def scan_log(log: EventLog, codec: Codec | None = None) -> LogScan:
             ps.column_problems.append((off, problem))
     for ps in parts.values():
         ps.tree = MerkleTree(ps.leaf_hashes)
+        ps.column_tree = MerkleTree(ps.column_hashes)
     return LogScan(max(log.partitions, len(parts)), marks, parts, found)
 
 

@@ -6,8 +6,8 @@ checkpoints would find nothing to compare with and sign the rewritten history. T
 the private key (outside the data directory by default, ``ledger.integrity.keys``): for each log (by
 its id) it holds the sizes and roots of the last checkpoint the key signed. Before signing again the
 signer checks that the log still extends that checkpoint (for each partition: at least as many
-records, and the root of the first ``size`` records unchanged: RFC 9162 consistency), and refuses
-otherwise, naming the partition and the checkpoint the log no longer extends.
+records, and the root of the first ``size`` records unchanged: RFC 9162 consistency; the same for the
+columns tree when the checkpoint signed its roots, ``columns``), and refuses otherwise, naming the partition and the checkpoint the log no longer extends.
 """
 
 from __future__ import annotations
@@ -38,15 +38,17 @@ class SignedHead:
     time: str
     sizes: tuple[int, ...]
     roots: tuple[bytes, ...]
+    column_roots: tuple[bytes, ...] = ()  # the columns trees' roots (``columns``), if the checkpoint had them
 
     def to_json(self) -> dict[str, Any]:
         return {"event_id": self.event_id, "time": self.time, "partition_sizes": list(self.sizes),
-                "partition_roots": [r.hex() for r in self.roots]}
+                "partition_roots": [r.hex() for r in self.roots], "column_roots": [r.hex() for r in self.column_roots]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SignedHead:
         return cls(str(d["event_id"]), str(d["time"]), tuple(int(n) for n in d["partition_sizes"]),
-                   tuple(bytes.fromhex(r) for r in d["partition_roots"]))
+                   tuple(bytes.fromhex(r) for r in d["partition_roots"]),
+                   tuple(bytes.fromhex(r) for r in d.get("column_roots", ())))
 
 
 def state_path_for(key_path: Path) -> Path:
@@ -66,6 +68,9 @@ def extends(scan: LogScan, head: SignedHead) -> str | None:
         if part.tree.root(size) != root:
             return (f"the first {size} records of partition {p} are not the ones this key signed in checkpoint "
                     f"{head.event_id} ({head.time}): the history was rewritten")
+        if head.column_roots and part.column_tree.root(size) != head.column_roots[p]:
+            return (f"the headers beside the first {size} records of partition {p} (the writer) are not the ones this "
+                    f"key signed in checkpoint {head.event_id} ({head.time}): they were rewritten")
     return None
 
 
@@ -102,7 +107,7 @@ class SignerState:
         data = self._read()
         c = signed.checkpoint
         data["logs"][log_id] = SignedHead(signed.event_id, c.time.isoformat(), tuple(c.partition_sizes),
-                                          tuple(c.partition_roots)).to_json()
+                                          tuple(c.partition_roots), signed.column_roots).to_json()
         try:
             replace_secret_file(self.path, json.dumps(data, indent=1))
         except OSError as exc:

@@ -16,6 +16,9 @@ What is checked, in order:
    verified from nothing but the two signed roots, so a checkpoint signed over a rewritten history (a fork) is caught even when the log
    now agrees with the later one.
 5. Offsets within a partition run 0, 1, 2, ... with no holes.
+6. The columns beside each value: the key and the derived headers against the value (``scan``), the
+   other headers (the writer) against the column roots a checkpoint signed (``columns``), the log's
+   append time against the signed checkpoints' times (``append_times``).
 
 Positions in findings are ``partition:offset`` in the history the checkpoints signed.
 """
@@ -23,10 +26,11 @@ Positions in findings are ``partition:offset`` in the history the checkpoints si
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.codec import Codec, CodecError, default_codec
+from ledger.integrity.append_times import append_time_problems
 from ledger.integrity.checkpoints import SignedCheckpoint
 from ledger.integrity.keys import ENV_PUBLIC_KEY, PUBLIC_KEY_FILE, TrustedKey
 from ledger.integrity.merkle import MerkleTree, verify_consistency
@@ -42,7 +46,8 @@ class IntegrityFinding:
     """One thing that is wrong. ``kind`` is one of: altered, missing, inserted, reordered, truncated,
     mismatch, gap, inconsistent, signature, malformed-checkpoint, checkpoint-missing,
     checkpoint-altered, store-altered, column (a stored column contradicts the record's value),
-    witness (the log does not extend what a witness cosigned)."""
+    append-time (the log's append time contradicts the signed checkpoints' times), headers (the headers
+    the value does not repeat, e.g. the writer, are not the ones a checkpoint signed), witness (the log does not extend what a witness cosigned)."""
 
     kind: str
     message: str
@@ -153,7 +158,11 @@ def _gather(scan: LogScan, rows: Sequence[StoredRow], findings: list[IntegrityFi
                 f"checkpoint event {stored.event_id} was appended at {stored.position} but now sits at {logged.position}",
                 stored.position, stored.event_id,
             ))
-        chosen[stored.event_id] = SignedCheckpoint(stored.checkpoint, stored.public_key, stored.signature, stored.event_id, logged.position)
+        # The store keeps no column roots: the log's event, if it is the same signed statement, brings them.
+        same = logged.same_statement(stored)
+        chosen[stored.event_id] = SignedCheckpoint(stored.checkpoint, stored.public_key, stored.signature, stored.event_id,
+                                                   logged.position, logged.column_roots if same else (),
+                                                   logged.column_signature if same else b"")
     for eid, logged in in_log.items():
         chosen.setdefault(eid, logged)
     return sorted(chosen.values(), key=_order)
@@ -180,6 +189,10 @@ def usable_checkpoints(
                 s.position, s.event_id,
             ))
             continue
+        columns = s.columns_problem()
+        if columns is not None:
+            findings.append(IntegrityFinding("signature", f"{s.label}: {columns}", s.position, s.event_id))
+            s = replace(s, column_roots=(), column_signature=b"")  # its value trees still count
         valid.append(s)
     return valid
 
@@ -303,6 +316,24 @@ class _Partition:
             return f"; it no longer decodes: {exc}"
         return f"; it now reads as {event.type} {event.event_id}"
 
+    def check_headers(self, valid: Sequence[SignedCheckpoint]) -> None:
+        """The columns tree (the headers not derived from the value) against the checkpoints that sign
+        its roots; damage is located between the largest matching one and the smallest failing one."""
+        p, tree = self.p, self.ps.column_tree
+        signed = [(s.checkpoint.partition_sizes[p], s) for s in valid if s.column_roots]
+        failing = [(n, s) for n, s in signed if n <= tree.size and tree.root(n) != s.column_roots[p]]
+        if not failing:
+            return  # a partition shorter than a checkpoint is reported by the value trees
+        n_bad, bad = min(failing, key=lambda item: item[0])
+        lo = max((n for n, s in signed if n < n_bad and tree.root(n) == s.column_roots[p]), default=0)
+        at = Position(p, self.ps.offset_of(lo))
+        self.findings.append(IntegrityFinding(
+            "headers",
+            f"partition {p}: the headers beside the records {at}..{p}:{self.ps.offset_of(n_bad - 1)} that the value does "
+            f"not repeat (the writer) are not the ones {bad.label} signed (the first {lo} still match)",
+            at, bad.event_id,
+        ))
+
     def check_consistency(self, valid: Sequence[SignedCheckpoint]) -> None:
         p = self.p
         for a, b in zip(valid, valid[1:]):
@@ -352,7 +383,11 @@ def verify_scan(
         check.check_gaps()
         for off, problem in scan.parts[p].column_problems:
             findings.append(IntegrityFinding("column", f"the record at {p}:{off} stores {problem}", Position(p, off)))
+        for index, problem in append_time_problems(p, scan.parts[p].append_ms, valid):
+            at = Position(p, scan.parts[p].offset_of(index))
+            findings.append(IntegrityFinding("append-time", f"the record at {at} {problem}", at))
         check.check_checkpoints(valid)
+        check.check_headers(valid)
         check.check_consistency(valid)
     latest = valid[-1] if valid else None
     uncovered = {

@@ -6,6 +6,7 @@ Tamper evidence (``ledger.integrity``):
 - ``caucus checkpoint``: audit the log against its earlier checkpoints, then sign and record a new one.
 - ``caucus verify``: recompute every partition's Merkle tree and check every checkpoint against it.
 - ``caucus prove EVENT_ID``: an inclusion proof of one event against the latest checkpoint.
+- ``caucus witness``: another party's witness, by directory or served by URL (``witness_cli``).
 
 Exit status: 0 all is well, 1 tampering found (or a proof that does not verify), 2 the check could not
 be done (log or store unreachable, no key, unknown event, nothing to prove against).
@@ -25,6 +26,7 @@ import typer
 from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings, open_log
 from ledger.log.port import EventLog, LogError
+from projections.audit import witness_cli
 
 __all__ = ["register"]
 
@@ -39,7 +41,7 @@ def _register_integrity(app: typer.Typer) -> None:
     app.command("checkpoint")(checkpoint_command)
     app.command("verify")(verify_command)
     app.command("prove")(prove_command)
-    app.command("witness")(witness_command)
+    witness_cli.register(app)  # witness [cosign], witness serve
 
 
 # -- shared plumbing -----------------------------------------------------------------------------------
@@ -77,7 +79,7 @@ _trusted_keys = trusted_keys
 
 
 @contextmanager
-def _operational() -> Iterator[None]:
+def operational() -> Iterator[None]:
     """Problems that stop a check from being done are exit 2, with the reason."""
     from ledger.integrity.keys import KeyFileError
     from ledger.integrity.proofs import ProofError
@@ -91,12 +93,14 @@ def _operational() -> Iterator[None]:
 
 
 @contextmanager
-def _log(settings: Settings, *, read_only: bool = False) -> Iterator[EventLog]:
+def log_for(settings: Settings, *, read_only: bool = False) -> Iterator[EventLog]:
     log = open_log(settings, read_only=read_only)
     try:
         yield log
     finally:
         log.close()
+
+
 
 
 def _short(h: bytes) -> str:
@@ -128,7 +132,7 @@ def checkpoint_command(
     from ledger.integrity.store import CheckpointStoreError, open_checkpoint_store
 
     settings = settings_of(ctx)
-    with _operational():
+    with operational():
         key_path = key or settings.checkpoint_key or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
         created = False
         if key_path is None and (settings.data_dir / PRIVATE_KEY_FILE).exists():
@@ -149,7 +153,7 @@ def checkpoint_command(
         if store is None:  # create=True always opens one
             raise CheckpointStoreError("no checkpoint store")
         try:
-            with _log(settings) as log:
+            with log_for(settings) as log:
                 try:
                     issued = issue_checkpoint(log, store, signing, scope=settings.topic, also_trusted=others,
                                               signer_state=state)
@@ -161,8 +165,11 @@ def checkpoint_command(
                                kind="tampering") from None
                 except SignerStateError as exc:
                     raise fail(str(exc), OPERATIONAL) from None
+                log_id = log.log_id or f"scope:{settings.topic}"
         finally:
             store.close()
+    # The earlier checkpoints as the audit before signing read them: verified, with the log's column roots.
+    feed = _publish_on_feed(settings, [*issued.report.checkpoints, issued.signed], log_id)
     s = issued.signed
     c = s.checkpoint
     data = {
@@ -178,6 +185,7 @@ def checkpoint_command(
         "public_key": s.public_key.hex(),
         "signature": s.signature.hex(),
         "key_created": created,
+        "feed": {"published": feed.published, "feed": feed.feed, "error": feed.error},
     }
 
     def human() -> None:
@@ -187,8 +195,22 @@ def checkpoint_command(
         typer.echo(f"  covers {c.tree_size} records in {c.partitions} partitions: {', '.join(map(str, c.partition_sizes))}")
         typer.echo(f"  root   {c.root_hash.hex()}")
         typer.echo(f"  key    {c.key_id}   time {c.time.isoformat()}")
+        if feed.error is None:
+            typer.echo(f"  published on the results feed {feed.feed} ({feed.published} checkpoint(s))")
 
     emit(data, as_json, human)
+
+
+def _publish_on_feed(settings: Settings, known: list[Any], log_id: str) -> Any:
+    """Every checkpoint the feed lacks goes out on it; a feed that is away costs a warning (the
+    checkpoint is in the log and its store already, and the next run publishes what was missed)."""
+    from projections.feed_checkpoints import publish_on_feed
+
+    outcome = publish_on_feed(settings, known, log_id)
+    if outcome.error is not None:
+        typer.echo(f"warning: the checkpoint was not published on the results feed {outcome.feed}: {outcome.error} "
+                   "(the next `caucus checkpoint` publishes it)", err=True)
+    return outcome
 
 
 # -- caucus verify -------------------------------------------------------------------------------------
@@ -201,9 +223,10 @@ def verify_command(
         False, "--require-checkpoint",
         help="Fail (exit 1) unless at least one signed checkpoint verifies. A log copy whose checkpoint events "
              "were cut away, checked without the checkpoint store, otherwise looks like a log never checkpointed."),
-    against: Optional[list[Path]] = typer.Option(
-        None, "--against", help="A witness directory (`caucus witness`): the log must also extend the last checkpoint "
-        "that witness cosigned, and be the log it cosigned. Repeatable."),
+    against: Optional[list[str]] = typer.Option(
+        None, "--against", metavar="DIR|URL", help="A witness: its directory (`caucus witness`) or the URL of "
+        "`caucus witness serve`. The log must also extend the last checkpoint that witness cosigned, and be the "
+        "log it cosigned. Repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recompute the log's Merkle trees and check every signed checkpoint against them.
@@ -214,17 +237,17 @@ def verify_command(
     from ledger.integrity.verify import IntegrityFinding, verify_log
 
     settings = settings_of(ctx)
-    with _operational():
+    with operational():
         trusted = _trusted_keys(settings, public_key)
         store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
         try:
             began = time.perf_counter()
-            with _log(settings, read_only=True) as log:
+            with log_for(settings, read_only=True) as log:
                 scan, report = verify_log(log, store, trusted)
                 log_id = log.log_id
-            for path in against or []:
-                for problem in _witness_dir(path).check(log_id, scan):
-                    report.findings.append(IntegrityFinding("witness", f"{path}: {problem}"))
+            for target in against or []:
+                for problem in witness_cli.witness_problems(target, log_id, scan):
+                    report.findings.append(IntegrityFinding("witness", f"{target}: {problem}"))
             elapsed = time.perf_counter() - began
             store_name = store.describe() if store is not None else "(none)"
         finally:
@@ -269,72 +292,6 @@ def _print_report(settings: Settings, store_name: str, report: Any, as_json: boo
     emit(data, as_json, human)
 
 
-def _witness_dir(path: Path) -> Any:
-    from ledger.integrity.witness import WitnessDir
-
-    if not path.is_dir():
-        raise fail(f"no witness directory {path} (`caucus witness DIR --public-key KEY` makes one)", OPERATIONAL)
-    return WitnessDir(path)
-
-
-# -- caucus witness ------------------------------------------------------------------------------------
-
-
-def witness_command(
-    ctx: typer.Context,
-    directory: Path = typer.Argument(..., help="The witness's own directory (created if new): its key and what it cosigned."),
-    public_key: Optional[list[Path]] = typer.Option(
-        None, "--public-key", help="The signer's public key (required: a witness trusts no key the operator's "
-        "directory offers). Repeatable, or env CAUCUS_CHECKPOINT_PUBLIC_KEY."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
-    """Witness the log's latest signed checkpoint: check it was signed by the given key, that it covers the
-    log as read, and that the log still extends the last checkpoint this witness cosigned (RFC 9162
-    consistency); then cosign and keep it. Run it as another party, in a directory the log's operator
-    cannot write; `caucus verify --against DIR` then holds the log to it.
-    Exit 0: cosigned (or already held); 1: refused (the history was rewritten, or another log); 2: could not check."""
-    from ledger.integrity.keys import ENV_PUBLIC_KEY, load_trusted_key
-    from ledger.integrity.scan import scan_log
-    from ledger.integrity.store import open_checkpoint_store
-    from ledger.integrity.verify import NoTrustedKey, trusted_checkpoints
-    from ledger.integrity.witness import WitnessDir, WitnessError, WitnessRefused
-
-    settings = settings_of(ctx)
-    with _operational():
-        configured = settings.checkpoint_public_key or os.environ.get(ENV_PUBLIC_KEY)
-        paths = list(public_key or ([Path(p) for p in configured.split(os.pathsep) if p] if configured else []))
-        if not paths:
-            raise NoTrustedKey("a witness needs the signer's public key: give --public-key PATH")
-        trusted = [load_trusted_key(p) for p in paths]
-        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
-        try:
-            with _log(settings, read_only=True) as log:
-                scan = scan_log(log)
-                log_id = log.log_id or f"scope:{settings.topic}"
-            rows = store.checkpoints() if store is not None else []
-        finally:
-            if store is not None:
-                store.close()
-        signed = trusted_checkpoints(scan, rows, trusted)
-        if not signed:
-            raise NoTrustedKey("the log holds no checkpoint signed by the given key: run `caucus checkpoint` first")
-        latest = max(signed, key=lambda s: (s.checkpoint.tree_size, s.checkpoint.timestamp_micros))
-        directory.mkdir(parents=True, exist_ok=True)
-        try:
-            done = WitnessDir(directory).cosign(log_id, scan, latest)
-        except WitnessRefused as refused:
-            raise fail(f"REFUSED TO COSIGN: {refused}", TAMPERED, kind="tampering") from None
-        except WitnessError as exc:
-            raise fail(str(exc), OPERATIONAL) from None
-    c = done.signed.checkpoint
-    data = {"log_id": done.log_id, "event_id": done.signed.event_id, "time": c.time.isoformat(), "tree_size": c.tree_size,
-            "partition_sizes": list(c.partition_sizes), "witnessed_at": done.witnessed_at,
-            "cosignature": done.cosignature.hex(), "witness_dir": str(directory)}
-    emit(data, as_json, lambda: typer.echo(
-        f"cosigned checkpoint {done.signed.event_id} of log {done.log_id} ({c.tree_size} records, {c.time.isoformat()}); "
-        f"kept in {directory}"))
-
-
 # -- caucus prove --------------------------------------------------------------------------------------
 
 
@@ -354,13 +311,13 @@ def prove_command(
     from ledger.integrity.verify import NoTrustedKey, trusted_checkpoints
 
     settings = settings_of(ctx)
-    with _operational():
+    with operational():
         trusted = _trusted_keys(settings, public_key)
         if not trusted:
             raise NoTrustedKey("no public key to check the checkpoint's signature with: give --public-key PATH")
         store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
         try:
-            with _log(settings, read_only=True) as log:
+            with log_for(settings, read_only=True) as log:
                 scan = scan_log(log)
             rows = store.checkpoints() if store is not None else []
         finally:

@@ -9,19 +9,29 @@ How tampering is simulated on the SQLite log (its triggers make the real file ap
   dropped, swapped, or a different history) to a new, empty log. Offsets are renumbered from 0, as a
   forger who rewrote a whole Kafka topic would produce; this is also how the Kafka test tampers.
 
+Also ``site_at`` (a data directory and a key home driven through the ``caucus`` command, with the
+insider's rewrite) and ``serve_witness`` (the real ``caucus witness serve`` in its own process).
+
 Helpers are fixtures (not an importable module) because the suite runs in importlib mode.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import socket
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ledger.codec import default_codec
@@ -234,3 +244,114 @@ def checkpointed(ledger: Ledger) -> Iterator[Ledger]:
 def append() -> Callable[[EventLog, list[Event[Any]]], None]:
     """Append events to any log through the codec."""
     return append_events
+
+
+CAUCUS = str(Path(sys.executable).parent / "caucus")
+
+
+class Site:
+    """A data directory and a key home outside it, driven through the installed ``caucus`` as an
+    operator would; ``rewrite`` is the insider's attack of ``test_insider_rewrite``."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        self.data = root / "data"
+        self.keys = root / "keys"
+        self.witness = root / "witness"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+        self.env.update(CAUCUS_DATA_DIR=str(self.data), CAUCUS_KEY_HOME=str(self.keys))
+
+    def run(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([CAUCUS, *args], cwd=self.root, env=self.env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == code, f"caucus {' '.join(args)}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        assert "Traceback" not in done.stderr
+        return done
+
+    @property
+    def public_key(self) -> str:
+        return str(self.keys / "checkpoint-key.pub")
+
+    def rewrite(self) -> None:
+        """Flip a byte of one recorded event, cut every CheckpointSigned record, delete the checkpoint store."""
+        db = sqlite3.connect(self.data / "log.sqlite3")
+        try:
+            db.execute("DROP TRIGGER log_records_no_update")
+            db.execute("DROP TRIGGER log_records_no_delete")
+            seq, value = db.execute("SELECT seq, value FROM log_records ORDER BY seq LIMIT 1 OFFSET 5").fetchone()
+            flipped = bytearray(value)
+            flipped[-3] ^= 1
+            db.execute("UPDATE log_records SET value = ? WHERE seq = ?", (bytes(flipped), seq))
+            cut = db.execute("DELETE FROM log_records WHERE instr(value, CAST('caucus checkpoint' AS BLOB)) > 0").rowcount
+            db.commit()
+        finally:
+            db.close()
+        assert cut >= 1
+        (self.data / "checkpoints.sqlite3").unlink()
+
+
+@pytest.fixture
+def site_at() -> Callable[[Path], Site]:
+    """``site_at(root)``: a ``Site`` in ``root`` (nothing run yet)."""
+    return Site
+
+
+@dataclass
+class ServedWitness:
+    """A ``caucus witness serve`` running in its own process."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    directory: Path
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def serve_witness(tmp_path: Path) -> Iterator[Callable[..., ServedWitness]]:
+    """``serve_witness(directory, public_key, ...)``: start the real witness service (uvicorn, in its
+    own process) over ``directory``, cosigning checkpoints of the given keys; stopped (SIGTERM) at the end."""
+    started: list[ServedWitness] = []
+
+    def start(directory: Path, *public_keys: str) -> ServedWitness:
+        port = _free_port()
+        keys = [arg for key in public_keys for arg in ("--public-key", key)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+        log = tmp_path / f"witness-{len(started)}.out"
+        with open(log, "wb") as out:
+            process = subprocess.Popen([sys.executable, "-c", "from ledger.cli import main; main()", "witness", "serve",
+                                        str(directory), *keys, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
+        served = ServedWitness(process, port, directory, log)
+        started.append(served)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{served.url}/health", timeout=1).status_code == 200:
+                    return served
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the witness service did not come up: {served.output()}")
+            time.sleep(0.1)
+
+    yield start
+    for served in started:
+        if served.process.poll() is None:
+            served.process.send_signal(signal.SIGTERM)
+            try:
+                served.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                served.process.kill()
+                served.process.wait()

@@ -15,58 +15,19 @@ With the signing key in the data directory the fresh checkpoint vouched for the 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-CAUCUS = str(Path(sys.executable).parent / "caucus")
-
-
-class Site:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.data = root / "data"
-        self.keys = root / "keys"
-        self.witness = root / "witness"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
-        self.env.update(CAUCUS_DATA_DIR=str(self.data), CAUCUS_KEY_HOME=str(self.keys))
-
-    def run(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([CAUCUS, *args], cwd=self.root, env=self.env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == code, f"caucus {' '.join(args)}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-        assert "Traceback" not in done.stderr
-        return done
-
-    @property
-    def public_key(self) -> str:
-        return str(self.keys / "checkpoint-key.pub")
-
-    def rewrite(self) -> None:
-        """Flip a byte of one recorded event, cut every CheckpointSigned record, delete the checkpoint store."""
-        db = sqlite3.connect(self.data / "log.sqlite3")
-        try:
-            db.execute("DROP TRIGGER log_records_no_update")
-            db.execute("DROP TRIGGER log_records_no_delete")
-            seq, value = db.execute("SELECT seq, value FROM log_records ORDER BY seq LIMIT 1 OFFSET 5").fetchone()
-            flipped = bytearray(value)
-            flipped[-3] ^= 1
-            db.execute("UPDATE log_records SET value = ? WHERE seq = ?", (bytes(flipped), seq))
-            cut = db.execute("DELETE FROM log_records WHERE instr(value, CAST('caucus checkpoint' AS BLOB)) > 0").rowcount
-            db.commit()
-        finally:
-            db.close()
-        assert cut >= 1
-        (self.data / "checkpoints.sqlite3").unlink()
-
+Site = Any  # the conftest's ``Site``: a data directory and a key home, driven through the ``caucus`` command
 
 @pytest.fixture
-def site(tmp_path: Path) -> Site:
-    s = Site(tmp_path)
+def site(tmp_path: Path, site_at: Callable[[Path], Site]) -> Site:
+    s = site_at(tmp_path)
     s.run("demo")  # records a caucus night and signs a checkpoint
     return s
 
@@ -104,7 +65,9 @@ def test_a_key_holder_who_also_erases_the_signers_record_is_caught_by_the_witnes
     assert "REFUSED TO COSIGN" in refused.stderr
 
 
-def test_the_witness_follows_a_log_that_only_grows_and_spots_another_log(site: Site, tmp_path: Path) -> None:
+def test_the_witness_follows_a_log_that_only_grows_and_spots_another_log(
+    site: Site, tmp_path: Path, site_at: Callable[[Path], Site]
+) -> None:
     site.run("witness", str(site.witness), "--public-key", site.public_key)
     site.run("simulate", "write", "--units", "5", "--token", _official(site))
     site.run("checkpoint")
@@ -113,7 +76,7 @@ def test_the_witness_follows_a_log_that_only_grows_and_spots_another_log(site: S
     site.run("verify", "--against", str(site.witness))
 
     (tmp_path / "other").mkdir()
-    other = Site(tmp_path / "other")
+    other = site_at(tmp_path / "other")
     other.env["CAUCUS_KEY_HOME"] = str(site.keys)  # the same signer, another log
     other.run("demo")
     shutil.rmtree(site.data)

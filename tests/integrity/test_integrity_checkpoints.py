@@ -89,7 +89,31 @@ def test_the_event_round_trips_through_avro_and_json() -> None:
     assert back == event
     assert SignedCheckpoint.from_event(back).same_statement(signed)
     assert event_from_json(json.loads(json.dumps(event_to_json(event)))) == event
-    assert codec.writer_for("CheckpointSigned").version == CheckpointSigned.VERSION == 2
+    assert codec.writer_for("CheckpointSigned").version == CheckpointSigned.VERSION == 3
+    assert back.payload.column_roots == signed.column_roots == () and back.payload.column_signature == b""
+
+
+def test_a_version_2_checkpoint_record_still_decodes_and_is_checked_without_column_roots() -> None:
+    codec = default_codec()
+    key = generate_key()
+    signed = sign_checkpoint(_checkpoint(key), key, event_id="0b6f6a52-3a7c-4d6e-9f55-6d1b6a0e3a12",
+                             column_roots=[b"c" * 32] * _checkpoint(key).partitions)
+    assert signed.columns_problem() is None
+    event = signed.to_event()
+    record = event.payload.to_avro()
+    for name in ("column_roots", "column_signature"):
+        del record[name]
+    env = event.envelope
+    record["envelope"] = {
+        "event_id": env.event_id, "type": "CheckpointSigned", "schema_version": 2, "election_id": "", "unit_id": "",
+        "occurred_at": env.occurred_at, "recorded_at": env.recorded_at, "actor": env.actor, "channel": "system",
+        "idempotency_key": env.idempotency_key,
+    }
+    decoded = SignedCheckpoint.from_event(codec.decode(codec.encode_record("CheckpointSigned", record, version=2)))
+    assert decoded.same_statement(signed) and decoded.column_roots == () and decoded.columns_problem() is None
+    forged = SignedCheckpoint(signed.checkpoint, signed.public_key, signed.signature, signed.event_id, None,
+                              (b"d" * 32,) * signed.checkpoint.partitions, signed.column_signature)
+    assert "does not verify" in (forged.columns_problem() or "")
 
 
 def test_a_version_1_checkpoint_record_still_decodes_but_cannot_be_checked() -> None:

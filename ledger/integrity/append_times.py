@@ -36,8 +36,11 @@ def append_time_problems(
     """(leaf index, what is wrong) for the first record of the partition appended after a checkpoint
     that covers it, and the first appended before a checkpoint that does not; each message says how
     many more there are."""
-    timed = sorted((s.checkpoint.partition_sizes[partition], s.checkpoint.timestamp_micros // 1000, s)
-                   for s in checkpoints if s.checkpoint.timestamp_micros > 0 and partition < s.checkpoint.partitions)
+    # Sorted by size and time only: two signers at the same moment can sign the same size in the same
+    # millisecond, and checkpoints have no order of their own.
+    timed = sorted(((s.checkpoint.partition_sizes[partition], s.checkpoint.timestamp_micros // 1000, s)
+                    for s in checkpoints if s.checkpoint.timestamp_micros > 0 and partition < s.checkpoint.partitions),
+                   key=lambda t: (t[0], t[1]))
     if not timed:
         return []
     sizes = [size for size, _, _ in timed]

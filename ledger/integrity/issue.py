@@ -82,9 +82,13 @@ def _issue(
     codec = codec or default_codec()
     log_key = log.log_id or f"scope:{scope}"
     timestamp = datetime_to_micros(utc_now())  # taken before the sizes, so no checkpoint predates its cut
-    scan = scan_log(log, codec)
+    # The store is read before the log: another signer appends its checkpoint's event before it records
+    # the checkpoint in the store, so every checkpoint read here has its event in the scan that follows.
+    # Read the other way round, a signer working at the same moment looks like a cut log.
+    stored = store.checkpoints()
     witness = store.leaves()
-    report = verify_scan(scan, store.checkpoints(), witness, [key.trusted, *also_trusted], codec)
+    scan = scan_log(log, codec)
+    report = verify_scan(scan, stored, witness, [key.trusted, *also_trusted], codec)
     if not report.ok:
         raise RefusedToSign(report)
     last = signer_state.last(log_key) if signer_state is not None else None

@@ -138,3 +138,26 @@ def test_a_key_holder_who_rewrites_a_writer_and_re_signs_is_caught_by_the_witnes
         assert [f["kind"] for f in found] == ["witness"] and "(the writer)" in found[0]["message"], found
         refused = site.run("witness", witness, "--public-key", site.public_key, code=1)
         assert "REFUSED TO COSIGN" in refused.stderr and "headers" in refused.stderr, refused.stderr
+
+
+def test_checkpoints_of_the_same_size_and_millisecond_are_held_to_as_well() -> None:
+    """Two signers at the same moment sign the same sizes in the same millisecond: the append-time check
+    orders them by size and time alone and holds the records to both."""
+    from ledger.integrity.append_times import append_time_problems
+    from ledger.integrity.checkpoints import Checkpoint, sign_checkpoint
+    from ledger.integrity.keys import generate_key
+
+    key = generate_key()
+    at_ms = 1_700_000_000_000
+
+    def signed(event_id: str) -> Any:
+        cp = Checkpoint(scope="caucus.events", timestamp_micros=at_ms * 1000, key_id=key.key_id,
+                        partition_sizes=(2,), partition_roots=(bytes(32),))
+        return sign_checkpoint(cp, key, event_id=event_id)
+
+    both = [signed("a"), signed("b")]
+    assert append_time_problems(0, [at_ms - 5, at_ms - 1, at_ms + 10], both) == []
+    problems = append_time_problems(0, [at_ms - 5, at_ms + TOLERANCE_MS + 1, at_ms + 10], both)
+    assert [i for i, _ in problems] == [1], problems
+    problems = append_time_problems(0, [at_ms - 5, at_ms - 1, at_ms - TOLERANCE_MS - 1], both)
+    assert [i for i, _ in problems] == [2], problems

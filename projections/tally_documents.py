@@ -9,13 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from projections.queries import TallyView
+from projections.tally import AreaTally
 
 __all__ = ["state_document", "county_document", "unit_document"]
 
 
-def state_document(view: TallyView) -> dict[str, Any]:
-    """The statewide sums, and the units that reported but are not in the definition (in no sum)."""
-    return {**view.meta(), "state": view.state().to_json(), "undefined_units": [u.unit_id for u in view.undefined_units]}
+def state_document(view: TallyView, area: AreaTally | None = None) -> dict[str, Any]:
+    """The statewide sums (``area``: already summed by the caller), and the units that reported but are
+    not in the definition (in no sum)."""
+    area = view.state() if area is None else area
+    return {**view.meta(), "state": area.to_json(), "undefined_units": [u.unit_id for u in view.undefined_units]}
 
 
 def county_document(view: TallyView, county_id: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from projections.audit.checks import AuditReport, audit_tallies
 from projections.queries import QueryError, TallyView, find_county, find_unit
-from projections.read_api.reader import ReadError, ResultsReader, area_extras
+from projections.read_api.reader import ReadError, ResultsReader, area_extras, last_updated
 from projections.tally_documents import county_document, state_document, unit_document
 from projections.trail import unit_trail
 
@@ -32,20 +32,20 @@ def unit_id_of(view: TallyView, text: str) -> str:
 
 
 def state(view: TallyView) -> dict[str, Any]:
-    return {**state_document(view), **area_extras(view)}
+    area = view.state()
+    return {**state_document(view, area), **area_extras(area, last_updated(view).get(None))}
 
 
 def counties(view: TallyView) -> dict[str, Any]:
-    """Every county's sums in one answer (a results table needs them all at once)."""
-    out = []
-    for cid, area in view.counties().items():
-        out.append({**area.to_json(), **area_extras(view, cid)})
+    """Every county's sums in one answer (a results table needs them all at once), in one pass."""
+    times = last_updated(view)
+    out = [{**area.to_json(), **area_extras(area, times.get(cid))} for cid, area in view.counties().items()]
     return {**view.meta(), "counties": out}
 
 
 def county(view: TallyView, text: str) -> dict[str, Any]:
     cid = county_id_of(view, text)
-    return {**county_document(view, cid), **area_extras(view, cid)}
+    return {**county_document(view, cid), **area_extras(view.county(cid), last_updated(view).get(cid))}
 
 
 def unit(view: TallyView, text: str) -> dict[str, Any]:

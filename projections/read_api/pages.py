@@ -79,7 +79,7 @@ def _reporting(doc: Mapping[str, Any]) -> str:
             f' · last update <span data-field="last-updated">{_time(doc.get("last_updated"))}</span></p>')  # fmt: skip
 
 
-def area_table(area: Mapping[str, Any], caption: str) -> str:
+def area_table(area: Mapping[str, Any], caption: str, *, kind: str, key: str) -> str:
     """Candidates of an area with first and final alignment, CDs and SDEs (displayed sum, and a bar)."""
     order = _order(area)
     top = max((Decimal(area["sde_display_sum"].get(c, "0")) for c in order), default=Decimal(0)) or Decimal(1)
@@ -93,7 +93,7 @@ def area_table(area: Mapping[str, Any], caption: str) -> str:
             f'<td>{_n(area["cds"].get(c, 0))}</td>'
             f'<td class="sde"><span class="value" title="exact: {_e(area["sde_exact"].get(c, "0"))}">{sde:,.4f}</span>'
             f'<span class="bar" aria-hidden="true"><span style="width:{width}%"></span></span></td></tr>')  # fmt: skip
-    return (f'<div class="scroll"><table class="tally"><caption>{_e(caption)}</caption>'
+    return (f'<div class="scroll"><table class="tally" data-kind="{_e(kind)}" data-key="{_e(key)}"><caption>{_e(caption)}</caption>'
             '<thead><tr><th scope="col">Candidate</th><th scope="col">First alignment</th><th scope="col">Final alignment</th>'
             '<th scope="col">County delegates</th><th scope="col">SDEs</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')  # fmt: skip
@@ -117,7 +117,7 @@ def state_page(state: Mapping[str, Any], counties: Mapping[str, Any], feed_from:
                     f'<td>{_e(cty["reporting"]["percent"])} %</td>{cells}</tr>')  # fmt: skip
     certified = ' <span class="badge">certified</span>' if state["certified"] else ""
     main = (f'<h1>{_e(state["election"] or eid)}{certified}</h1>{_reporting(state)}'
-            f'{area_table(area, "Statewide")}'
+            f'{area_table(area, "Statewide", kind="state", key=eid)}'
             f'<div class="scroll"><table class="counties"><caption>Counties</caption><thead><tr><th scope="col">County</th>'
             f'<th scope="col">Reporting</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')  # fmt: skip
     return layout(f"{state['election'] or eid}: results", main, feed=_feed(eid, feed_from),
@@ -135,7 +135,7 @@ def county_page(doc: Mapping[str, Any], feed_from: str | None) -> str:
         status = u["status"] + (f" ({u['stage']})" if u["stage"] else "")
         rows.append(f'<tr><th scope="row"><a href="/elections/{_q(eid)}/units/{_q(u["unit_id"])}">{_e(u["name"] or u["unit_id"])}</a></th>'
                     f'<td>{_e(status)}</td><td>{_n(u["delegates"])}</td><td>{_cds_text(u["cds"])}</td></tr>')  # fmt: skip
-    main = (f'<h1>{_e(area["name"])}</h1>{_reporting(doc)}{area_table(area, area["name"])}'
+    main = (f'<h1>{_e(area["name"])}</h1>{_reporting(doc)}{area_table(area, area["name"], kind="county", key=area["area"])}'
             f'<div class="scroll"><table class="units"><caption>Precincts of {_e(area["name"])}</caption><thead><tr>'
             '<th scope="col">Precinct</th><th scope="col">Status</th><th scope="col">Delegates</th>'
             f'<th scope="col">County delegates won</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div>')  # fmt: skip
@@ -152,8 +152,9 @@ def _unit_table(u: Mapping[str, Any], candidates: Sequence[str]) -> str:
         computed = u["cds_computed"] or {}
         rows.append(f'<tr data-candidate="{_e(c)}"><th scope="row">{_e(c)}</th><td>{_n(u["first"].get(c, 0))}</td>'
                     f'<td>{_n(u["final"].get(c, 0))}</td><td>{_n(u["cds"].get(c, 0))}</td><td>{_n(computed.get(c))}</td>'
-                    f'<td title="exact: {_e(u["sde"].get(c, "0"))}">{_e(u["sde_display"].get(c, "0.0000"))}</td></tr>')  # fmt: skip
-    return ('<div class="scroll"><table class="tally"><caption>Alignment, delegates and SDEs</caption><thead><tr>'
+                    f'<td class="sde" title="exact: {_e(u["sde"].get(c, "0"))}"><span class="value">{_e(u["sde_display"].get(c, "0.0000"))}</span></td></tr>')  # fmt: skip
+    return (f'<div class="scroll"><table class="tally" data-kind="unit" data-key="{_e(u["unit_id"])}">'
+            '<caption>Alignment, delegates and SDEs</caption><thead><tr>'
             '<th scope="col">Candidate</th><th scope="col">First alignment</th><th scope="col">Final alignment</th>'
             '<th scope="col">County delegates</th><th scope="col">Computed by the rules</th><th scope="col">SDEs</th>'
             f'</tr></thead><tbody>{"".join(rows) or "<tr><td colspan=6>No result yet.</td></tr>"}</tbody></table></div>')

@@ -34,9 +34,10 @@ from projections.asof import AsOfError, Cut, parse_cut
 from projections.queries import DEFAULT_SET, QueryError, TallyView, load_view, resolve_set
 from projections.reducers import ElectionState
 from projections.stores.port import ProjectionStore, StoreError, StoreMissing
+from projections.tally import AreaTally
 from projections.wiring import open_existing_log
 
-__all__ = ["ReadError", "Answer", "ResultsReader", "area_extras", "percent_text"]
+__all__ = ["ReadError", "Answer", "ResultsReader", "area_extras", "last_updated", "percent_text"]
 
 
 class ReadError(LookupError):
@@ -88,12 +89,9 @@ def percent_text(part: int, whole: int) -> str:
     return f"{rounded // 100}.{rounded % 100:02d}"
 
 
-def area_extras(view: TallyView, county_id: str | None = None) -> dict[str, Any]:
+def area_extras(area: AreaTally, last_updated: str | None) -> dict[str, Any]:
     """What a reader of an area needs besides its sums: the share of units reporting (exact and as a
     percentage) and when the newest result counted in it was recorded by the ledger."""
-    area = view.state() if county_id is None else view.county(county_id)
-    units = view.units.values() if county_id is None else view.units_in(county_id)
-    times = [t.result_recorded_at for t in units if t.reporting and t.result_recorded_at and t.unit_id in view.context.units]
     return {
         "reporting": {
             "units_reporting": area.units_reporting,
@@ -101,8 +99,21 @@ def area_extras(view: TallyView, county_id: str | None = None) -> dict[str, Any]
             "share": f"{area.units_reporting}/{area.units_defined}",
             "percent": percent_text(area.units_reporting, area.units_defined),
         },
-        "last_updated": max(times) if times else None,
+        "last_updated": last_updated,
     }
+
+
+def last_updated(view: TallyView) -> dict[str | None, str]:
+    """When the newest result counted in each county (key: its id) and the state (key None) was recorded."""
+    out: dict[str | None, str] = {}
+    for t in view.units.values():
+        unit = view.context.units.get(t.unit_id)
+        if not t.reporting or not t.result_recorded_at or unit is None:
+            continue
+        for key in (None, unit.county_id):
+            if t.result_recorded_at > out.get(key, ""):
+                out[key] = t.result_recorded_at
+    return out
 
 
 def _etag(*parts: object) -> str:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -96,6 +97,12 @@ def wait_until(check: Any, seconds: float, why: Any = lambda: "") -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not ready after {seconds} s: {why()}")
         time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def support() -> SimpleNamespace:
+    """This folder's helpers, for its tests (test files cannot import a conftest by name)."""
+    return SimpleNamespace(Backend=Backend, caucus_env=caucus_env, free_port=free_port, wait_until=wait_until)
 
 
 @pytest.fixture(scope="session")

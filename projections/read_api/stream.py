@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -27,25 +26,13 @@ from ledger.config import Settings
 from ledger.events import Event
 from ledger.log.port import EventLog, LogError, LogMissingError
 from projections.feed import open_results_log
+from projections.feed_checkpoints import feed_position_text as position_text
+from projections.feed_checkpoints import parse_feed_position as parse_resume
 from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key
 
 __all__ = ["FeedFilter", "parse_resume", "position_text", "sse_events"]
 
-_RESUME = re.compile(r"^\s*\d+:\d+(\s*,\s*\d+:\d+)*\s*$")
 KEEP_ALIVE_SECONDS = 15.0
-
-
-def parse_resume(text: str | None) -> dict[int, int] | None:
-    """A ``Last-Event-ID`` (or ``from``) as positions; None for none, ``ValueError`` for nonsense."""
-    if text is None or not text.strip():
-        return None
-    if not _RESUME.match(text):
-        raise ValueError(f"{text!r} is not a feed position (PARTITION:OFFSET,... as the events' ids give it)")
-    return {int(p): int(o) for p, o in (item.split(":") for item in text.replace(" ", "").split(","))}
-
-
-def position_text(positions: dict[int, int]) -> str:
-    return ",".join(f"{p}:{o}" for p, o in sorted(positions.items()))
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ def wait_until(check: Any, seconds: float, why: Any = lambda: "") -> None:
 
 
 @pytest.fixture(scope="session")
-def support() -> SimpleNamespace:
+def support_module() -> SimpleNamespace:
     """This folder's helpers, for its tests (test files cannot import a conftest by name)."""
     return SimpleNamespace(Backend=Backend, caucus_env=caucus_env, free_port=free_port, wait_until=wait_until)
 

@@ -43,20 +43,20 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def live_site(iowa_dir: Path, tmp_path: Path, support: Any) -> Iterator[dict[str, Any]]:
+def live_site(iowa_dir: Path, tmp_path: Path, support_module: Any) -> Iterator[dict[str, Any]]:
     """The 2020 history on the embedded backend with the whole night running: ``caucus project`` (live),
     ``caucus serve intake`` and ``caucus serve results``, each in its own process."""
-    backend = support.Backend("embedded", ["--data-dir", str(tmp_path / "data")], support.caucus_env(), tmp_path)
+    backend = support_module.Backend("embedded", ["--data-dir", str(tmp_path / "data")], support_module.caucus_env(), tmp_path)
     try:
         backend.run("import", "idp2020", "--data", str(iowa_dir))
         token = backend.json("credentials", "issue", "--official", "Pat Official")["token"]
         backend.start("project", "project", "-q")
-        intake_port = support.free_port()
+        intake_port = support_module.free_port()
         backend.start("intake", "serve", "intake", "--port", str(intake_port))
         url = backend.serve_results()
         intake = f"http://127.0.0.1:{intake_port}"
-        support.wait_until(lambda: _reporting(url) == 1765, 120, lambda: backend.output("project"))
-        support.wait_until(lambda: _up(intake + "/health"), 60, lambda: backend.output("intake"))
+        support_module.wait_until(lambda: _reporting(url) == 1765, 120, lambda: backend.output("project"))
+        support_module.wait_until(lambda: _up(intake + "/health"), 60, lambda: backend.output("intake"))
         yield {"url": url, "intake": intake, "token": token, "backend": backend}
     finally:
         backend.stop()

@@ -1,0 +1,103 @@
+"""The read API over a simulated election on the embedded backend (no real data needed): the numbers
+``caucus tally --json`` prints, conditional GET, as_of, errors, and the feed resuming by Last-Event-ID."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from ledger.config import Settings
+from projections.read_api.cli import results_app
+from projections.read_api.reader import percent_text
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory, support_module: Any) -> Any:
+    """`caucus demo` (a simulated night, projected and published) in a data directory of its own."""
+    workdir = tmp_path_factory.mktemp("read-api-demo")
+    backend = support_module.Backend("embedded", ["--data-dir", str(workdir / "data")], support_module.caucus_env(), workdir)
+    backend.run("demo", "--units", "16", "--json")
+    return backend
+
+
+@pytest.fixture
+def client(demo: Any) -> Iterator[TestClient]:
+    with TestClient(results_app(Settings(data_dir=Path(demo.base[1])))) as c:
+        yield c
+
+
+def _election(client: TestClient) -> str:
+    elections = client.get("/api/elections").json()["elections"]
+    assert len(elections) == 1 and elections[0]["units"] == 16
+    return str(elections[0]["election_id"])
+
+
+def test_state_county_and_unit_are_the_tally_commands_numbers(client: TestClient, demo: Any) -> None:
+    e = _election(client)
+    state = client.get(f"/api/elections/{e}/state").json()
+    assert state["state"] == demo.json("tally")["state"]
+    assert state["reporting"]["units_defined"] == 16 and state["reporting"]["share"] == f"{state['reporting']['units_reporting']}/16"
+    first = client.get(f"/api/elections/{e}/counties").json()["counties"][0]
+    cli = demo.json("tally", "--county", first["area"])
+    assert client.get(f"/api/elections/{e}/counties/{first['area']}").json()["county"] == cli["county"]
+    unit = cli["units"][0]["unit_id"]
+    assert client.get(f"/api/elections/{e}/units/{unit}").json()["unit"] == demo.json("tally", "--unit", unit)["unit"]
+    assert client.get(f"/api/elections/{e}/units/{unit}/trail").json() == demo.json("trail", unit)
+
+
+def test_conditional_get_as_of_and_errors(client: TestClient) -> None:
+    e = _election(client)
+    full = client.get(f"/api/elections/{e}/state")
+    assert full.headers["cache-control"] == "public, max-age=5, must-revalidate"
+    hit = client.get(f"/api/elections/{e}/state", headers={"If-None-Match": full.headers["etag"]})
+    assert hit.status_code == 304 and hit.headers["etag"] == full.headers["etag"]
+    assert client.get(f"/api/elections/{e}/counties", headers={"If-None-Match": full.headers["etag"]}).status_code == 200
+    nothing = client.get(f"/api/elections/{e}/state", params={"as_of": "*:0"})
+    assert nothing.status_code == 404 and "no events inside the cut" in nothing.json()["error"]["message"]
+    whole = client.get(f"/api/elections/{e}/state", params={"as_of": "*:end"})
+    assert whole.json()["state"] == full.json()["state"] and "immutable" in whole.headers["cache-control"]
+    assert client.get(f"/api/elections/{e}/state", params={"as_of": "noon"}).status_code == 400
+    assert client.get("/api/elections/nope/state").status_code == 404
+    assert client.get(f"/api/elections/{e}/units/nope").json()["error"]["status"] == 404
+    page = client.get(f"/elections/{e}/units/nope")
+    assert page.status_code == 404 and page.headers["content-type"].startswith("text/html") and "nope" in page.text
+    assert client.get("/static/live.js").status_code == 200
+
+
+def test_percent_reporting_rounds_half_up_from_the_exact_share() -> None:
+    assert [percent_text(1, 3), percent_text(2, 3), percent_text(1, 8), percent_text(0, 0)] == ["33.33", "66.67", "12.50", "0.00"]
+    assert (percent_text(1, 20_000), percent_text(1, 20_001), percent_text(1765, 1765)) == ("0.01", "0.00", "100.00")
+
+
+def _frames(url: str, count: int, headers: dict[str, str], **params: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    with httpx.stream("GET", url + "/api/feed", params=params, headers=headers, timeout=30) as response:
+        frame: dict[str, Any] = {}
+        for line in response.iter_lines():
+            if not line:
+                if "event" in frame:
+                    out.append(frame)
+                if len(out) >= count:
+                    break
+                frame = {}
+            elif ": " in line and not line.startswith(":"):
+                key, value = line.split(": ", 1)
+                frame[key] = json.loads(value) if key == "data" else value
+    return out
+
+
+def test_the_feed_resumes_from_last_event_id(demo: Any) -> None:
+    url = demo.serve_results()
+    ready = _frames(url, 1, {})[0]
+    start = ",".join(f"{p.split(':')[0]}:0" for p in ready["id"].split(","))
+    first = _frames(url, 7, {}, **{"from": start})
+    tallies = [f for f in first if f["event"] == "tally"]
+    assert len(tallies) == 6
+    again = _frames(url, 3, {"Last-Event-ID": tallies[2]["id"]})
+    assert [f["data"] for f in again[1:]] == [t["data"] for t in tallies[3:5]]

@@ -61,6 +61,15 @@ def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -
     async def log_error(_request: Request, exc: LogError) -> JSONResponse:
         return _error(ReadError(str(exc), 503))
 
+    _tally_routes(app, reader, max_age)
+    _evidence_routes(app, reader, settings, max_age)
+    _feed_route(app, settings)
+    return app
+
+
+def _tally_routes(app: FastAPI, reader: ResultsReader, max_age: int) -> None:
+    """Elections, and the tallies of the state, the counties and a unit (each with ``as_of``)."""
+
     def tally(route: str, election: str, as_of: str | None, inm: str | None, build: Callable[..., Any], *params: object) -> Response:
         return respond(reader.answer(route, election, as_of, inm, build, *params), max_age)
 
@@ -84,6 +93,13 @@ def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -
     @app.get("/api/elections/{election}/units/{unit}", summary="One unit's tally (id or name)")
     def unit(election: str, unit: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:
         return tally("unit", election, as_of, if_none_match, lambda v: documents.unit(v, unit), unit)
+
+
+def _evidence_routes(app: FastAPI, reader: ResultsReader, settings: Settings, max_age: int) -> None:
+    """What an auditor reads: a unit's paper trail, the audit's findings, two tallies compared."""
+
+    def tally(route: str, election: str, as_of: str | None, inm: str | None, build: Callable[..., Any], *params: object) -> Response:
+        return respond(reader.answer(route, election, as_of, inm, build, *params), max_age)
 
     @app.get("/api/elections/{election}/units/{unit}/trail",
              summary="The paper trail of a unit: every event, correction and coin toss, with the tally after each")
@@ -119,6 +135,8 @@ def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -
 
         return respond(reader.with_log("diff", election, if_none_match, build, a, b), max_age)
 
+
+def _feed_route(app: FastAPI, settings: Settings) -> None:
     @app.get("/api/feed", summary="The results feed, live (Server-Sent Events; resumes from Last-Event-ID)",
              response_class=StreamingResponse)
     def feed(election: str | None = Query(None), county: str | None = Query(None), unit: str | None = Query(None),
@@ -132,5 +150,3 @@ def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -
         return StreamingResponse(sse_events(settings, resume, FeedFilter(election, county, unit)),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    return app

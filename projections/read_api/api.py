@@ -75,8 +75,7 @@ def _tally_routes(app: FastAPI, reader: ResultsReader, max_age: int) -> None:
 
     @app.get("/api/elections", summary="The elections the serving projection holds")
     def elections(if_none_match: str | None = Header(None)) -> Response:
-        return respond(reader.answer("elections", None, None, if_none_match, lambda _v: {"elections": reader.elections()}),
-                       max_age)
+        return respond(reader.plain("elections", if_none_match, lambda: {"elections": reader.elections()}), max_age)
 
     @app.get("/api/elections/{election}/state", summary="Statewide tally: alignments, CDs, SDEs, reporting, last update")
     def state(election: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:

@@ -264,6 +264,19 @@ class ResultsReader:
         self._answers.put(etag, made)
         return made
 
+    def plain(self, route: str, if_none_match: str | None, build: Callable[[], Any], *,
+              encode: Callable[[Any], bytes] | None = None) -> Answer:
+        """An answer about the serving set as a whole (the elections), with no election's view."""
+        etag = _etag(route, self.live_token())
+        if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
+            return Answer(None, etag)
+        cached: Answer | None = self._answers.get(etag)
+        if cached is not None:
+            return cached
+        made = Answer((encode or dumps)(build()), etag)
+        self._answers.put(etag, made)
+        return made
+
     def with_log(self, route: str, election: str | None, if_none_match: str | None,
                  build: Callable[[TallyView], Any], *params: object, encode: Callable[[Any], bytes] | None = None) -> Answer:
         """An answer that also reads the log (a trail, a diff): its token adds the log's high watermarks."""

@@ -43,7 +43,12 @@ def add_site(app: FastAPI, reader: ResultsReader, *, max_age: int = 5) -> None:
 
     @app.get("/", include_in_schema=False)
     def index(request: Request, if_none_match: str | None = Header(None)) -> Response:
-        return page(request, None, if_none_match, lambda _v, _s: pages.index_page(reader.elections()))
+        try:
+            answer = reader.plain("page:/", if_none_match, lambda: pages.index_page(reader.elections()), encode=_html)
+        except ReadError as exc:
+            return HTMLResponse(pages.error_page(exc.status, str(exc)), status_code=exc.status,
+                                headers={"Cache-Control": "no-store"})
+        return respond(answer, max_age, HTML)
 
     @app.get("/elections/{election}", include_in_schema=False)
     def state(request: Request, election: str, if_none_match: str | None = Header(None)) -> Response:

@@ -101,3 +101,26 @@ def test_the_feed_resumes_from_last_event_id(demo: Any) -> None:
     assert len(tallies) == 6
     again = _frames(url, 3, {"Last-Event-ID": tallies[2]["id"]})
     assert [f["data"] for f in again[1:]] == [t["data"] for t in tallies[3:5]]
+
+
+SECOND = {
+    "election_id": "second-test", "name": "A second caucus", "rule_set": "idp-2020", "candidates": ["Biden", "Sanders"],
+    "counties": [{"county_id": "lee", "name": "Lee", "sde_ratio": "21/150"}],
+    "units": [{"unit_id": "FM5", "name": "Fort Madison 5", "county_id": "lee", "delegates": 12}],
+}
+
+
+def test_a_log_with_two_elections_lists_both(tmp_path: Path, support_module: Any) -> None:
+    backend = support_module.Backend("embedded", ["--data-dir", str(tmp_path / "data")], support_module.caucus_env(), tmp_path)
+    backend.run("demo", "--units", "4", "--json")
+    token = backend.json("credentials", "issue", "--official", "Pat Official")["token"]
+    (tmp_path / "second.json").write_text(json.dumps(SECOND))
+    backend.run("define", str(tmp_path / "second.json"), "--token", token)
+    backend.run("project", "--until-caught-up", "-q")
+    with TestClient(results_app(Settings(data_dir=tmp_path / "data"))) as client:
+        listed = client.get("/api/elections").json()["elections"]
+        assert len(listed) == 2 and "second-test" in {e["election_id"] for e in listed}
+        assert "A second caucus" in client.get("/").text
+        for e in listed:
+            state = client.get(f"/api/elections/{e['election_id']}/state").json()
+            assert state["election_id"] == e["election_id"] and state["reporting"]["units_defined"] == e["units"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from ledger.config import Settings
 from ledger.log.port import LogError
@@ -68,30 +69,37 @@ def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -
 
 
 def _tally_routes(app: FastAPI, reader: ResultsReader, max_age: int) -> None:
-    """Elections, and the tallies of the state, the counties and a unit (each with ``as_of``)."""
+    """Elections, and the tallies of the state, the counties and a unit (each with ``as_of``).
 
-    def tally(route: str, election: str, as_of: str | None, inm: str | None, build: Callable[..., Any], *params: object) -> Response:
-        return respond(reader.answer(route, election, as_of, inm, build, *params), max_age)
+    The tally routes run on the event loop: a 304 or an answer already built is returned there
+    (``ResultsReader.ready``); only building one goes to a worker thread."""
+
+    async def tally(route: str, election: str, as_of: str | None, inm: str | None, build: Callable[..., Any],
+                    *params: object) -> Response:
+        answer = reader.ready(route, election, as_of, inm, *params)
+        if answer is None:
+            answer = await run_in_threadpool(reader.answer, route, election, as_of, inm, build, *params)
+        return respond(answer, max_age)
 
     @app.get("/api/elections", summary="The elections the serving projection holds")
     def elections(if_none_match: str | None = Header(None)) -> Response:
         return respond(reader.plain("elections", if_none_match, lambda: {"elections": reader.elections()}), max_age)
 
     @app.get("/api/elections/{election}/state", summary="Statewide tally: alignments, CDs, SDEs, reporting, last update")
-    def state(election: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:
-        return tally("state", election, as_of, if_none_match, documents.state)
+    async def state(election: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:
+        return await tally("state", election, as_of, if_none_match, documents.state)
 
     @app.get("/api/elections/{election}/counties", summary="Every county's tally")
-    def counties(election: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:
-        return tally("counties", election, as_of, if_none_match, documents.counties)
+    async def counties(election: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:
+        return await tally("counties", election, as_of, if_none_match, documents.counties)
 
     @app.get("/api/elections/{election}/counties/{county}", summary="One county's tally and its units (id or name)")
-    def county(election: str, county: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:
-        return tally("county", election, as_of, if_none_match, lambda v: documents.county(v, county), county)
+    async def county(election: str, county: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:
+        return await tally("county", election, as_of, if_none_match, lambda v: documents.county(v, county), county)
 
     @app.get("/api/elections/{election}/units/{unit}", summary="One unit's tally (id or name)")
-    def unit(election: str, unit: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:
-        return tally("unit", election, as_of, if_none_match, lambda v: documents.unit(v, unit), unit)
+    async def unit(election: str, unit: str, as_of: str | None = AS_OF, if_none_match: str | None = Header(None)) -> Response:
+        return await tally("unit", election, as_of, if_none_match, lambda v: documents.unit(v, unit), unit)
 
 
 def _evidence_routes(app: FastAPI, reader: ResultsReader, settings: Settings, max_age: int) -> None:

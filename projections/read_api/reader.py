@@ -116,6 +116,13 @@ def last_updated(view: TallyView) -> dict[str | None, str]:
     return out
 
 
+def _by_position(as_of: str) -> bool:
+    try:
+        return parse_cut(as_of).at is None
+    except AsOfError:
+        return True  # refused at once, as a 400, without a worker thread
+
+
 def _etag(*parts: object) -> str:
     return 'W/"' + hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest() + '"'
 
@@ -138,6 +145,8 @@ class ResultsReader:
         self._store: ProjectionStore | None = None
         self._log: EventLog | None = None
         self._results: EventLog | None = None
+        self._token_store: ProjectionStore | None = None
+        self._token_lock = threading.Lock()
         self._lock = threading.RLock()
         self._answers = _Cache(512)
         self._views = _Cache(16)
@@ -185,17 +194,26 @@ class ResultsReader:
 
     def close(self) -> None:
         with self._lock:
-            for thing in (self._store, self._log, self._results):
+            for thing in (self._store, self._log, self._results, self._token_store):
                 if thing is not None:
                     thing.close()
-            self._store = self._log = self._results = None
+            self._store = self._log = self._results = self._token_store = None
 
     # -- tokens ------------------------------------------------------------------------------------
 
     def live_token(self) -> tuple[Any, ...]:
-        """The serving set and the positions it reflects: what every live answer is a function of."""
+        """The serving set and the positions it reflects: what every live answer is a function of.
+
+        Asked on a connection of its own, never held for long, so a request that only revalidates
+        does not wait for one that is loading a view."""
         try:
-            with self.store() as store:
+            with self._token_lock:
+                if self._token_store is None:
+                    try:
+                        self._token_store = self._open_store()
+                    except StoreMissing as exc:
+                        raise ReadError(f"no projection yet: {exc}", 503) from exc
+                store = self._token_store
                 info = resolve_set(store, self.projection)
                 with store.reader(info.set_id) as r:
                     positions = tuple(sorted((p, row.next_offset) for p, row in r.positions().items()))
@@ -248,6 +266,21 @@ class ResultsReader:
             raise ReadError(str(exc), 503) from exc
         self._views.put(key, view)
         return view
+
+    def ready(self, route: str, election: str | None, as_of: str | None, if_none_match: str | None,
+              *params: object) -> Answer | None:
+        """The answer if it needs no work: a 304, or one already built. None when it must be built (or
+        its token needs the log or a database): then ``answer`` in a worker thread. Cheap enough for the
+        event loop on the embedded store (one indexed read of a local file); PostgreSQL is never asked
+        from the event loop (a database that is away would stall every stream)."""
+        if self.settings.database or (as_of is not None and not _by_position(as_of)):
+            return None
+        token, _cut, immutable = self.token(as_of)
+        etag = _etag(route, election, params, token)
+        if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
+            return Answer(None, etag, immutable)
+        cached: Answer | None = self._answers.get(etag)
+        return cached
 
     def answer(self, route: str, election: str | None, as_of: str | None, if_none_match: str | None,
                build: Callable[[TallyView], Any], *params: object, encode: Callable[[Any], bytes] | None = None) -> Answer:

@@ -18,11 +18,11 @@ from starlette.concurrency import run_in_threadpool
 from ledger.config import Settings
 from ledger.log.port import LogError
 from projections.read_api import documents
-from projections.read_api.reader import Answer, ReadError, ResultsReader
+from projections.read_api.reader import Answer, ReadError, ResultsReader, dumps
 from projections.read_api.stream import FeedFilter, parse_resume, sse_events
 from projections.stores.port import StoreError
 
-__all__ = ["create_app", "respond"]
+__all__ = ["create_app", "respond", "feed_schemas"]
 
 AS_OF = Query(None, description="A time (2020-02-08T06:28:00Z: events recorded at or before it) or log positions "
                                 "(3:120,5:88), as `caucus tally --as-of` takes them.")
@@ -143,7 +143,23 @@ def _evidence_routes(app: FastAPI, reader: ResultsReader, settings: Settings, ma
         return respond(reader.with_log("diff", election, if_none_match, build, a, b), max_age)
 
 
+def feed_schemas() -> dict[str, Any]:
+    """The Avro schemas of the feed's record types, every version, shared types expanded in place: a
+    consumer in another language decodes the records with these alone (docs/feed.md)."""
+    from ledger.codec import load_catalogue
+    from projections.feed_events import FEED_TYPES
+
+    return {"encoding": "Avro single-object encoding (0xC3 0x01, the schema's 8-byte CRC-64-AVRO fingerprint, the body)",
+            "types": [{"name": n, "version": v, "schema": schema} for (n, v), schema in sorted(load_catalogue(FEED_TYPES).items())]}
+
+
 def _feed_route(app: FastAPI, settings: Settings) -> None:
+    schemas = dumps(feed_schemas())
+
+    @app.get("/api/feed/schemas", summary="The Avro schemas of the results feed's records (shared types expanded)")
+    def schemas_route() -> Response:
+        return Response(schemas, media_type="application/json", headers={"Cache-Control": "public, max-age=3600"})
+
     @app.get("/api/feed", summary="The results feed, live (Server-Sent Events; resumes from Last-Event-ID)",
              response_class=StreamingResponse)
     def feed(election: str | None = Query(None), county: str | None = Query(None), unit: str | None = Query(None),

@@ -124,3 +124,34 @@ def test_a_log_with_two_elections_lists_both(tmp_path: Path, support_module: Any
         for e in listed:
             state = client.get(f"/api/elections/{e['election_id']}/state").json()
             assert state["election_id"] == e["election_id"] and state["reporting"]["units_defined"] == e["units"]
+
+
+def test_the_feed_records_decode_with_the_exported_schemas_alone(client: TestClient, demo: Any) -> None:
+    """What a consumer in another language does: the schemas from /api/feed/schemas and fastavro, nothing of
+    the ledger's codec, decode every record of the results log (docs/feed.md)."""
+    import io
+
+    from fastavro import parse_schema, schemaless_reader
+    from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+    from ledger.log.sqlite import SqliteLog
+    from projections.feed_events import feed_codec, feed_json
+
+    exported = client.get("/api/feed/schemas").json()
+    assert {t["name"] for t in exported["types"]} == {"UnitTallyPublished", "AreaTallyPublished"}
+    by_fingerprint = {}
+    for t in exported["types"]:
+        parsed = parse_schema(t["schema"])
+        by_fingerprint[bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))] = parsed
+    log = SqliteLog(Path(demo.base[1]) / "results.sqlite3", read_only=True)
+    try:
+        records = list(log.read())
+    finally:
+        log.close()
+    assert records
+    for rec in records:
+        assert rec.value[:2] == b"\xc3\x01"
+        body = schemaless_reader(io.BytesIO(rec.value[10:]), by_fingerprint[rec.value[2:10]])
+        expected = feed_json(feed_codec().decode(rec.value))
+        assert body["version"] == expected["version"] and body["envelope"]["event_id"] == expected["event_id"]
+        assert body.get("area", body["envelope"]["unit_id"]) == expected["key"]

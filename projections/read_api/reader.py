@@ -148,8 +148,8 @@ class ResultsReader:
         self._token_store: ProjectionStore | None = None
         self._token_lock = threading.Lock()
         self._lock = threading.RLock()
-        self._answers = _Cache(512)
-        self._views = _Cache(16)
+        self._answers = _Cache(256)
+        self._views = _Cache(4)  # a view holds every unit's tally: a few, not many
 
     def _default_store(self) -> ProjectionStore:
         from projections.stores import open_store

@@ -94,7 +94,10 @@ async def sse_events(settings: Settings, start: dict[int, int] | None, wanted: F
     stop = threading.Event()
 
     def put(item: object) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, item)
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the server is shutting down: the loop is closed
+            stop.set()
 
     threading.Thread(target=_pump, args=(settings, start, put, stop), name="results-feed-sse", daemon=True).start()
     codec, dedupe = feed_codec(), FeedDeduper()

@@ -21,6 +21,11 @@ def _e(value: object) -> str:
     return escape("" if value is None else str(value))
 
 
+def _label(long: str, short: str) -> str:
+    """A column heading that shortens at phone width (``site.css``), so a table fits without scrolling."""
+    return f'<span class="long">{long}</span><span class="short">{short}</span>'
+
+
 def _q(value: str) -> str:
     return quote(value, safe="")
 
@@ -94,8 +99,9 @@ def area_table(area: Mapping[str, Any], caption: str, *, kind: str, key: str) ->
             f'<td class="sde"><span class="value" title="exact: {_e(area["sde_exact"].get(c, "0"))}">{sde:,.4f}</span>'
             f'<span class="bar" aria-hidden="true"><span style="width:{width}%"></span></span></td></tr>')  # fmt: skip
     return (f'<div class="scroll"><table class="tally" data-kind="{_e(kind)}" data-key="{_e(key)}"><caption>{_e(caption)}</caption>'
-            '<thead><tr><th scope="col">Candidate</th><th scope="col">First alignment</th><th scope="col">Final alignment</th>'
-            '<th scope="col">County delegates</th><th scope="col">SDEs</th></tr></thead>'
+            f'<thead><tr><th scope="col">Candidate</th><th scope="col">{_label("First alignment", "First")}</th>'
+            f'<th scope="col">{_label("Final alignment", "Final")}</th><th scope="col">{_label("County delegates", "CDs")}</th>'
+            '<th scope="col">SDEs</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')  # fmt: skip
 
 
@@ -155,8 +161,9 @@ def _unit_table(u: Mapping[str, Any], candidates: Sequence[str]) -> str:
                     f'<td class="sde" title="exact: {_e(u["sde"].get(c, "0"))}"><span class="value">{_e(u["sde_display"].get(c, "0.0000"))}</span></td></tr>')  # fmt: skip
     return (f'<div class="scroll"><table class="tally" data-kind="unit" data-key="{_e(u["unit_id"])}">'
             '<caption>Alignment, delegates and SDEs</caption><thead><tr>'
-            '<th scope="col">Candidate</th><th scope="col">First alignment</th><th scope="col">Final alignment</th>'
-            '<th scope="col">County delegates</th><th scope="col">Computed by the rules</th><th scope="col">SDEs</th>'
+            f'<th scope="col">Candidate</th><th scope="col">{_label("First alignment", "First")}</th>'
+            f'<th scope="col">{_label("Final alignment", "Final")}</th><th scope="col">{_label("County delegates", "CDs")}</th>'
+            f'<th scope="col">{_label("Computed by the rules", "Rules")}</th><th scope="col">SDEs</th>'
             f'</tr></thead><tbody>{"".join(rows) or "<tr><td colspan=6>No result yet.</td></tr>"}</tbody></table></div>')
 
 

@@ -155,3 +155,24 @@ def test_the_feed_records_decode_with_the_exported_schemas_alone(client: TestCli
         expected = feed_json(feed_codec().decode(rec.value))
         assert body["version"] == expected["version"] and body["envelope"]["event_id"] == expected["event_id"]
         assert body.get("area", body["envelope"]["unit_id"]) == expected["key"]
+
+
+def test_a_precinct_page_shows_its_coin_tosses_corrections_and_findings(client: TestClient) -> None:
+    e = _election(client)
+    trails = {}
+    for county in client.get(f"/api/elections/{e}/counties").json()["counties"]:
+        for u in client.get(f"/api/elections/{e}/counties/{county['area']}").json()["units"]:
+            trails[u["unit_id"]] = client.get(f"/api/elections/{e}/units/{u['unit_id']}/trail").json()["events"]
+    tossed = next(uid for uid, events in trails.items() if any(ev["type"] == "TieBroken" for ev in events))
+    corrected = next(uid for uid, events in trails.items() if any(ev["type"] == "ResultCorrected" for ev in events))
+    toss = next(ev["details"] for ev in trails[tossed] if ev["type"] == "TieBroken")
+    page = client.get(f"/elections/{e}/units/{tossed}").text
+    tosses = page.split('<table class="tosses">')[1].split("</table>")[0]
+    assert toss["method"] in tosses and toss["caller"] in tosses and all(w in tosses for w in toss["witnesses"])
+    fix = next(ev["details"] for ev in trails[corrected] if ev["type"] == "ResultCorrected")
+    page = client.get(f"/elections/{e}/units/{corrected}").text
+    corrections = page.split('<table class="corrections">')[1].split("</table>")[0]
+    assert fix["reason"] in corrections and fix["authority"] in corrections and fix["stage"] in corrections
+    findings = client.get(f"/api/elections/{e}/audit", params={"unit": corrected}).json()["findings"]
+    shown = page.split('<table class="findings">')[1].split("</table>")[0]
+    assert all(f["code"] in shown for f in findings) and (findings or "No finding." in shown)

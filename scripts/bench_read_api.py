@@ -9,11 +9,11 @@ Workload: the 2020 Iowa history (``--data``, default ``../shared/data/iowa2020``
 repository) imported and projected on the embedded backend in a temporary directory, or, without
 that data, a simulated election (``caucus demo --units N``). Then ``--clients`` concurrent clients,
 each on its own keep-alive connection, send ``--requests`` GETs each (a bounded run), in two
-phases; a small HTTP/1.1 client on asyncio streams keeps the load generator cheap. Client and
+phases run in alternating ``--rounds``; a small HTTP/1.1 client on asyncio streams keeps the load generator cheap. Client and
 server share the machine's cores, which the figures include.
 
-    python scripts/bench_read_api.py                      # 200 clients x 50 requests, both phases
-    python scripts/bench_read_api.py --clients 50 --requests 20
+    python scripts/bench_read_api.py                      # 200 clients x 25 requests x 2 rounds, both phases
+    python scripts/bench_read_api.py --clients 50 --requests 20 --rounds 1
 """
 
 from __future__ import annotations
@@ -73,14 +73,26 @@ async def _client(port: int, request: bytes, count: int, latencies: list[float],
         writer.close()
 
 
-async def _phase(port: int, path: str, etag: str | None, clients: int, requests: int) -> dict[str, object]:
+async def _round(port: int, path: str, etag: str | None, clients: int, requests: int, latencies: list[float],
+                 statuses: dict[int, int]) -> float:
     extra = f"If-None-Match: {etag}\r\n" if etag else ""
     request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\n{extra}\r\n".encode()
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
     began = time.perf_counter()
     await asyncio.gather(*(_client(port, request, requests, latencies, statuses) for _ in range(clients)))
-    elapsed = time.perf_counter() - began
+    return time.perf_counter() - began
+
+
+def _phases(port: int, path: str, etag: str, clients: int, requests: int, rounds: int) -> list[dict[str, object]]:
+    """Full GETs and ETag hits in alternating rounds (so neither phase gets the quieter minutes of a
+    shared machine), each phase's latencies pooled over its rounds."""
+    pooled: list[tuple[list[float], dict[int, int], list[float]]] = [([], {}, []), ([], {}, [])]
+    for _ in range(rounds):
+        for (latencies, statuses, times), tag in zip(pooled, (None, etag)):
+            times.append(asyncio.run(_round(port, path, tag, clients, requests, latencies, statuses)))
+    return [_summary(latencies, statuses, sum(times)) for latencies, statuses, times in pooled]
+
+
+def _summary(latencies: list[float], statuses: dict[int, int], elapsed: float) -> dict[str, object]:
     latencies.sort()
 
     def pct(q: float) -> float:
@@ -102,7 +114,8 @@ def _prepare(data: Path, source: Path | None, units: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=200)
-    parser.add_argument("--requests", type=int, default=50, help="GETs per client and phase")
+    parser.add_argument("--requests", type=int, default=25, help="GETs per client and round")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per phase, the phases alternating")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the 2020 Iowa files (else a simulated election)")
     parser.add_argument("--units", type=int, default=1765, help="units of the simulated election, without --data")
     args = parser.parse_args()
@@ -129,13 +142,12 @@ def main() -> None:
                         sys.exit("the server did not answer within 60 s")
                     time.sleep(0.2)
             etag, size = first.headers["etag"], len(first.content)
-            full = asyncio.run(_phase(port, path, None, args.clients, args.requests))
-            cond = asyncio.run(_phase(port, path, etag, args.clients, args.requests))
+            full, cond = _phases(port, path, etag, args.clients, args.requests, args.rounds)
         finally:
             server.terminate()
             server.wait(10)
     print(f"read API: GET {path} ({size:,} bytes) on loopback; {workload}; embedded backend")
-    print(f"{args.clients} concurrent clients x {args.requests} requests per phase; "
+    print(f"{args.clients} concurrent clients x {args.requests} requests x {args.rounds} alternating rounds per phase; "
           f"{os.cpu_count()} CPUs; Python {platform.python_version()}; client and server on the same machine")
     print(f"{'':<22}{'200 (full body)':>18}{'304 (If-None-Match)':>22}")
     for label, key, fmt in (("requests", "requests", "{:,}"), ("seconds", "seconds", "{:.2f}"), ("requests/s", "rate", "{:,.0f}"),

@@ -155,6 +155,9 @@ def test_the_feed_records_decode_with_the_exported_schemas_alone(client: TestCli
         expected = feed_json(feed_codec().decode(rec.value))
         assert body["version"] == expected["version"] and body["envelope"]["event_id"] == expected["event_id"]
         assert body.get("area", body["envelope"]["unit_id"]) == expected["key"]
+        kind, election = expected["kind"], expected["election_id"]
+        assert rec.key == {"unit": expected["key"], "county": f"county:{election}:{expected['key']}",
+                           "state": f"state:{election}"}[kind], "one record key per unit, county and state"
 
 
 def test_a_precinct_page_shows_its_coin_tosses_corrections_and_findings(client: TestClient) -> None:

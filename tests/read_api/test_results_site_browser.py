@@ -100,6 +100,7 @@ def _shots(driver: Any, name: str) -> list[Path]:
 
 
 def test_the_site_shows_certified_results_and_a_correction_live(browser: Any, live_site: dict[str, Any]) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -130,7 +131,8 @@ def test_the_site_shows_certified_results_and_a_correction_live(browser: Any, li
                                "Content-Type": "application/json"})
     assert sent.status_code == 201, sent.text
     began = time.monotonic()
-    WebDriverWait(browser, 2.0, poll_frequency=0.05).until(
+    # The script swaps <main> for a fresh copy: an element found just before the swap goes stale.
+    WebDriverWait(browser, 2.0, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda d: _cell(d, "Buttigieg", 1).replace(",", "") == str(final_before + 2))
     print(f"\ncorrection on the open page {time.monotonic() - began:.2f} s after the intake accepted it")
     assert browser.execute_script("return window.__sameDocument") == "yes", "the page was not reloaded"

@@ -19,6 +19,7 @@ from projections import cli as projections_cli
 from projections import feed_cli, replay_cli
 from projections.audit import audit_cli, diff_cli
 from projections.audit import cli as evidence_cli
+from projections.read_api import cli as read_api_cli
 
 REGISTRATIONS: tuple[Callable[[typer.Typer], None], ...] = (
     config_cli.register,  # config
@@ -28,6 +29,7 @@ REGISTRATIONS: tuple[Callable[[typer.Typer], None], ...] = (
     projections_cli.register,  # project, tally, trail, projections
     replay_cli.register,  # replay
     feed_cli.register,  # subscribe
+    read_api_cli.register,  # serve results
     evidence_cli.register,  # checkpoint, verify, prove, witness
     diff_cli.register,  # diff
     audit_cli.register,  # audit, recount-package

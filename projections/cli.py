@@ -29,6 +29,7 @@ from projections.replay import ServingWatch
 from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, StoreError, StoreMissing
+from projections.tally_documents import county_document, state_document, unit_document
 from projections.wiring import DEFAULT_GROUP, log_identity, open_existing_log, serving_set, source_for
 
 __all__ = ["register"]
@@ -238,7 +239,7 @@ def tally(
             raise fail(f"unit {unit_id!r} has not reported (no events projected for it)", code=1)
         from projections.tables import print_unit
 
-        emit({**view.meta(), "unit": t.to_json()}, as_json, lambda: print_unit(console, view, t))
+        emit(unit_document(view, unit_id), as_json, lambda: print_unit(console, view, t))
         return
     from projections.tables import print_area, units_table
 
@@ -252,7 +253,7 @@ def tally(
             console.print(units_table(units, [c for c in order if area.final.get(c) or area.first.get(c)], f"units of {area.name}",
                                       wide=is_wide()))
 
-        emit({**view.meta(), "county": area.to_json(), "units": [u.to_json() for u in units]}, as_json, human)
+        emit(county_document(view, county_id), as_json, human)
         return
     area = view.state()
 
@@ -264,7 +265,7 @@ def tally(
             console.print(f"{len(view.undefined_units)} unit(s) reported but not in the definition (left out of the sums): "
                           + ", ".join(u.unit_id for u in view.undefined_units[:10]))
 
-    emit({**view.meta(), "state": area.to_json(), "undefined_units": [u.unit_id for u in view.undefined_units]}, as_json, human_state)
+    emit(state_document(view), as_json, human_state)
 
 
 def trail(

@@ -1,7 +1,7 @@
 """The results feed: after a projection commits, publish the unit, county and state tallies it changed.
 
 Where to: on Kafka, the results topic (``settings.results_topic``, provisioned like the event topic,
-keyed by unit so a unit's tallies stay in order; county and state sums go under the election's key);
+keyed by unit so a unit's tallies stay in order, county and state sums by area: ``feed_events.record_key``);
 on the embedded backend, a second SQLite log next to the event log (``results.sqlite3``). Records are
 the Avro events of ``projections.feed_events``.
 
@@ -51,7 +51,7 @@ from ledger.config import Settings
 from ledger.events import Event
 from ledger.log.port import EventLog, LogError, PendingRecord
 from ledger.record_headers import event_headers
-from projections.feed_events import FeedStamp, area_event, feed_codec, tally_version, unit_event
+from projections.feed_events import FeedStamp, area_event, feed_codec, record_key, tally_version, unit_event
 from projections.reducers import ElectionState
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError, UnitKey
 from projections.tally import ElectionContext, UnitTally, aggregate, aggregate_counties, election_context
@@ -192,7 +192,7 @@ class FeedPublisher:
     def _record(self, event: Event[Any]) -> PendingRecord:
         """A feed record with the headers every record carries (``ledger.record_headers``)."""
         value = self._codec.encode(event)
-        return PendingRecord(event.key, event.event_id, value, event_headers(event, value, FEED_WRITER))
+        return PendingRecord(record_key(event), event.event_id, value, event_headers(event, value, FEED_WRITER))
 
     def flush(self) -> int:
         """Publish the pending keys' current tallies; returns how many records were appended.

@@ -10,6 +10,7 @@ one line each): a subscriber that keeps them can later hold the log to them.
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import time
 from typing import Any, Optional
@@ -22,7 +23,7 @@ from ledger.events import Event
 from ledger.integrity.checkpoints import CheckpointFormatError
 from ledger.log.port import LogError, LogMissingError
 from projections.feed import open_results_log, results_log_name
-from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key
+from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key, feed_version
 
 __all__ = ["register", "subscribe"]
 
@@ -84,6 +85,11 @@ def subscribe(
     max_lines: Optional[int] = typer.Option(None, "--max", min=1, help="Stop after printing this many lines."),
     until_idle: Optional[float] = typer.Option(None, "--until-idle", min=0.0, help="Stop once nothing has arrived for this many seconds."),
     checkpoints_only: bool = typer.Option(False, "--checkpoints", help="Only the event log's signed checkpoints (kind checkpoint), to keep them."),
+    group: Optional[str] = typer.Option(None, "--group", help="Keep where this subscriber stopped (in subscribers.sqlite3 in "
+                                        "the data directory) and go on from there when started again: nothing missed, "
+                                        "nothing repeated. A new group starts as --from / --from-beginning / now say."),
+    start_at: Optional[str] = typer.Option(None, "--from", help="Start at this feed position (0:12,1:40: the next offset of "
+                                           "each partition, as the read API's event ids give it)."),
 ) -> None:
     """Follow the results feed: one JSON line per new unit, county or state tally, and per signed
     checkpoint of the event log (kind checkpoint: its signed bytes, signature and key; not shown with
@@ -91,7 +97,15 @@ def subscribe(
 
     Tallies already printed, republished copies and out-of-date versions are dropped. Runs until
     Ctrl-C (or --max / --until-idle)."""
+    from projections.feed_subscribers import parse_feed_position
+
     settings = settings_of(ctx)
+    if from_beginning and start_at is not None:
+        raise fail("choose one of --from-beginning and --from")
+    try:
+        given = parse_feed_position(start_at)
+    except ValueError as exc:
+        raise fail(f"--from: {exc}") from exc
     codec = feed_codec()
     dedupe = FeedDeduper()
     printed = 0
@@ -109,10 +123,16 @@ def subscribe(
         raise fail(f"no results feed at {results_log_name(settings)} yet: `caucus project` publishes one as it runs") from None
     except LogError as exc:
         raise fail(f"cannot open the results feed at {results_log_name(settings)}: {exc}") from exc
+    keeper = _Keeper.open(settings, group, log) if group else None
+    positions: dict[int, int] | None = None
     try:
-        start = None if from_beginning else log.high_watermarks()
-        for rec in log.follow(start, stop=stop, poll_interval=0.2):
+        start = keeper.start(dedupe) if keeper is not None else None
+        if start is None:
+            start = given if given is not None else (None if from_beginning else log.high_watermarks())
+        positions = {p: 0 for p in range(log.partitions)} | dict(start or {})
+        for rec in log.follow(dict(positions), stop=stop, poll_interval=0.2):
             last_seen = time.monotonic()
+            positions[rec.position.partition] = rec.position.offset + 1
             try:
                 event = codec.decode(rec.value)
             except CodecError as exc:
@@ -127,6 +147,8 @@ def subscribe(
                 continue
             sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
             sys.stdout.flush()
+            if keeper is not None:
+                keeper.save(positions, {feed_key(event): feed_version(event)})
             printed += 1
             if stop():
                 break
@@ -135,7 +157,48 @@ def subscribe(
     except LogError as exc:
         raise fail(f"the results feed at {results_log_name(settings)}: {exc}") from exc
     finally:
+        if keeper is not None:
+            keeper.close(positions)
         log.close()
+
+
+class _Keeper:
+    """``--group``: the subscriber's checkpoint (``projections.feed_subscribers``) for this feed."""
+
+    def __init__(self, checkpoint: Any, feed_id: str | None) -> None:
+        self.checkpoint = checkpoint
+        self.feed_id = feed_id
+
+    @classmethod
+    def open(cls, settings: Any, group: str, log: Any) -> _Keeper:
+        from projections.feed_subscribers import CHECKPOINT_FILE, SubscriberCheckpoint
+
+        try:
+            return cls(SubscriberCheckpoint(settings.data_dir / CHECKPOINT_FILE, group), log.log_id)
+        except (OSError, sqlite3.Error) as exc:
+            log.close()
+            raise fail(f"--group {group}: cannot keep its checkpoint in {settings.data_dir / CHECKPOINT_FILE}: {exc}") from exc
+
+    def start(self, dedupe: FeedDeduper) -> dict[int, int] | None:
+        """The stored position (None for a new group); the versions it printed go to ``dedupe``."""
+        from projections.feed_subscribers import CheckpointMismatch
+
+        try:
+            positions, seen = self.checkpoint.load(self.feed_id)
+        except CheckpointMismatch as exc:
+            raise fail(str(exc)) from exc
+        dedupe.seen.update(seen)
+        return positions
+
+    def save(self, positions: dict[int, int], changed: dict[tuple[str, str, str], int]) -> None:
+        self.checkpoint.save(self.feed_id, positions, changed)
+
+    def close(self, positions: dict[int, int] | None) -> None:
+        try:
+            if positions is not None:
+                self.save(positions, {})  # records read past (filtered, copies) are not read again
+        finally:
+            self.checkpoint.close()
 
 
 def register(app: typer.Typer) -> None:

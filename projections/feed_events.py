@@ -36,6 +36,7 @@ __all__ = [
     "FEED_TYPES",
     "feed_codec",
     "feed_key",
+    "record_key",
     "FeedDeduper",
     "feed_version",
     "unit_event",
@@ -212,6 +213,17 @@ def feed_key(event: Event[Any]) -> tuple[str, str, str]:
     if isinstance(p, AreaTallyPublished):
         return event.envelope.election_id, p.kind, p.area
     raise TypeError(f"not a results-feed event: {event.type}")
+
+
+def record_key(event: Event[Any]) -> str:
+    """The results log's record key: the unit id for a unit's tally (its partition on the event topic
+    too), ``county:<election>:<county>`` and ``state:<election>`` for sums. One key per unit, county and
+    state keeps each one's tallies in order, and lets a compacted topic keep the newest of each. A
+    checkpoint keeps its event's own key, which all checkpoints share (``feed_checkpoints``)."""
+    election_id, kind, key = feed_key(event)
+    if kind in ("unit", "checkpoint"):
+        return event.key
+    return f"state:{election_id}" if kind == "state" else f"county:{election_id}:{key}"
 
 
 def _event(payload: Payload, *, election_id: str, unit_id: str, key: str, at: datetime) -> Event[Any]:

@@ -43,7 +43,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -54,7 +53,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from ledger.config import Settings, open_log
+from ledger.backends import backends_for
+from ledger.config import Settings
 from ledger.files import create_private
 from ledger.events import Channel, Event, Problem, SubmissionRejected, new_event, utc_now
 from ledger.journal import Journal
@@ -97,10 +97,7 @@ saving costs about 20 us per event held (2 s at 100k), catching up 500 events co
 def intake_dir(settings: Settings) -> Path:
     """Where the intake of this log keeps its snapshot, spool and lock: one directory per log target,
     so a spool is never forwarded to a log it was not meant for."""
-    if not settings.kafka:
-        return settings.data_dir / "intake" / "embedded"
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"kafka-{settings.kafka}-{settings.topic}")[:80]
-    return settings.data_dir / "intake" / slug
+    return backends_for(settings).intake_dir()
 
 
 class Intake:
@@ -138,8 +135,8 @@ class Intake:
 
     @classmethod
     def for_settings(cls, settings: Settings, **kwargs: Any) -> Intake:
-        name = settings.describe_log() if settings.kafka else "embedded"
-        return cls(lambda: open_log(settings), intake_dir(settings), name=name, **kwargs)
+        backends = backends_for(settings)
+        return cls(backends.open_log, backends.intake_dir(), name=backends.intake_name(), **kwargs)
 
     # -- lifecycle --------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from ledger.cli_output import is_wide
 from ledger.codec import CodecError
 from ledger.config import Settings
 from ledger.log.port import LogError, LogLostError
+from projections.backends import has_groups
 from projections.feed import publishing
 from projections.observe import RunnerObserver, progress_line
 from projections.queries import DEFAULT_SET, QueryError, find_county, find_unit, load_view, resolve_set
@@ -159,7 +160,7 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
                                     no_partition_timeout=no_partition_timeout)
             except LogError as exc:
                 raise fail(str(exc)) from exc
-            say = (lambda p: None) if quiet else _printer(observer, group if settings.kafka else "")
+            say = (lambda p: None) if quiet else _printer(observer, group if has_groups(settings) else "")
             runner = ProjectionRunner(store, info.set_id, source, batch_size=batch_size, rule_set=info.rule_set, on_progress=say,
                                       catch_up_batch=catch_up_batch)
             if not quiet:

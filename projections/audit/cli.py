@@ -145,7 +145,7 @@ def checkpoint_command(
         write_public_key(signing, settings.data_dir / PUBLIC_KEY_FILE)  # for auditors; never trusted over a pinned key
         state = SignerState(state_path_for(key_path))
         others = [k for k in _trusted_keys(settings, public_key) if k.public_key != signing.public_key]
-        store = open_checkpoint_store(settings.data_dir, settings.database, create=True)
+        store = open_checkpoint_store(settings, create=True)
         if store is None:  # create=True always opens one
             raise CheckpointStoreError("no checkpoint store")
         try:
@@ -216,7 +216,7 @@ def verify_command(
     settings = settings_of(ctx)
     with _operational():
         trusted = _trusted_keys(settings, public_key)
-        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
+        store = open_checkpoint_store(settings, create=False)
         try:
             began = time.perf_counter()
             with _log(settings, read_only=True) as log:
@@ -306,7 +306,7 @@ def witness_command(
         if not paths:
             raise NoTrustedKey("a witness needs the signer's public key: give --public-key PATH")
         trusted = [load_trusted_key(p) for p in paths]
-        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
+        store = open_checkpoint_store(settings, create=False)
         try:
             with _log(settings, read_only=True) as log:
                 scan = scan_log(log)
@@ -358,7 +358,7 @@ def prove_command(
         trusted = _trusted_keys(settings, public_key)
         if not trusted:
             raise NoTrustedKey("no public key to check the checkpoint's signature with: give --public-key PATH")
-        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
+        store = open_checkpoint_store(settings, create=False)
         try:
             with _log(settings, read_only=True) as log:
                 scan = scan_log(log)

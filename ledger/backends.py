@@ -1,7 +1,8 @@
 """Which backend holds what: the one place that reads the backend settings.
 
 The log (with the results feed's log and the intake's state directory, which follow it) and the
-stores (the projection store and the checkpoint store) are chosen independently, so an operator can,
+stores (the projection store and the checkpoint store) are chosen independently (except with
+``backend = "memory"``, which keeps both the log and the projection store in this process's memory), so an operator can,
 say, replay a Kafka log into a local SQLite store for an audit. Every module that opens one asks
 ``backends_for(settings)``; none tests ``settings.kafka`` or ``settings.database`` itself, so adding a
 backend means one entry here (or in ``projections.backends`` for what the ledger's core may not open:
@@ -133,7 +134,49 @@ class _KafkaLogs:
         return self.describe(settings)
 
 
-LOG_BACKENDS: dict[str, LogBackend] = {"sqlite": _SqliteLogs(), "kafka": _KafkaLogs()}
+class _MemoryLogs:
+    """Logs in this process's memory (``ledger.log.memory``), named after the data directory and the
+    topic: for tests, and for a whole run in one process (``caucus demo``)."""
+
+    def _name(self, settings: Settings, topic: str) -> str:
+        return f"{settings.data_dir}/{topic}"
+
+    def open(self, settings: Settings, *, read_only: bool, topic: str | None) -> EventLog:
+        from ledger.log.memory import MemoryLog
+
+        name = self._name(settings, topic or settings.topic)
+        if read_only:
+            return MemoryLog(name, read_only=True)
+        return MemoryLog(name, partitions=settings.partitions)
+
+    def open_existing(self, settings: Settings, *, for_runner: bool) -> EventLog:
+        from ledger.log.memory import MemoryLog
+
+        return MemoryLog(self._name(settings, settings.topic), read_only=not for_runner, create=False)
+
+    def open_results(self, settings: Settings, *, read_only: bool) -> EventLog:
+        from ledger.log.memory import MemoryLog
+
+        name = self._name(settings, settings.results_topic)
+        return MemoryLog(name, read_only=True) if read_only else MemoryLog(name)
+
+    def describe(self, settings: Settings) -> str:
+        return f"memory:{self._name(settings, settings.topic)}"
+
+    def describe_results(self, settings: Settings) -> str:
+        return f"memory:{self._name(settings, settings.results_topic)}"
+
+    def legacy_identity(self, settings: Settings) -> str:
+        return self.describe(settings)
+
+    def intake_dir(self, settings: Settings) -> Path:
+        return settings.data_dir / "intake" / "memory"
+
+    def intake_name(self, settings: Settings) -> str:
+        return "memory"
+
+
+LOG_BACKENDS: dict[str, LogBackend] = {"sqlite": _SqliteLogs(), "kafka": _KafkaLogs(), "memory": _MemoryLogs()}
 """Log backends by kind; ``Backends.log_kind`` says which one the settings choose."""
 
 
@@ -153,8 +196,9 @@ def _postgres_checkpoints(settings: Settings, create: bool) -> CheckpointStore |
     return PostgresCheckpointStore(settings.database)
 
 
-CHECKPOINT_STORES = {"sqlite": _sqlite_checkpoints, "postgres": _postgres_checkpoints}
-"""Checkpoint stores by store kind: they live in the database the projection store uses."""
+CHECKPOINT_STORES = {"sqlite": _sqlite_checkpoints, "postgres": _postgres_checkpoints, "memory": _sqlite_checkpoints}
+"""Checkpoint stores by store kind: they live in the database the projection store uses (with the
+in-memory backend, in the data directory's file: a checkpoint is worth keeping beyond the process)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +209,14 @@ class Backends:
 
     @property
     def log_kind(self) -> str:
+        if self.settings.backend == "memory":
+            return "memory"
         return "kafka" if self.settings.kafka else "sqlite"
 
     @property
     def store_kind(self) -> str:
+        if self.settings.backend == "memory":
+            return "memory"
         return "postgres" if self.settings.database else "sqlite"
 
     @property
@@ -205,6 +253,8 @@ class Backends:
         return self._logs.intake_name(self.settings)
 
     def describe_store(self) -> str:
+        if self.store_kind == "memory":
+            return f"memory:{self.settings.data_dir}"
         return self.settings.database or str(self.settings.store_path)
 
     def open_checkpoint_store(self, *, create: bool) -> CheckpointStore | None:

@@ -35,6 +35,8 @@ class Settings:
     topic: str = DEFAULT_TOPIC
     results_topic: str = DEFAULT_RESULTS_TOPIC
     database: str | None = None
+    backend: str | None = None
+    """``memory``: the log and the projection store in this process's memory (``ledger.backends``)."""
     partitions: int = 8
     kafka_options: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """kafka-python client properties for every client (security, SASL, TLS, pass-through ones)."""

@@ -31,7 +31,13 @@ def _postgres(settings: Settings, read_only: bool) -> ProjectionStore:
     return PostgresStore(settings.database)
 
 
-STORES: dict[str, Callable[[Settings, bool], ProjectionStore]] = {"sqlite": _sqlite, "postgres": _postgres}
+def _memory(settings: Settings, read_only: bool) -> ProjectionStore:
+    from projections.stores.memory import MemoryStore
+
+    return MemoryStore(str(settings.data_dir), read_only=read_only)
+
+
+STORES: dict[str, Callable[[Settings, bool], ProjectionStore]] = {"sqlite": _sqlite, "postgres": _postgres, "memory": _memory}
 """Projection store openers by ``Backends.store_kind``."""
 
 GroupSource = Callable[[Settings, str, int, int, float], Source]

@@ -173,7 +173,9 @@ class _MemoryLogs:
         return settings.data_dir / "intake" / "memory"
 
     def intake_name(self, settings: Settings) -> str:
-        return "memory"
+        """With the log's id: each process has a new log, and the intake's snapshot (on disk) of an
+        earlier one must be ignored, not taken for a lost log."""
+        return f"{self.describe(settings)} ({self.open(settings, read_only=False, topic=None).log_id})"
 
 
 LOG_BACKENDS: dict[str, LogBackend] = {"sqlite": _SqliteLogs(), "kafka": _KafkaLogs(), "memory": _MemoryLogs()}
@@ -196,9 +198,17 @@ def _postgres_checkpoints(settings: Settings, create: bool) -> CheckpointStore |
     return PostgresCheckpointStore(settings.database)
 
 
-CHECKPOINT_STORES = {"sqlite": _sqlite_checkpoints, "postgres": _postgres_checkpoints, "memory": _sqlite_checkpoints}
-"""Checkpoint stores by store kind: they live in the database the projection store uses (with the
-in-memory backend, in the data directory's file: a checkpoint is worth keeping beyond the process)."""
+def _memory_checkpoints(settings: Settings, create: bool) -> CheckpointStore | None:
+    from ledger.integrity.memory_store import MemoryCheckpointStore
+
+    name = str(settings.data_dir)
+    if not create and not MemoryCheckpointStore.exists(name):
+        return None
+    return MemoryCheckpointStore(name)
+
+
+CHECKPOINT_STORES = {"sqlite": _sqlite_checkpoints, "postgres": _postgres_checkpoints, "memory": _memory_checkpoints}
+"""Checkpoint stores by store kind: they live where the projection store does."""
 
 
 @dataclass(frozen=True, slots=True)

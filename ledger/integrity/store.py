@@ -101,7 +101,7 @@ def _contiguous(rows: Sequence[tuple[int, int, bytes]], where: str) -> dict[int,
     return out
 
 
-def _unrecorded(part: int, start: int, hashes: Sequence[bytes], have: int, stored: Sequence[bytes]) -> tuple[int, Sequence[bytes]]:
+def unrecorded(part: int, start: int, hashes: Sequence[bytes], have: int, stored: Sequence[bytes]) -> tuple[int, Sequence[bytes]]:
     """The part of ``hashes`` (from offset ``start``) the store does not hold yet, given that it holds
     ``have`` hashes for the partition and ``stored`` are those from ``start`` on. A signer that raced
     another one may bring hashes already recorded; they must be the same ones."""
@@ -195,7 +195,7 @@ class SqliteCheckpointStore:
                     stored = [r[0] for r in conn.execute(
                         'SELECT leaf_hash FROM checkpoint_leaves WHERE partition = ? AND "offset" >= ? ORDER BY "offset"', (part, start)
                     )]
-                    start, hashes = _unrecorded(part, start, hashes, have, stored)
+                    start, hashes = unrecorded(part, start, hashes, have, stored)
                     conn.executemany(
                         'INSERT INTO checkpoint_leaves (partition, "offset", leaf_hash) VALUES (?, ?, ?)',
                         ((part, start + i, h) for i, h in enumerate(hashes)),
@@ -284,7 +284,7 @@ class PostgresCheckpointStore:
                 stored = [r[0] for r in conn.execute(
                     'SELECT leaf_hash FROM checkpoint_leaves WHERE partition = %s AND "offset" >= %s ORDER BY "offset"', (part, start)
                 )]
-                start, hashes = _unrecorded(part, start, hashes, have, stored)
+                start, hashes = unrecorded(part, start, hashes, have, stored)
                 with conn.cursor() as cur, cur.copy('COPY checkpoint_leaves (partition, "offset", leaf_hash) FROM STDIN') as copy:
                     for i, h in enumerate(hashes):
                         copy.write_row((part, start + i, h))

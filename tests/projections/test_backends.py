@@ -70,3 +70,21 @@ def test_a_projection_on_the_memory_backend_equals_one_on_the_embedded_one(suppo
     forget_store(name)
     forget_log(f"{name}/caucus.events")
     forget_log(f"{name}/caucus.results")
+
+
+def test_an_intake_on_the_memory_backend_ignores_the_snapshot_of_an_earlier_process(support: ModuleType, tmp_path: Path) -> None:
+    from producers.intake import Intake
+
+    settings = Settings(data_dir=tmp_path, backend="memory")
+    name = f"{tmp_path}/caucus.events"
+    Journal(open_log(settings)).append_batch(support.election_log(5))
+    with Intake.for_settings(settings) as first:
+        assert first.state.applied > 0
+        first.save_snapshot(force=True)
+    forget_log(name)  # the process ends: its log is gone, the snapshot on disk stays
+    try:
+        with Intake.for_settings(settings) as second:
+            assert second.snapshot_path == first.snapshot_path and second.snapshot_path.exists()
+            assert second.state.applied == 0 and second.log_lost is None
+    finally:
+        forget_log(name)

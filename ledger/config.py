@@ -2,8 +2,8 @@
 
 With nothing configured everything is embedded: a SQLite log and store under ``./caucus-data``. Naming
 a Kafka bootstrap server (``--kafka`` or ``CAUCUS_KAFKA``) moves the log to a topic, and naming a
-PostgreSQL URL (``--database`` or ``CAUCUS_DATABASE``) moves the views there. The two choices are
-independent so an operator can, say, replay a Kafka log into a local SQLite store for an audit.
+PostgreSQL URL (``--database`` or ``CAUCUS_DATABASE``) moves the views there. ``ledger.backends``
+turns these settings into the adapters; nothing else reads them to choose one.
 
 ``Settings`` is the effective configuration the code works with; ``ledger.settings`` builds and
 validates it from a TOML file, ``CAUCUS_*`` variables and command-line options, and says where each
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ledger.backends import backends_for
 from ledger.files import DEFAULT_FILE_MODE
 from ledger.log.port import EventLog
 
@@ -34,6 +35,8 @@ class Settings:
     topic: str = DEFAULT_TOPIC
     results_topic: str = DEFAULT_RESULTS_TOPIC
     database: str | None = None
+    backend: str | None = None
+    """``memory``: the log and the projection store in this process's memory (``ledger.backends``)."""
     partitions: int = 8
     kafka_options: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """kafka-python client properties for every client (security, SASL, TLS, pass-through ones)."""
@@ -68,23 +71,10 @@ class Settings:
         return self.data_dir / "store.sqlite3"
 
     def describe_log(self) -> str:
-        return f"kafka://{self.kafka}/{self.topic}" if self.kafka else f"sqlite:{self.log_path}"
+        return backends_for(self).describe_log()
 
 
 def open_log(settings: Settings, *, read_only: bool = False, topic: str | None = None) -> EventLog:
-    """The configured log adapter. Kafka is imported only when asked for: the embedded default
-    must not pay for (or fail on) a broker client.
-
-    ``read_only``: for commands that only read. An embedded log is opened with the partition count it
-    was created with, nothing is created (``LogMissingError`` if it is not there) and nothing written."""
-    if settings.kafka:
-        from ledger.log.kafka import KafkaLog
-
-        return KafkaLog(settings.kafka, topic or settings.topic, partitions=settings.partitions,
-                        client_options=settings.kafka_options, read_only=read_only,
-                        replication=settings.kafka_replication)
-    from ledger.log.sqlite import SqliteLog
-
-    if read_only:
-        return SqliteLog(settings.log_path, read_only=True)
-    return SqliteLog(settings.log_path, partitions=settings.partitions)
+    """The configured log (``ledger.backends`` chooses the adapter). ``read_only``: for commands
+    that only read; nothing is created (``LogMissingError`` if it is not there) and nothing written."""
+    return backends_for(settings).open_log(read_only=read_only, topic=topic)

@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from ledger.backends import backends_for
 from ledger.cli import emit, settings_of
 
 __all__ = ["register", "demo"]
@@ -48,7 +49,7 @@ def demo(
     settings = settings_of(ctx)
     quiet = as_json
     if not quiet:
-        typer.echo(f"Caucus Ledger demo: log {settings.describe_log()}, store {settings.database or settings.store_path}")
+        typer.echo(f"Caucus Ledger demo: log {settings.describe_log()}, store {backends_for(settings).describe_store()}")
         _heading(f"1. {units} precinct chairs report through the intake (seed {seed})")
     election = generate(seed, SimConfig(units=units, tie_share=0.12, correction_share=0.08, malformed_share=0.06, duplicate_share=0.05))
     commands = command_stream(election)

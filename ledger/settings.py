@@ -89,6 +89,8 @@ class CaucusSettings(BaseSettings):
     topic: str = Field(DEFAULT_TOPIC, description="Event topic name.")
     results_topic: str = Field(DEFAULT_RESULTS_TOPIC, description="Results feed topic name.")
     database: str | None = Field(None, description="PostgreSQL URL for the projection store; unset: the embedded store.")
+    backend: Literal["memory"] | None = Field(
+        None, description="memory: the log and the projection store in this process's memory (tests, `caucus demo`); unset: as kafka and database say.")
     partitions: int = Field(8, ge=1, le=10_000, description="Partitions when a log is created.")
     kafka_replication: int = Field(1, ge=1, le=32, description="Replication factor of the topics the ledger creates.")
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] | None = Field(
@@ -214,7 +216,7 @@ class CaucusSettings(BaseSettings):
     def to_settings(self) -> Settings:
         return Settings(
             data_dir=self.data_dir, kafka=self.kafka, topic=self.topic, results_topic=self.results_topic,
-            database=self.database, partitions=self.partitions, kafka_options=self.kafka_options(),
+            database=self.database, backend=self.backend, partitions=self.partitions, kafka_options=self.kafka_options(),
             kafka_replication=self.kafka_replication, file_mode=int(self.file_mode, 8), credentials=self.credentials,
             token=self.token.get_secret_value() if self.token else None,
             intake_token=self.intake_token.get_secret_value() if self.intake_token else None,

@@ -31,61 +31,46 @@ snapshot (or the running state) saw -- a memory-only broker restarted -- that is
 now is. A running intake (the HTTP service) that found its log lost watches its snapshot file: when
 another process rebuilds (a new snapshot appears), it loads that and goes on, without a restart.
 
-Writers. One lock per intake directory: a thread lock within the process and an ``flock`` across
-processes on the same machine, so the HTTP service and CLI invocations over the same data directory
-take turns (each catches up inside the lock, so none judges against stale state). Intakes on different
-machines writing to one Kafka topic are not serialised; run one intake per log.
+Writers. One lock per intake directory (``producers.intake_lock``: the HTTP service and CLI invocations
+on one machine take turns). Intakes on different machines writing to one Kafka topic are not
+serialised; run one intake per log.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
-import os
-import re
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from ledger.config import Settings, open_log
-from ledger.files import create_private
-from ledger.events import Channel, Event, Problem, SubmissionRejected, new_event, utc_now
+from ledger.backends import backends_for
+from ledger.config import Settings
+from ledger.events import Event, Problem, new_event, utc_now
 from ledger.journal import Journal
 from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, Position
-from ledger.render import event_to_json
 from producers.commands import CommandKind, Parsed, claimable, parse_command
 from producers.credentials import AuthFailure, Credential, authorize, election_scope
-from producers.intake_state import IntakeState, Layered, claimed_key, fingerprint, rejection_key
+from producers.intake_catch_up import read_on
+from producers.intake_forward import recheck
+from producers.intake_lock import DirectoryLock
+from producers.intake_receipts import answer, repeated
+from producers.intake_refusals import INTAKE_ACTOR, forward_refused, submission_refused
+from producers.intake_snapshot import SnapshotFile
+from producers.intake_state import IntakeState, Layered
 from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submission, category_of
-from producers.rejections import MAX_RAW_INPUT, raw_record, recordable
+from producers.rejections import MAX_RAW_INPUT
 from producers.spool import Spool
-from producers.strict_json import escaped
-from producers.validation import check, conflicts, precheck, resolve_election, to_payload, with_warnings
+from producers.validation import check, precheck, resolve_election, to_payload, with_warnings
 
-__all__ = [
-    "Submission",
-    "Receipt",
-    "Refusal",
-    "Outcome",
-    "FlushReport",
-    "Intake",
-    "intake_dir",
-    "MAX_RAW_INPUT",
-    "MAX_BODY",
-    "SNAPSHOT_EVERY",
-]
+__all__ = ["Submission", "Receipt", "Refusal", "Outcome", "FlushReport", "Intake", "intake_dir", "MAX_RAW_INPUT", "MAX_BODY",
+           "SNAPSHOT_EVERY"]
 
 MAX_BODY = 1024 * 1024
 """Largest command accepted, in bytes (an election of 1,765 units is about 250 kB)."""
-
-INTAKE_ACTOR = "system:intake"
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +82,7 @@ saving costs about 20 us per event held (2 s at 100k), catching up 500 events co
 def intake_dir(settings: Settings) -> Path:
     """Where the intake of this log keeps its snapshot, spool and lock: one directory per log target,
     so a spool is never forwarded to a log it was not meant for."""
-    if not settings.kafka:
-        return settings.data_dir / "intake" / "embedded"
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"kafka-{settings.kafka}-{settings.topic}")[:80]
-    return settings.data_dir / "intake" / slug
+    return backends_for(settings).intake_dir()
 
 
 class Intake:
@@ -125,8 +107,8 @@ class Intake:
         self.state = IntakeState()
         self._overlay = IntakeState()
         self._overlay_stamp: tuple[int, int] | None = None
-        self._thread_lock = threading.RLock()
-        self._lock_file: Any = None
+        self._lock = DirectoryLock(self.workdir)
+        self._thread_lock = self._lock.thread_lock
         self._saved_applied = -1
         self.retry_after = retry_after
         self._down_until = 0.0
@@ -135,17 +117,18 @@ class Intake:
         self._lost_stamp: tuple[int, int, int] | None = None
         self.last_log_error: str | None = None
         self.started = False
+        self._snapshot = SnapshotFile(self.workdir / "state.json", name)
 
     @classmethod
     def for_settings(cls, settings: Settings, **kwargs: Any) -> Intake:
-        name = settings.describe_log() if settings.kafka else "embedded"
-        return cls(lambda: open_log(settings), intake_dir(settings), name=name, **kwargs)
+        backends = backends_for(settings)
+        return cls(backends.open_log, backends.intake_dir(), name=backends.intake_name(), **kwargs)
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
     @property
     def snapshot_path(self) -> Path:
-        return self.workdir / "state.json"
+        return self._snapshot.path
 
     def start(self) -> Intake:
         """Load the snapshot (if it is this log's), catch up with the log, pick up the spool."""
@@ -167,9 +150,7 @@ class Intake:
             if self._journal is not None:
                 self._journal.close()
                 self._journal = None
-            if self._lock_file is not None:
-                self._lock_file.close()
-                self._lock_file = None
+            self._lock.close()
 
     def __enter__(self) -> Intake:
         return self.start() if not self.started else self
@@ -177,17 +158,8 @@ class Intake:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        with self._thread_lock:
-            if self._lock_file is None:
-                self.workdir.mkdir(parents=True, exist_ok=True)
-                self._lock_file = open(self.workdir / "intake.lock", "a")
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+    def _locked(self) -> AbstractContextManager[None]:
+        return self._lock.held()
 
     # -- the log -------------------------------------------------------------------------------------
 
@@ -216,28 +188,12 @@ class Intake:
     def _catch_up(self, *, force: bool = False) -> bool:
         """Read what the log holds beyond the state's positions. Returns False if the log is out of
         reach (the state is then as of the last successful read). The first time after a start or an
-        outage, the last record applied in each partition is read again and must be the one the state
-        remembers: a log that was lost and refilled to beyond the old positions is caught too."""
+        outage, the log is checked to be the one the state describes (``intake_catch_up``)."""
         journal = self._journal_or_none(force=force)
         if journal is None:
             return False
-        state = self.state
-        start = dict(state.positions)
-        expect: dict[int, str] = {}
-        if not self._verified:
-            for part, offset in state.positions.items():
-                if offset > 0 and part in state.anchors:
-                    start[part] = offset - 1
-                    expect[part] = state.anchors[part]
         try:
-            for logged in journal.read(start):
-                part = logged.position.partition
-                if part in expect:
-                    want = expect.pop(part)
-                    if logged.event.event_id != want:
-                        raise LogLostError(part, state.positions[part], logged.position.offset)
-                    continue
-                state.apply(logged.event, logged.position)
+            vanished = read_on(journal, self.state, verify=not self._verified)
         except LogUnavailableError as exc:
             self._unavailable(exc)
             return False
@@ -249,12 +205,11 @@ class Intake:
                 "the rebuilt state up by itself)"
             )
             raise
-        if expect:
-            # a partition whose remembered last record did not come back at all
-            part = next(iter(expect))
-            self._lost(f"partition {part} no longer holds the event the intake last applied there; run "
+        if vanished is not None:
+            self._lost(f"partition {vanished} no longer holds the event the intake last applied there; run "
                        "`caucus intake rebuild` to accept the log as it now is")
-            raise LogLostError(part, state.positions[part], state.positions[part] - 1)
+            at = self.state.positions[vanished]
+            raise LogLostError(vanished, at, at - 1)
         self.last_log_error = None
         self._down_until = 0.0
         self._verified = True
@@ -264,21 +219,14 @@ class Intake:
         if self.log_lost is None:
             log.error("the log was lost: %s", why)
         self.log_lost = why
-        self._lost_stamp = self._snapshot_stamp()
-
-    def _snapshot_stamp(self) -> tuple[int, int, int] | None:
-        try:
-            st = self.snapshot_path.stat()
-        except OSError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        self._lost_stamp = self._snapshot.stamp()
 
     def _take_rebuilt_state(self) -> bool:
         """After a lost log: if another process rebuilt the state (``caucus intake rebuild`` wrote a new
         snapshot), load it, reconnect to the log and go on. True if the intake is usable again."""
         if self.log_lost is None:
             return True
-        stamp = self._snapshot_stamp()
+        stamp = self._snapshot.stamp()
         if stamp is None or stamp == self._lost_stamp:
             return False
         loaded = self._load_snapshot()
@@ -352,39 +300,14 @@ class Intake:
                 error = self.last_log_error
                 break
             event = item.event
-            key = event.envelope.idempotency_key
-            claim = self.state.claim(key)
+            verdict = recheck(event, self.state)
             try:
-                if claim is not None and (claim.event_id == event.event_id or claim.fingerprint() == fingerprint(event)):
-                    self.spool.mark_forwarded(event.event_id, claim.position, "present", claim.event_id)
+                if verdict.action == "present":
+                    self.spool.mark_forwarded(event.event_id, verdict.position, "present", verdict.original)
                     present += 1
                     continue
-                known = self.state.rejection(claimed_key(key)) if isinstance(event.payload, SubmissionRejected) else None
-                if known is not None and known.event_id == event.event_id:
-                    self.spool.mark_forwarded(event.event_id, known.position, "present", event.event_id)
-                    present += 1
-                    continue
-                problems = conflicts(event, self.state)
-                if claim is not None:
-                    problems = (
-                        Problem(
-                            "idempotency_key",
-                            "IDEMPOTENCY_CONFLICT",
-                            f"key {key!r} was used meanwhile for other content (event {claim.event_id})",
-                        ),
-                        *problems,
-                    )
-                if problems and not isinstance(event.payload, SubmissionRejected):
-                    refusal = self._rejection_event(
-                        command=f"forward {event.type}",
-                        raw=json.dumps(event_to_json(event), sort_keys=True),
-                        errors=problems,
-                        sender=event.envelope.actor,
-                        election_id=event.envelope.election_id,
-                        unit_id=event.envelope.unit_id,
-                        channel=Channel.SYSTEM,
-                        claimed=key,
-                    )
+                if verdict.action == "refuse":
+                    refusal = forward_refused(event, verdict.problems, self._clock())
                     position = journal.append(refusal)
                     self._applied(refusal, position)
                     self.spool.mark_forwarded(event.event_id, None, "rejected", refusal.event_id)
@@ -481,29 +404,8 @@ class Intake:
         )
         claim = view.claim(command.idempotency_key)
         if claim is not None:
-            if claim.fingerprint() == fingerprint(draft):
-                return Receipt(
-                    "duplicate",
-                    claim.event_id,
-                    claim.event_type,
-                    claim.election_id,
-                    claim.unit_id,
-                    claim.key,
-                    claim.position,
-                )
-            return refuse(
-                (
-                    Problem(
-                        "idempotency_key",
-                        "IDEMPOTENCY_CONFLICT",
-                        f"key {command.idempotency_key!r} was already used for different content (event "
-                        f"{claim.event_id}, a {claim.event_type} for unit {claim.unit_id or '(election)'}); "
-                        "use a new key for a new command",
-                    ),
-                ),
-                actor,
-                election_id,
-            )
+            again = repeated(claim, draft, command.idempotency_key)
+            return again if isinstance(again, Receipt) else refuse((again,), actor, election_id)
         # Checked only for a new write: a duplicate above repeats a receipt, it writes nothing.
         out_of_scope = election_scope(credential, election_id, view.elections_of_unit(command.unit_id))
         if out_of_scope is not None:
@@ -517,51 +419,10 @@ class Intake:
             status, event.event_id, event.type, election_id, command.unit_id, command.idempotency_key, position, verdict.warnings
         )
 
-    def _rejection_event(
-        self,
-        *,
-        command: str,
-        raw: str,
-        errors: tuple[Problem, ...],
-        sender: str,
-        election_id: str,
-        unit_id: str,
-        channel: Channel,
-        claimed: str,
-        raw_bytes: bytes = b"",
-    ) -> Event[SubmissionRejected]:
-        """The record of a refusal. Everything the sender controls is made encodable and bounded here
-        (ids it cannot be filed under are left empty; the raw input keeps them), so a refusal can
-        always be recorded."""
-        event_id = str(uuid.uuid4())
-        return new_event(
-            SubmissionRejected(
-                command=escaped(command, 200), raw_input=raw, errors=recordable(errors), sender=escaped(sender, 200), raw_bytes=raw_bytes
-            ),
-            election_id=claimable(election_id),
-            unit_id=claimable(unit_id),
-            actor=INTAKE_ACTOR,
-            channel=channel,
-            idempotency_key=rejection_key(event_id, claimable(claimed)),
-            recorded_at=self._clock(),
-            event_id=event_id,
-        )
-
     def _refuse(
         self, sub: Submission, errors: tuple[Problem, ...], sender: str, election_id: str, unit_id: str, key: str
     ) -> Refusal:
-        raw, raw_bytes = raw_record(sub.body)
-        event = self._rejection_event(
-            command=f"{sub.kind.value}{f' ({sub.via})' if sub.via else ''}",
-            raw=raw,
-            raw_bytes=raw_bytes,
-            errors=errors,
-            sender=sender,
-            election_id=election_id,
-            unit_id=unit_id,
-            channel=sub.channel,
-            claimed=key,
-        )
+        event = submission_refused(sub, errors, sender, election_id, unit_id, key, self._clock())
         status, position = self._write(event)
         recorded = event.payload.errors  # what was recorded is what the sender hears
         log.info("refused %s from %s: %s", sub.kind.value, sender, ", ".join(f"{e.field} {e.code}" for e in recorded))
@@ -578,29 +439,7 @@ class Intake:
                 self._refresh()
             except LogError:
                 pass  # answer from what is known
-            view = self._view()
-            claim = view.claim(key)
-            if reader is not None and reader.role != "official":
-                rejected = view.rejection(key)
-                owner = claim.actor if claim is not None else (rejected.sender if rejected is not None else "")
-                if owner != reader.actor:
-                    return None
-            if claim is not None:
-                status: Literal["accepted", "spooled"] = "accepted" if claim.position is not None else "spooled"
-                if claim.position is None and self.state.claim(key) is not None:
-                    status = "accepted"  # in the log, position not read back yet
-                return Receipt(status, claim.event_id, claim.event_type, claim.election_id, claim.unit_id, key, claim.position)
-            rejection = view.rejection(key)
-            if rejection is not None:
-                return Refusal(
-                    rejection.errors,
-                    category_of(rejection.errors),
-                    rejection.event_id,
-                    "log" if rejection.position is not None else "spool",
-                    rejection.position,
-                    key,
-                )
-            return None
+            return answer(self._view(), self.state, key, reader)
 
     def status(self) -> dict[str, Any]:
         with self._locked():
@@ -624,20 +463,10 @@ class Intake:
     # -- snapshots ----------------------------------------------------------------------------------------
 
     def _load_snapshot(self) -> IntakeState | None:
-        try:
-            data = json.loads(self.snapshot_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            self.last_log_error = f"snapshot {self.snapshot_path} ignored: {exc}"
-            return None
-        if data.get("log") != self.name:
-            return None
-        try:
-            return IntakeState.from_snapshot(data["state"])
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
-            self.last_log_error = f"snapshot {self.snapshot_path} ignored: {exc}"
-            return None
+        loaded, problem = self._snapshot.load()
+        if problem is not None:
+            self.last_log_error = problem
+        return loaded
 
     def save_snapshot(self, *, force: bool = False, min_new: int = 1) -> bool:
         """Write the state (log-derived part only) if at least ``min_new`` events were applied since the
@@ -649,15 +478,7 @@ class Intake:
                 return False
             picture = self.state.to_snapshot()
             applied = self.state.applied
-        body = json.dumps({"log": self.name, "saved_at": self._clock().isoformat(), "state": picture})
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        tmp = self.snapshot_path.with_name(f"state.{os.getpid()}.{threading.get_ident()}.tmp")
-        create_private(tmp)  # private like the log it describes (ledger.files)
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(body)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.snapshot_path)
+        self._snapshot.write(picture, self._clock())
         self._saved_applied = applied
         return True
 

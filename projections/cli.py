@@ -22,15 +22,16 @@ from ledger.cli_output import is_wide
 from ledger.codec import CodecError
 from ledger.config import Settings
 from ledger.log.port import LogError, LogLostError
+from projections.backends import has_groups
 from projections.feed import publishing
 from projections.observe import RunnerObserver, progress_line
 from projections.queries import DEFAULT_SET, QueryError, find_county, find_unit, load_view, resolve_set
-from projections.replay import ServingWatch
+from projections.replay import ServingWatch, follow_serving
 from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
-from projections.stores.port import ProjectionStore, StoreError, StoreMissing
+from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
-from projections.wiring import DEFAULT_GROUP, log_identity, open_existing_log, serving_set, source_for
+from projections.wiring import DEFAULT_GROUP, log_identity, open_existing_log, source_for
 
 __all__ = ["register"]
 
@@ -145,22 +146,14 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
     except (StoreError, LogError) as exc:
         raise fail(str(exc)) from exc
     with _store(settings) as store, _stop_on_signals() as stop:
-        while True:  # once, unless `caucus replay` switches the serving set: then on with the new one
-            try:
-                info = store.get_set(set_id) if set_id is not None else serving_set(store, settings, projection, identity=identity)
-                if set_id is not None:
-                    from projections.wiring import check_source
 
-                    check_source(info, store, settings, identity)
-            except (StoreError, LogError) as exc:
-                raise fail(str(exc)) from exc
-            watch = ServingWatch(store, info.name, info.set_id) if set_id is None else None
+        def run(info: SetInfo, watch: ServingWatch | None) -> Progress:
             try:
                 source = source_for(settings, group=group, batch_size=batch_size, session_timeout_ms=session_timeout_ms,
                                     no_partition_timeout=no_partition_timeout)
             except LogError as exc:
                 raise fail(str(exc)) from exc
-            say = (lambda p: None) if quiet else _printer(observer, group if settings.kafka else "")
+            say = (lambda p: None) if quiet else _printer(observer, group if has_groups(settings) else "")
             runner = ProjectionRunner(store, info.set_id, source, batch_size=batch_size, rule_set=info.rule_set, on_progress=say,
                                       catch_up_batch=catch_up_batch)
             if not quiet:
@@ -175,11 +168,7 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
 
                         runner.on_progress = say_and_publish
                     observer.attach(runner)
-
-                    def stopping(w: ServingWatch | None = watch) -> bool:
-                        return stop.is_set() or (w is not None and w())
-
-                    progress = runner.run(until_caught_up=until_caught_up, stop=stopping)
+                    return runner.run(until_caught_up=until_caught_up, stop=lambda: stop.is_set() or (watch is not None and watch()))
             except LogLostError as exc:
                 raise fail(
                     f"{exc}. The projection {info.name} v{info.version} reflects records this log no longer holds; "
@@ -189,12 +178,16 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
             except (RunnerError, StoreError, LogError) as exc:
                 observer.log_error = str(exc)
                 raise fail(str(exc)) from exc
-            if stop.is_set() or watch is None or watch.switched_to is None:
-                break
+
+        def switched(info: SetInfo, to: SetInfo) -> None:
             if not quiet:
-                typer.echo(f"projection {info.name} v{watch.switched_to.version} now serves (a replay switched over); "
-                           "continuing with it", err=True)
-    return progress
+                typer.echo(f"projection {info.name} v{to.version} now serves (a replay switched over); continuing with it", err=True)
+
+        try:  # once, unless `caucus replay` switches the serving set: then on with the new one
+            return follow_serving(store, settings, name=projection, set_id=set_id, identity=identity, run=run,
+                                  stopped=stop.is_set, on_switch=switched)
+        except (StoreError, LogError) as exc:
+            raise fail(str(exc)) from exc
 
 
 def tally(

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ledger.backends import RESULTS_LOG_FILE, backends_for
 from ledger.config import Settings
 from ledger.events import Event
 from ledger.log.port import EventLog, LogError, PendingRecord
@@ -58,29 +59,17 @@ from projections.tally import ElectionContext, UnitTally, aggregate, aggregate_c
 
 __all__ = ["RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPublisher", "FeedStats", "publishing"]
 
-RESULTS_LOG_FILE = "results.sqlite3"
 FEED_WRITER = "projections:results-feed"
 
 
 def open_results_log(settings: Settings, *, read_only: bool = False) -> EventLog:
     """The results feed's log: the results topic on Kafka, else ``results.sqlite3`` in the data dir.
     ``read_only`` for subscribers: nothing is created (``LogMissingError`` if nothing was published)."""
-    if settings.kafka:
-        from ledger.config import open_log
-
-        return open_log(settings, read_only=read_only, topic=settings.results_topic)
-    from ledger.log.sqlite import SqliteLog
-
-    path = settings.data_dir / RESULTS_LOG_FILE
-    if read_only:
-        return SqliteLog(path, read_only=True)
-    return SqliteLog(path, partitions=None if path.exists() else settings.partitions)
+    return backends_for(settings).open_results_log(read_only=read_only)
 
 
 def results_log_name(settings: Settings) -> str:
-    if settings.kafka:
-        return f"kafka://{settings.kafka}/{settings.results_topic}"
-    return f"sqlite:{settings.data_dir / RESULTS_LOG_FILE}"
+    return backends_for(settings).describe_results_log()
 
 
 @dataclass

@@ -36,13 +36,14 @@ from projections.queries import DEFAULT_SET
 from projections.runner import Progress, ProjectionRunner
 from projections.sources import AssignmentListener, Source
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreUnavailable
-from projections.wiring import DEFAULT_GROUP, check_source, log_identity, source_for
+from projections.wiring import DEFAULT_GROUP, check_source, log_identity, serving_set, source_for
 
 __all__ = [
     "AS_OF_SUFFIX",
     "ReplayOutcome",
     "CutSource",
     "ServingWatch",
+    "follow_serving",
     "rebuild",
     "build_as_of",
     "replay_group",
@@ -194,6 +195,27 @@ class ServingWatch:
             self.switched_to = serving
             return True
         return False
+
+
+def follow_serving(store: ProjectionStore, settings: Settings, *, name: str, set_id: int | None, identity: str,
+                   run: Callable[[SetInfo, ServingWatch | None], Progress], stopped: Callable[[], bool],
+                   on_switch: Callable[[SetInfo, SetInfo], None]) -> Progress:
+    """Keep a projection current (``caucus project``): the set ``set_id``, or else the serving set of
+    ``name``, created on first use. When a replay promotes another set, ``run`` (one runner on one set,
+    stopping between batches once ``ServingWatch`` says so) returns and the next run goes on with the
+    new set, from the positions stored with it. ``StoreError``/``LogError`` when the set cannot be had
+    (``SourceMismatch``: it was built from another log)."""
+    while True:
+        if set_id is not None:
+            info = store.get_set(set_id)
+            check_source(info, store, settings, identity)
+        else:
+            info = serving_set(store, settings, name, identity=identity)
+        watch = ServingWatch(store, info.name, info.set_id) if set_id is None else None
+        progress = run(info, watch)
+        if stopped() or watch is None or watch.switched_to is None:
+            return progress
+        on_switch(info, watch.switched_to)
 
 
 def _run(

@@ -6,10 +6,12 @@ assemble runners the same way ``caucus project`` does.
 
 from __future__ import annotations
 
-from ledger.config import Settings, open_log
-from ledger.log.port import EventLog, LogUnavailableError
+from ledger.backends import backends_for
+from ledger.config import Settings
+from ledger.log.port import EventLog
+from projections.backends import group_source
 from projections.queries import DEFAULT_SET
-from projections.sources import EmbeddedSource, KafkaGroupSource, Source
+from projections.sources import Source
 from projections.stores.port import ProjectionStore, SetInfo, StoreError
 
 __all__ = ["DEFAULT_GROUP", "source_for", "serving_set", "log_identity", "open_existing_log", "SourceMismatch",
@@ -32,28 +34,15 @@ def source_for(settings: Settings, *, group: str = DEFAULT_GROUP, batch_size: in
                no_partition_timeout: float = 0.0) -> Source:
     """``no_partition_timeout``: on Kafka, how long a runner may hold no partition before it rejoins
     the group with a new consumer, and then gives up (0: wait as long as it takes)."""
-    if settings.kafka:
-        # Polls return up to ``batch_size`` records; the consumer may hand out more at once when the
-        # runner gathers a catch-up batch (``ProjectionRunner.catch_up_batch``).
-        return KafkaGroupSource(open_log(settings), group, session_timeout_ms=session_timeout_ms, max_poll_records=max(batch_size, 2000),
-                                no_partition_timeout=no_partition_timeout)
-    return EmbeddedSource(open_existing_log(settings, for_runner=True), description=settings.describe_log())
+    return group_source(settings, group, batch_size=batch_size, session_timeout_ms=session_timeout_ms,
+                        no_partition_timeout=no_partition_timeout)
 
 
 def open_existing_log(settings: Settings, *, for_runner: bool = False) -> EventLog:
     """The configured log, which must exist, for reading. An embedded log is opened with the partition
     count it was created with, and read-only (nothing is created or changed), except for a runner: it
     opens it for writing when it can, so a log from before log ids gets its id (``log_identity``)."""
-    if settings.kafka:
-        return open_log(settings, read_only=not for_runner)
-    from ledger.log.sqlite import SqliteLog
-
-    if for_runner:
-        try:
-            return SqliteLog(settings.log_path, create=False)
-        except LogUnavailableError:
-            pass  # e.g. a log in a directory this user may not write: reading is all a runner does
-    return SqliteLog(settings.log_path, read_only=True)
+    return backends_for(settings).open_existing_log(for_runner=for_runner)
 
 
 def log_identity(settings: Settings, log: EventLog | None = None) -> str:
@@ -79,9 +68,7 @@ def log_identity(settings: Settings, log: EventLog | None = None) -> str:
 
 def _legacy_identity(settings: Settings) -> str:
     """What sets recorded as their source before logs had ids: a path or an address."""
-    if settings.kafka:
-        return settings.describe_log()
-    return f"sqlite:{settings.log_path.resolve()}"
+    return backends_for(settings).legacy_log_identity()
 
 
 def check_source(info: SetInfo, store: ProjectionStore, settings: Settings, identity: str) -> None:

@@ -10,7 +10,8 @@ so a store edited along with the log is caught too.
 Two tables, the same in both databases: ``signed_checkpoints`` (one row per checkpoint: its canonical
 bytes, signature, public key and where its event sits in the log) and ``checkpoint_leaves``
 (partition, offset, leaf hash). The names stay clear of the projection runner's offset bookkeeping.
-Without a database URL the store is ``checkpoints.sqlite3`` in the data directory.
+Without a database URL the store is ``checkpoints.sqlite3`` in the data directory (``ledger.backends``
+chooses).
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ledger.integrity.checkpoints import Checkpoint, CheckpointFormatError, SignedCheckpoint
 from ledger.log.port import Position
 from ledger.sqlite_setup import ReadOnlyDatabase, create_schema, open_database, use_wal
+
+if TYPE_CHECKING:
+    from ledger.config import Settings
 
 __all__ = [
     "STORE_FILE",
@@ -97,7 +101,7 @@ def _contiguous(rows: Sequence[tuple[int, int, bytes]], where: str) -> dict[int,
     return out
 
 
-def _unrecorded(part: int, start: int, hashes: Sequence[bytes], have: int, stored: Sequence[bytes]) -> tuple[int, Sequence[bytes]]:
+def unrecorded(part: int, start: int, hashes: Sequence[bytes], have: int, stored: Sequence[bytes]) -> tuple[int, Sequence[bytes]]:
     """The part of ``hashes`` (from offset ``start``) the store does not hold yet, given that it holds
     ``have`` hashes for the partition and ``stored`` are those from ``start`` on. A signer that raced
     another one may bring hashes already recorded; they must be the same ones."""
@@ -191,7 +195,7 @@ class SqliteCheckpointStore:
                     stored = [r[0] for r in conn.execute(
                         'SELECT leaf_hash FROM checkpoint_leaves WHERE partition = ? AND "offset" >= ? ORDER BY "offset"', (part, start)
                     )]
-                    start, hashes = _unrecorded(part, start, hashes, have, stored)
+                    start, hashes = unrecorded(part, start, hashes, have, stored)
                     conn.executemany(
                         'INSERT INTO checkpoint_leaves (partition, "offset", leaf_hash) VALUES (?, ?, ?)',
                         ((part, start + i, h) for i, h in enumerate(hashes)),
@@ -280,7 +284,7 @@ class PostgresCheckpointStore:
                 stored = [r[0] for r in conn.execute(
                     'SELECT leaf_hash FROM checkpoint_leaves WHERE partition = %s AND "offset" >= %s ORDER BY "offset"', (part, start)
                 )]
-                start, hashes = _unrecorded(part, start, hashes, have, stored)
+                start, hashes = unrecorded(part, start, hashes, have, stored)
                 with conn.cursor() as cur, cur.copy('COPY checkpoint_leaves (partition, "offset", leaf_hash) FROM STDIN') as copy:
                     for i, h in enumerate(hashes):
                         copy.write_row((part, start + i, h))
@@ -290,12 +294,10 @@ class PostgresCheckpointStore:
         self._conn.close()
 
 
-def open_checkpoint_store(data_dir: Path, database: str | None, *, create: bool) -> CheckpointStore | None:
-    """PostgreSQL when a database URL is configured, else the data directory's SQLite file. With
-    ``create`` false a missing SQLite file means "no store" (None): verifying must not create files."""
-    if database:
-        return PostgresCheckpointStore(database)
-    path = Path(data_dir) / STORE_FILE
-    if not create and not path.exists():
-        return None
-    return SqliteCheckpointStore(path, read_only=not create)
+def open_checkpoint_store(settings: Settings, *, create: bool) -> CheckpointStore | None:
+    """The store ``ledger.backends`` chooses: PostgreSQL when a database URL is configured, else the
+    data directory's SQLite file. With ``create`` false a store that does not exist is None:
+    verifying must not create files."""
+    from ledger.backends import backends_for
+
+    return backends_for(settings).open_checkpoint_store(create=create)

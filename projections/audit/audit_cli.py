@@ -238,7 +238,7 @@ def recount_package_command(
     settings = settings_of(ctx)
     try:
         trusted = _trusted_keys(settings, public_key)
-        store = open_checkpoints(settings.data_dir, settings.database, create=False)
+        store = open_checkpoints(settings, create=False)
         log = open_log(settings, read_only=True)
         try:
             result = build_package(

@@ -149,7 +149,7 @@ def checkpoint_command(
         write_public_key(signing, settings.data_dir / PUBLIC_KEY_FILE)  # for auditors; never trusted over a pinned key
         state = SignerState(state_path_for(key_path))
         others = [k for k in _trusted_keys(settings, public_key) if k.public_key != signing.public_key]
-        store = open_checkpoint_store(settings.data_dir, settings.database, create=True)
+        store = open_checkpoint_store(settings, create=True)
         if store is None:  # create=True always opens one
             raise CheckpointStoreError("no checkpoint store")
         try:
@@ -239,7 +239,7 @@ def verify_command(
     settings = settings_of(ctx)
     with operational():
         trusted = _trusted_keys(settings, public_key)
-        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
+        store = open_checkpoint_store(settings, create=False)
         try:
             began = time.perf_counter()
             with log_for(settings, read_only=True) as log:
@@ -315,7 +315,7 @@ def prove_command(
         trusted = _trusted_keys(settings, public_key)
         if not trusted:
             raise NoTrustedKey("no public key to check the checkpoint's signature with: give --public-key PATH")
-        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
+        store = open_checkpoint_store(settings, create=False)
         try:
             with log_for(settings, read_only=True) as log:
                 scan = scan_log(log)

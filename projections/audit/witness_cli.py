@@ -99,7 +99,7 @@ def cosign_command(
     settings = settings_of(ctx)
     with operational():
         trusted = _signer_keys(settings, public_key)
-        store = open_checkpoint_store(settings.data_dir, settings.database, create=False)
+        store = open_checkpoint_store(settings, create=False)
         try:
             with log_for(settings, read_only=True) as log:
                 scan = scan_log(log)

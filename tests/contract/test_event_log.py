@@ -1,5 +1,5 @@
-"""The EventLog contract, run against every adapter: the embedded SQLite log and a Kafka topic on the
-session's Tansu broker. Then what only one adapter can show: a broker that restarts empty, a broker that
+"""The EventLog contract, run against every adapter: the embedded SQLite log, a Kafka topic on the
+session's Tansu broker and the in-memory log. Then what only one adapter can show: a broker that restarts empty, a broker that
 is gone, consumer groups (Kafka); triggers and several processes on one file (SQLite)."""
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ import pytest
 
 from infra.broker import LocalBroker, free_port
 from ledger.log.kafka import KafkaLog, SeekToStored
+from ledger.log.memory import MemoryLog, forget
 from ledger.log.partitioning import partition_for
 from ledger.log.port import (
     EventLog,
     LogError,
     LogLostError,
+    LogMissingError,
     LogUnavailableError,
     PendingRecord,
     Position,
@@ -50,13 +52,20 @@ def by_partition(records: list[StoredRecord]) -> dict[int, list[int]]:
     return offsets
 
 
-@pytest.fixture(params=["sqlite", "kafka"])
+@pytest.fixture(params=["sqlite", "kafka", "memory"])
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., EventLog]]:
-    """Opens the parametrised adapter; every call opens the same log (same file or same topic)."""
+    """Opens the parametrised adapter; every call opens the same log (same file, topic or name)."""
     opened: list[EventLog] = []
     if request.param == "sqlite":
         def make(partitions: int = 8) -> EventLog:
             log = SqliteLog(tmp_path / "log.sqlite3", partitions=partitions)
+            opened.append(log)
+            return log
+    elif request.param == "memory":
+        name = f"contract-{uuid.uuid4().hex}"
+
+        def make(partitions: int = 8) -> EventLog:
+            log = MemoryLog(name, partitions=partitions)
             opened.append(log)
             return log
     else:
@@ -70,6 +79,8 @@ def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callabl
     yield make
     for log in opened:
         log.close()
+    if request.param == "memory":
+        forget(name)
 
 
 @pytest.fixture
@@ -259,6 +270,38 @@ def test_same_key_same_position_in_both_adapters(tmp_path: Path, kafka_bootstrap
     with SqliteLog(tmp_path / "log.sqlite3") as embedded, KafkaLog(kafka_bootstrap, unique_topic) as kafka:
         assert embedded.append_batch(batch) == kafka.append_batch(batch)
         assert embedded.high_watermarks() == kafka.high_watermarks()
+
+
+def test_memory_log_places_keys_as_the_embedded_log(tmp_path: Path) -> None:
+    batch = [record(k, n) for n in range(3) for k in keys(100, prefix="precinct")]
+    name = f"same-{uuid.uuid4().hex}"
+    try:
+        with SqliteLog(tmp_path / "log.sqlite3") as embedded, MemoryLog(name) as memory:
+            assert embedded.append_batch(batch) == memory.append_batch(batch)
+            assert embedded.high_watermarks() == memory.high_watermarks()
+    finally:
+        forget(name)
+
+
+# ---------------------------------------------------------------------------------------- memory only
+def test_memory_log_readers_find_only_a_log_that_exists_and_never_write() -> None:
+    name = f"ro-{uuid.uuid4().hex}"
+    with pytest.raises(LogMissingError):
+        MemoryLog(name, read_only=True)
+    with pytest.raises(LogMissingError):
+        MemoryLog(name, create=False)
+    try:
+        writer = MemoryLog(name, partitions=3)
+        writer.append(record("unit-a"))
+        reader = MemoryLog(name, read_only=True)
+        assert (reader.partitions, reader.log_id) == (3, writer.log_id)
+        assert [r.key for r in reader.read()] == ["unit-a"]
+        with pytest.raises(LogError, match="read-only"):
+            reader.append(record("unit-b"))
+    finally:
+        forget(name)
+    with pytest.raises(LogMissingError):
+        MemoryLog(name, read_only=True)
 
 
 # ----------------------------------------------------------------------------------------- Kafka only

@@ -29,6 +29,8 @@ from ledger.integrity.keys import (
     load_trusted_key,
 )
 from ledger.integrity.merkle import MerkleTree, leaf_hash, verify_inclusion
+from ledger.integrity.memory_store import MemoryCheckpointStore
+from ledger.integrity.memory_store import forget as forget_checkpoints
 from ledger.integrity.store import CheckpointStore, PostgresCheckpointStore, SqliteCheckpointStore, CheckpointStoreError
 from ledger.log.port import Position
 from ledger.render import event_from_json, event_to_json
@@ -224,3 +226,15 @@ def test_the_postgres_store_keeps_checkpoints_and_leaf_hashes(pg_dsn: str) -> No
         _exercise_store(store)
     finally:
         store.close()
+
+
+def test_the_memory_store_keeps_checkpoints_and_leaf_hashes() -> None:
+    name = f"checkpoints-{generate_key().key_id}"
+    store = MemoryCheckpointStore(name)
+    try:
+        _exercise_store(store)
+        assert len(MemoryCheckpointStore(name, create=False).checkpoints()) == 3, "shared by name within the process"
+    finally:
+        forget_checkpoints(name)
+    with pytest.raises(CheckpointStoreError):
+        MemoryCheckpointStore(name, create=False)

@@ -112,7 +112,7 @@ def _offer(site: Site, held: dict[str, Any]) -> dict[str, Any]:
     from ledger.integrity.witness_proofs import partition_proofs
 
     log = open_log(Settings(data_dir=site.data), read_only=True)
-    store = open_checkpoint_store(site.data, None, create=False)
+    store = open_checkpoint_store(Settings(data_dir=site.data), create=False)
     assert store is not None
     try:
         scan = scan_log(log)

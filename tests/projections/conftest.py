@@ -2,7 +2,8 @@
 
 ``support`` is the helper module (``support.py`` next to this file: synthetic elections and logs,
 producing to Kafka, store snapshots), loaded by path because tests run with
-``--import-mode=importlib``. ``store_kind`` parametrises a test over SQLite and PostgreSQL;
+``--import-mode=importlib``. ``store_kind`` parametrises a test over SQLite and PostgreSQL (a module
+may widen it to the in-memory store, ``memory``);
 ``open_store`` opens (another connection to) the test's store, so restarts and concurrent runners
 each get their own connection as separate processes would.
 """
@@ -60,6 +61,16 @@ def open_store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) 
 
         def make() -> ProjectionStore:
             s = PostgresStore(dsn)
+            opened.append(s)
+            return s
+    elif store_kind == "memory":
+        from projections.stores.memory import MemoryStore, forget
+
+        name = f"test-{tmp_path}"
+        request.addfinalizer(lambda: forget(name))
+
+        def make() -> ProjectionStore:
+            s = MemoryStore(name)
             opened.append(s)
             return s
     else:

@@ -1,4 +1,5 @@
-"""The runner on the embedded log, against both stores: exactly once, dedupe, restarts, order."""
+"""The runner on the embedded log, against every store (SQLite, PostgreSQL, in memory): exactly once,
+dedupe, restarts, order."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ from projections.stores.port import ProjectionStore
 from projections.tally import compute_unit_tally, election_context
 
 Open = Callable[[], ProjectionStore]
+
+
+@pytest.fixture(params=["sqlite", "postgres", "memory"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 def _run(store: ProjectionStore, set_id: int, log: SqliteLog, *, batch_size: int = 50,

@@ -1,4 +1,4 @@
-"""The store contract: the same cases against SQLite and PostgreSQL (``store_kind``)."""
+"""The store contract: the same cases against SQLite, PostgreSQL and the in-memory store (``store_kind``)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ from projections.stores.port import (
 )
 
 Open = Callable[[], ProjectionStore]
+
+
+@pytest.fixture(params=["sqlite", "postgres", "memory"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 def _changes(n: int, *, set_part: int = 0, start: int = 0, election: str = "e1") -> Changes:

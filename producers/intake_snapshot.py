@@ -1,0 +1,60 @@
+"""The intake's snapshot file (``state.json``): its state as of some log positions, a shortcut at start.
+
+A snapshot names the log it describes and is ignored for another (or when it cannot be read: the log
+is folded again instead). It is written to a private temporary file, fsynced and renamed into place,
+so a reader (another process, a crash) sees the old snapshot or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ledger.files import create_private
+from producers.intake_state import IntakeState
+
+__all__ = ["SnapshotFile"]
+
+
+class SnapshotFile:
+    def __init__(self, path: Path, log_name: str) -> None:
+        self.path = path
+        self.log_name = log_name
+
+    def load(self) -> tuple[IntakeState | None, str | None]:
+        """The state saved for this log, or None with why it was ignored (None: there was none)."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None, None
+        except (OSError, ValueError) as exc:
+            return None, f"snapshot {self.path} ignored: {exc}"
+        if data.get("log") != self.log_name:
+            return None, None
+        try:
+            return IntakeState.from_snapshot(data["state"]), None
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            return None, f"snapshot {self.path} ignored: {exc}"
+
+    def write(self, picture: dict[str, Any], saved_at: datetime) -> None:
+        body = json.dumps({"log": self.log_name, "saved_at": saved_at.isoformat(), "state": picture})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f"state.{os.getpid()}.{threading.get_ident()}.tmp")
+        create_private(tmp)  # private like the log it describes (ledger.files)
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(body)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.path)
+
+    def stamp(self) -> tuple[int, int, int] | None:
+        """Changes whenever another process writes a snapshot (``caucus intake rebuild``)."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)

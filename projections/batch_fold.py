@@ -1,0 +1,305 @@
+"""The batch folder: a batch's records turned into the rows its store transaction writes (decode, index,
+fold, tally), apart from the loop that polls, retries and reports (``projections.runner``), so the fold
+can be tested alone on any store, the in-memory one included.
+
+Identity: a unit is (election id, unit id); a log may hold elections whose unit ids overlap, so every
+cache, fold and row here is keyed by both. An event that names no election (a submission refused
+before it could be attributed) is indexed (dedupe, the audit's list) and folded into nothing.
+
+Election-wide events (the definition, certification) sit in their own partition, in no order with
+the units. A unit's tally is computed from the unit's state and the election state as committed
+when the unit's batch commits (read under the lock); a batch that changes an election recomputes
+every unit of that election from the stored unit states. Since commits are serialised, every
+tally ends up computed against the latest election state, whichever runner saw what first.
+
+Memory holds the unit states of the partitions the runner owns and one parsed definition per
+election: bounded by the number of units, not by the number of events. The caches move only when the
+runner says a batch committed (``committed``; ``exactly_once.MOVE_AFTER_COMMIT``) and are dropped per
+partition when it is reassigned or someone else moved it (``forget``).
+
+Speed (a rebuild runs the decode loop once per event): the event index is written while the next
+chunk is decoded (``FoldTx.index_begin``: the adapters overlap the I/O on a thread of their own), index
+rows are built with ``tuple.__new__``, and a unit's events of the whole batch go into one ``UnitFold``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from ledger.codec import Codec, CodecError
+from ledger.events import Event
+from ledger.log.port import StoredRecord
+from ledger.timestamps import iso_text
+from projections.reducers import ElectionState, UnitFold, UnitState, apply_election
+from projections.stores.port import (
+    Changes,
+    ElectionRow,
+    EventRow,
+    PositionRow,
+    TallyRow,
+    UnitKey,
+    UnitRow,
+)
+from projections.tally import ElectionContext, compute_unit_tally, context_key, election_context
+
+__all__ = ["FoldError", "FoldTx", "BatchFolder", "FoldedBatch", "Chunk", "tally_row", "DEFAULT_CHUNK"]
+
+DEFAULT_CHUNK = 2000
+"""Records decoded and folded at a time within a batch."""
+
+
+class FoldError(RuntimeError):
+    """A record cannot be folded (it does not decode)."""
+
+
+class FoldTx(Protocol):
+    """What the fold needs of a store transaction: the committed state it folds onto, and the index
+    (``StoreTx`` provides it; see ``projections.stores.port`` for each call's promise)."""
+
+    def election_revisions(self) -> dict[str, str]: ...
+
+    def elections(self) -> dict[str, ElectionRow]: ...
+
+    def unit_states(self, keys: Iterable[UnitKey] | None = None, *, election_id: str | None = None) -> dict[UnitKey, UnitRow]: ...
+
+    def tallies(
+        self, *, election_id: str | None = None, county_id: str | None = None, keys: Iterable[UnitKey] | None = None
+    ) -> dict[UnitKey, TallyRow]: ...
+
+    def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]: ...
+
+
+def tally_row(state: UnitState, ctx: ElectionContext) -> TallyRow:
+    t = compute_unit_tally(state, ctx)
+    return TallyRow(state.unit_id, state.election_id, t.county_id, t.status, ctx.key, t.dumps())
+
+
+@dataclass(slots=True)
+class Chunk:
+    """A decoded chunk as the fold takes it (see ``BatchFolder.decode_chunk``)."""
+
+    rows: list[EventRow]
+    runs: dict[UnitKey, tuple[int, list[Event[Any]]]]
+    elections: list[Event[Any]]
+    newest: datetime | None
+
+    def without(self, held: set[str]) -> Chunk:
+        """``exactly_once.HELD_BY_INDEX``: the chunk less the events the index already held. Rare (a
+        producer retry that landed at another offset), so the grouping is simply redone."""
+        runs: dict[UnitKey, tuple[int, list[Event[Any]]]] = {}
+        for key, (p, run) in self.runs.items():
+            keep = [ev for ev in run if ev.event_id not in held]
+            if keep:
+                runs[key] = (p, keep)
+        elections = [ev for ev in self.elections if ev.event_id not in held]
+        times = [ev.recorded_at for ev in elections] + [ev.recorded_at for _, run in runs.values() for ev in run]
+        return Chunk([r for r in self.rows if r.event_id not in held], runs, elections, max(times, default=None))
+
+
+@dataclass
+class FoldedBatch:
+    """What one batch did, kept apart until its transaction commits."""
+
+    applied: int = 0
+    duplicates: int = 0
+    indexed: int = 0
+    newest: datetime | None = None
+    folds: dict[UnitKey, tuple[int, UnitFold]] = field(default_factory=dict)  # while the batch's chunks are folded
+    units: dict[UnitKey, tuple[int, UnitState]] = field(default_factory=dict)  # then the states they built
+    elections: dict[str, ElectionState] = field(default_factory=dict)
+    tally_hashes: dict[UnitKey, int] = field(default_factory=dict)
+
+
+class BatchFolder:
+    """Folds batches of one projection set (see module docstring). ``rule_set``: the set's rule set
+    (None: each election's own); ``chunk``: records decoded and folded at a time."""
+
+    def __init__(self, codec: Codec, *, rule_set: str | None = None, chunk: int = DEFAULT_CHUNK) -> None:
+        self.codec = codec
+        self.rule_set = rule_set
+        self.chunk = chunk
+        self._units: dict[UnitKey, UnitState] = {}
+        self._tally_hashes: dict[UnitKey, int] = {}  # of the stored tally text, to skip unchanged writes
+        self._units_of: dict[int, set[UnitKey]] = defaultdict(set)
+        self._contexts: dict[str, ElectionContext] = {}
+        self._elections: dict[str, ElectionState] = {}
+
+    # -- the caches ---------------------------------------------------------------------------
+
+    def forget(self, partition: int) -> None:
+        """Drop what is cached of a partition's units (reassigned, or moved by someone else)."""
+        for key in self._units_of.pop(partition, set()):
+            self._units.pop(key, None)
+            self._tally_hashes.pop(key, None)
+
+    def committed(self, folded: FoldedBatch, owned: set[int]) -> None:
+        """The batch's transaction committed: keep the states it built, for the partitions still owned."""
+        for key, (p, st) in folded.units.items():
+            if p in owned:
+                self._units[key] = st
+                self._units_of[p].add(key)
+                self._tally_hashes[key] = folded.tally_hashes[key]
+        self._elections.update(folded.elections)
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    def fold(self, tx: FoldTx, records: list[StoredRecord]) -> tuple[Changes, FoldedBatch]:
+        """Fold a batch's records into changed rows. Records are decoded, entered in the event index
+        (which answers which were applied before) and folded ``chunk`` at a time, all inside the
+        batch's transaction: a large catch-up batch never holds its decoded events, only the states
+        of the units it touched. Each unit's events are folded into one ``UnitFold`` for the whole
+        batch, whose state is built once, after the last chunk."""
+        changes = Changes()
+        folded = FoldedBatch()
+        if not records:
+            return changes, folded
+        revisions = tx.election_revisions()
+        units = folded.units
+        elections = folded.elections
+        last: dict[int, tuple[int, datetime]] = {}
+        waiting: tuple[Chunk, Callable[[], set[str]]] | None = None
+        for at in range(0, len(records), self.chunk):
+            chunk = self.decode_chunk(records[at : at + self.chunk], last, folded)
+            # The previous chunk's index answer has been computed while this chunk was decoded.
+            if waiting is not None:
+                self._fold_chunk(tx, *waiting, folded, revisions)
+            waiting = (chunk, tx.index_begin(chunk.rows))
+        if waiting is not None:
+            self._fold_chunk(tx, *waiting, folded, revisions)
+        units.update((key, (p, fold.state())) for key, (p, fold) in folded.folds.items())
+        folded.folds.clear()
+        positions = {p: PositionRow(p, off + 1, at.isoformat()) for p, (off, at) in last.items()}
+        changes.positions = list(positions.values())
+        changes.elections = [ElectionRow(e, s.revision or "", s.dumps()) for e, s in elections.items()]
+        changes.units = [UnitRow(st.unit_id, st.election_id, p, st.dumps()) for p, st in units.values()]
+
+        def context(eid: str) -> ElectionContext:
+            state = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
+            return self._context(state, eid)
+
+        tallies: dict[UnitKey, TallyRow] = {}
+        for key, (_, st) in units.items():
+            row = tally_row(st, context(st.election_id))
+            digest = hash((row.context, row.tally))
+            folded.tally_hashes[key] = digest
+            if self._tally_hashes.get(key) != digest:  # e.g. a toss for a tie this result does not have
+                tallies[key] = row
+        for eid in elections:
+            before_key = context_key(self._election_state(tx, eid, revisions), self.rule_set)
+            ctx = context(eid)
+            if ctx.key != before_key:  # the definition, certification or rule set changed
+                tallies.update(self._recompute_election(tx, ctx, skip=units))
+        changes.tallies = list(tallies.values())
+        return changes, folded
+
+    def _election_state(self, tx: FoldTx, election_id: str, revisions: dict[str, str]) -> ElectionState | None:
+        """The committed state of an election, parsed once per revision."""
+        rev = revisions.get(election_id)
+        if rev is None:
+            return None
+        cached = self._elections.get(election_id)
+        if cached is not None and cached.revision == rev:
+            return cached
+        row = tx.elections().get(election_id)
+        state = ElectionState.loads(row.state) if row else None
+        if state is not None:
+            self._elections[election_id] = state
+        return state
+
+    def _context(self, state: ElectionState | None, election_id: str) -> ElectionContext:
+        ctx = self._contexts.get(election_id)
+        if ctx is None or ctx.state.revision != (state.revision if state else None):
+            ctx = election_context(state, election_id, rule_set=self.rule_set)
+            self._contexts[election_id] = ctx
+        return ctx
+
+    def decode_chunk(self, records: list[StoredRecord], last: dict[int, tuple[int, datetime]], folded: FoldedBatch) -> Chunk:
+        """Decode a chunk and group it as the fold wants it, in the same pass: its index rows, each
+        unit's run of events, the election-wide events. ``last`` (each partition's last offset and
+        time) carries over between chunks. This loop runs once per event of a rebuild, so it binds
+        what it calls to local names.
+
+        ``exactly_once.REPEAT_IN_CHUNK``: an event id met twice within the chunk is dropped here. A
+        repeat in a later chunk of the batch needs no memory of ours (``HELD_BY_INDEX``)."""
+        rows: list[EventRow] = []
+        runs: dict[UnitKey, tuple[int, list[Event[Any]]]] = {}
+        elections: list[Event[Any]] = []
+        newest: datetime | None = None
+        done: set[str] = set()
+        decode, seen, add_row, add_election = self.codec.decode, done.add, rows.append, elections.append
+        new_row = tuple.__new__  # an EventRow without its Python-level __new__ (NamedTuple)
+        duplicates = 0
+        rec: StoredRecord | None = None
+        try:
+            for rec in records:
+                ev = decode(rec.value)
+                env = ev.envelope
+                event_id, at = env.event_id, env.recorded_at
+                pos = rec.position
+                p = pos.partition
+                last[p] = (pos.offset, at)
+                if event_id in done:
+                    duplicates += 1
+                    continue
+                seen(event_id)
+                eid, uid = env.election_id, env.unit_id
+                add_row(new_row(EventRow, (event_id, uid or f"election:{eid}", eid, p, pos.offset, ev.payload.TYPE, iso_text(at))))
+                if newest is None or at > newest:
+                    newest = at
+                if not uid:  # an election-wide event (``is_election_event``)
+                    if eid:
+                        add_election(ev)
+                elif not eid:
+                    pass  # attributed to no election (``is_unattributed``): indexed and shown, never folded
+                elif (eid, uid) in runs:
+                    runs[eid, uid][1].append(ev)
+                else:
+                    runs[eid, uid] = (p, [ev])
+        except CodecError as exc:
+            assert rec is not None
+            raise FoldError(f"the record at {rec.position} (key {rec.key!r}) cannot be decoded: {exc}") from exc
+        folded.duplicates += duplicates
+        return Chunk(rows, runs, elections, newest)
+
+    def _fold_chunk(self, tx: FoldTx, chunk: Chunk, held_of: Callable[[], set[str]], folded: FoldedBatch,
+                    revisions: dict[str, str]) -> None:
+        """Fold a chunk's events, less those the index already held (``HELD_BY_INDEX``). A unit's
+        events in the chunk go into its fold in one step."""
+        held = held_of()
+        folded.indexed += len(chunk.rows) - len(held)
+        if held:
+            chunk = chunk.without(held)
+            folded.duplicates += len(held)
+        folds, elections, cached = folded.folds, folded.elections, self._units
+        for ev in chunk.elections:
+            eid = ev.envelope.election_id
+            before = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
+            elections[eid] = apply_election(before, ev)
+        runs = chunk.runs
+        missing = runs.keys() - cached.keys() - folds.keys()
+        loaded = {key: UnitState.loads(row.state) for key, row in tx.unit_states(missing).items()} if missing else {}
+        for key, (p, run) in runs.items():
+            if key in folds:
+                folds[key][1].add(run)
+            else:
+                folds[key] = (p, UnitFold(cached.get(key) or loaded.get(key)).add(run))
+        folded.applied += len(chunk.rows)
+        if chunk.newest is not None and (folded.newest is None or chunk.newest > folded.newest):
+            folded.newest = chunk.newest
+
+    def _recompute_election(self, tx: FoldTx, ctx: ElectionContext, skip: dict[UnitKey, Any]) -> dict[UnitKey, TallyRow]:
+        """Every stored unit of the election against its new context; only changed tallies."""
+        existing = tx.tallies(election_id=ctx.election_id)
+        out: dict[UnitKey, TallyRow] = {}
+        for key, row in tx.unit_states(election_id=ctx.election_id).items():
+            if key in skip:
+                continue
+            new = tally_row(UnitState.loads(row.state), ctx)
+            old = existing.get(key)
+            if old is None or old.tally != new.tally or old.context != new.context:
+                out[key] = new
+        return out

@@ -16,7 +16,7 @@ from producers import cli as producers_cli
 from producers.importers import cli as importers_cli
 from producers.simulator import cli as simulator_cli
 from projections import cli as projections_cli
-from projections import feed_cli, replay_cli
+from projections import feed_cli, replay_cli, schemas_cli
 from projections.audit import audit_cli, diff_cli
 from projections.audit import cli as evidence_cli
 from projections.read_api import cli as read_api_cli
@@ -30,6 +30,7 @@ REGISTRATIONS: tuple[Callable[[typer.Typer], None], ...] = (
     replay_cli.register,  # replay
     feed_cli.register,  # subscribe
     read_api_cli.register,  # serve results
+    schemas_cli.register,  # schemas export
     evidence_cli.register,  # checkpoint, verify, prove, witness
     diff_cli.register,  # diff
     audit_cli.register,  # audit, recount-package

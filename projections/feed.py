@@ -242,7 +242,7 @@ class FeedPublisher:
             if ctx is None or not ctx.defined or t.unit_id not in ctx.units:
                 continue  # a unit no definition lists (refusals naming an unknown unit): counted in no tally
             version = tally_version(self._election_events.get(t.election_id, 0), self._unit_events.get(key, 0))
-            out.append(unit_event(t, stamp.at(version), at))
+            out.append(unit_event(t, stamp.at(version), at, ctx.candidates))
         by_election: dict[str, list[UnitTally]] = {}
         for t in self._tallies.values():
             by_election.setdefault(t.election_id, []).append(t)
@@ -264,9 +264,11 @@ class FeedPublisher:
                     unit_events[county] = unit_events.get(county, 0) + self._unit_events.get((eid, t.unit_id), 0)
             for cid, area in counties.items():
                 version = tally_version(e_events, unit_events.get(cid, 0))
-                out.append(area_event(area, stamp.at(version), at, election_id=eid, kind="county", certified=ctx.certified))
+                out.append(area_event(area, stamp.at(version), at, election_id=eid, kind="county", certified=ctx.certified,
+                                      ballot=ctx.candidates))
             version = tally_version(e_events, sum(unit_events.values()))
-            out.append(area_event(aggregate(ctx, tallies), stamp.at(version), at, election_id=eid, kind="state", certified=ctx.certified))
+            out.append(area_event(aggregate(ctx, tallies), stamp.at(version), at, election_id=eid, kind="state",
+                                  certified=ctx.certified, ballot=ctx.candidates))
         self.stats.last_version = max((e.payload.stamp.version for e in out), default=self.stats.last_version)
         return out
 

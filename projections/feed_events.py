@@ -16,7 +16,7 @@ it has shown (``FeedDeduper``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from ledger.codec import Codec, load_catalogue
 from ledger.events import Channel, Event, Payload, new_event
+from projections.candidate_results import candidate_results
 from projections.feed_checkpoint_events import CheckpointPublished, checkpoint_json
 from projections.tally import AreaTally, UnitTally, fraction_text
 
@@ -129,12 +130,14 @@ class UnitTallyPublished(Payload):
     _FIELDS: ClassVar[tuple[str, ...]] = (
         "name", "county_id", "defined", "status", "stage", "reporting", "delegates", "attendance", "threshold",
         "first", "final", "cds", "cds_reported", "cds_computed", "cds_source", "pending", "sde_weight", "sde",
-        "sde_display", "rejected", "problems", "result_event_id",
+        "sde_display", "rejected", "problems", "result_event_id", "result_recorded_at", "candidates",
     )
 
     @classmethod
-    def of(cls, t: UnitTally, stamp: FeedStamp) -> UnitTallyPublished:
+    def of(cls, t: UnitTally, stamp: FeedStamp, ballot: Sequence[str] = ()) -> UnitTallyPublished:
         return cls(stamp, {
+            "result_recorded_at": t.result_recorded_at,
+            "candidates": candidate_results(ballot, t.first, t.final, t.cds, t.sde_display),
             "name": t.name, "county_id": t.county_id, "defined": t.defined, "status": t.status, "stage": t.stage,
             "reporting": t.reporting, "delegates": t.delegates, "attendance": t.attendance, "threshold": t.threshold,
             "first": dict(t.first), "final": dict(t.final), "cds": dict(t.cds),
@@ -168,12 +171,14 @@ class AreaTallyPublished(Payload):
 
     _FIELDS: ClassVar[tuple[str, ...]] = (
         "name", "certified", "units_defined", "units_reporting", "units_pending_ties", "units_with_problems",
-        "first", "final", "cds", "cds_computed", "cds_reported", "sde", "sde_display_sum",
+        "first", "final", "cds", "cds_computed", "cds_reported", "sde", "sde_display_sum", "candidates",
     )
 
     @classmethod
-    def of(cls, a: AreaTally, stamp: FeedStamp, *, kind: str, area: str, certified: bool) -> AreaTallyPublished:
+    def of(cls, a: AreaTally, stamp: FeedStamp, *, kind: str, area: str, certified: bool,
+           ballot: Sequence[str] = ()) -> AreaTallyPublished:
         return cls(stamp, kind, area, {
+            "candidates": candidate_results(ballot, a.first, a.final, a.cds, a.sde_display_sum),
             "name": a.name, "certified": certified, "units_defined": a.units_defined,
             "units_reporting": a.units_reporting, "units_pending_ties": a.units_pending,
             "units_with_problems": a.units_with_problems, "first": dict(a.first), "final": dict(a.final),
@@ -235,13 +240,15 @@ def _event(payload: Payload, *, election_id: str, unit_id: str, key: str, at: da
                      channel=Channel.SYSTEM, occurred_at=at, recorded_at=at, event_id=event_id)
 
 
-def unit_event(t: UnitTally, stamp: FeedStamp, at: datetime) -> Event[UnitTallyPublished]:
-    return _event(UnitTallyPublished.of(t, stamp), election_id=t.election_id, unit_id=t.unit_id, key=f"unit:{t.unit_id}", at=at)
+def unit_event(t: UnitTally, stamp: FeedStamp, at: datetime, ballot: Sequence[str] = ()) -> Event[UnitTallyPublished]:
+    return _event(UnitTallyPublished.of(t, stamp, ballot), election_id=t.election_id, unit_id=t.unit_id,
+                  key=f"unit:{t.unit_id}", at=at)
 
 
-def area_event(a: AreaTally, stamp: FeedStamp, at: datetime, *, election_id: str, kind: str, certified: bool) -> Event[AreaTallyPublished]:
+def area_event(a: AreaTally, stamp: FeedStamp, at: datetime, *, election_id: str, kind: str, certified: bool,
+               ballot: Sequence[str] = ()) -> Event[AreaTallyPublished]:
     area = election_id if kind == "state" else a.area
-    payload = AreaTallyPublished.of(a, stamp, kind=kind, area=area, certified=certified)
+    payload = AreaTallyPublished.of(a, stamp, kind=kind, area=area, certified=certified, ballot=ballot)
     return _event(payload, election_id=election_id, unit_id="", key=f"{kind}:{area}", at=at)
 
 

@@ -18,12 +18,16 @@ from projections.read_api.reader import percent_text
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory, support_module: Any) -> Any:
-    """`caucus demo` (a simulated night, projected and published) in a data directory of its own."""
+def demo(tmp_path_factory: pytest.TempPathFactory, support_module: Any) -> Iterator[Any]:
+    """`caucus demo` (a simulated night, projected and published) in a data directory of its own; any
+    service a test starts over it is stopped with the module."""
     workdir = tmp_path_factory.mktemp("read-api-demo")
     backend = support_module.Backend("embedded", ["--data-dir", str(workdir / "data")], support_module.caucus_env(), workdir)
     backend.run("demo", "--units", "16", "--json")
-    return backend
+    try:
+        yield backend
+    finally:
+        backend.stop()
 
 
 @pytest.fixture
@@ -138,7 +142,7 @@ def test_the_feed_records_decode_with_the_exported_schemas_alone(client: TestCli
     from projections.feed_events import feed_codec, feed_json
 
     exported = client.get("/api/feed/schemas").json()
-    assert {t["name"] for t in exported["types"]} == {"UnitTallyPublished", "AreaTallyPublished"}
+    assert {t["name"] for t in exported["types"]} == {"UnitTallyPublished", "AreaTallyPublished", "CheckpointPublished"}
     by_fingerprint = {}
     for t in exported["types"]:
         parsed = parse_schema(t["schema"])
@@ -153,6 +157,9 @@ def test_the_feed_records_decode_with_the_exported_schemas_alone(client: TestCli
         assert rec.value[:2] == b"\xc3\x01"
         body = schemaless_reader(io.BytesIO(rec.value[10:]), by_fingerprint[rec.value[2:10]])
         expected = feed_json(feed_codec().decode(rec.value))
+        if expected["kind"] == "checkpoint":  # the event log's signed checkpoints, published by `caucus checkpoint`
+            assert body["envelope"]["event_id"] == expected["event_id"] and rec.key == "election:"
+            continue
         assert body["version"] == expected["version"] and body["envelope"]["event_id"] == expected["event_id"]
         assert body.get("area", body["envelope"]["unit_id"]) == expected["key"]
         kind, election = expected["kind"], expected["election_id"]

@@ -47,24 +47,27 @@ class AreaTally:
         return Fraction(self.units_reporting, self.units_defined) if self.units_defined else Fraction(0)
 
     def add(self, t: UnitTally) -> None:
+        self._count(t, 1)
+
+    def remove(self, t: UnitTally) -> None:
+        """Take back what ``add(t)`` added (exact: integers, Fractions, Decimals), so sums can follow a
+        unit whose tally changed without summing its area again."""
+        self._count(t, -1)
+
+    def _count(self, t: UnitTally, sign: int) -> None:
         if not t.reporting:
             return
-        self.units_reporting += 1
-        self.units_pending += bool(t.pending)
-        self.units_with_problems += bool(t.problems)
-        for target, source in ((self.first, t.first), (self.final, t.final), (self.cds, t.cds)):
+        self.units_reporting += sign
+        self.units_pending += sign * bool(t.pending)
+        self.units_with_problems += sign * bool(t.problems)
+        for target, source in ((self.first, t.first), (self.final, t.final), (self.cds, t.cds),
+                               (self.cds_computed, t.cds_computed or {}), (self.cds_reported, t.cds_reported or {})):
             for c, n in source.items():
-                target[c] = target.get(c, 0) + n
-        if t.cds_computed is not None:
-            for c, n in t.cds_computed.items():
-                self.cds_computed[c] = self.cds_computed.get(c, 0) + n
-        if t.cds_reported is not None:
-            for c, n in t.cds_reported.items():
-                self.cds_reported[c] = self.cds_reported.get(c, 0) + n
+                target[c] = target.get(c, 0) + sign * n
         for c, v in t.sde.items():
-            self.sde[c] = self.sde.get(c, Fraction(0)) + v
+            self.sde[c] = self.sde.get(c, Fraction(0)) + sign * v
         for c, shown in t.sde_display.items():
-            self.sde_display_sum[c] = self.sde_display_sum.get(c, Decimal("0.0000")) + shown
+            self.sde_display_sum[c] = self.sde_display_sum.get(c, Decimal("0.0000")) + sign * shown
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,19 +99,23 @@ def _empty(area: str, name: str, candidates: tuple[str, ...]) -> AreaTally:
     )
 
 
-def aggregate(ctx: ElectionContext, tallies: Iterable[UnitTally], county_id: str | None = None) -> AreaTally:
+def aggregate(
+    ctx: ElectionContext, tallies: Iterable[UnitTally], county_id: str | None = None, *, units_defined: int | None = None
+) -> AreaTally:
     """Statewide (or one county's) sums over the units the election defines.
 
     Units the definition does not list are left out (they cannot be placed in a county and would
-    be counted twice if their id was mistyped); ``caucus tally`` lists them separately.
+    be counted twice if their id was mistyped); ``caucus tally`` lists them separately. A caller that
+    knows how many units the area has passes ``units_defined`` (counting them scans the election).
     """
     if county_id is None:
         area = _empty("state", ctx.state.definition.name if ctx.state.definition else ctx.election_id, ctx.candidates)
-        area.units_defined = len(ctx.units)
+        area.units_defined = len(ctx.units) if units_defined is None else units_defined
     else:
         county = ctx.counties.get(county_id)
         area = _empty(county_id, county.name if county else county_id, ctx.candidates)
-        area.units_defined = sum(1 for u in ctx.units.values() if u.county_id == county_id)
+        area.units_defined = (sum(1 for u in ctx.units.values() if u.county_id == county_id)
+                              if units_defined is None else units_defined)
     for t in tallies:
         if t.unit_id in ctx.units and (county_id is None or ctx.units[t.unit_id].county_id == county_id):
             area.add(t)

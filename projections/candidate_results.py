@@ -9,8 +9,6 @@ only for display); the counts they come from are beside them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from decimal import ROUND_HALF_UP, Decimal
-from fractions import Fraction
 from typing import Any
 
 __all__ = ["candidate_results", "percent_text"]
@@ -20,8 +18,9 @@ def percent_text(part: int, whole: int) -> str:
     """``part / whole`` as a percentage with 2 decimals, half up; ``0.00`` when ``whole`` is 0."""
     if whole <= 0:
         return "0.00"
-    share = Fraction(part * 100, whole)
-    return str((Decimal(share.numerator) / Decimal(share.denominator)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+    hundredths = (part * 20000 + whole) // (2 * whole)  # part / whole x 10,000, rounded half up, in integers
+    sign = "-" if hundredths < 0 else ""
+    return f"{sign}{abs(hundredths) // 100}.{abs(hundredths) % 100:02d}"
 
 
 def candidate_results(

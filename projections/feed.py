@@ -52,10 +52,11 @@ from ledger.config import Settings
 from ledger.events import Event
 from ledger.log.port import EventLog, LogError, PendingRecord
 from ledger.record_headers import event_headers
+from projections.area_sums import ElectionSums
 from projections.feed_events import FeedStamp, area_event, feed_codec, record_key, tally_version, unit_event
 from projections.reducers import ElectionState
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError, UnitKey
-from projections.tally import ElectionContext, UnitTally, aggregate, aggregate_counties, election_context
+from projections.tally import ElectionContext, UnitTally, election_context
 
 __all__ = ["RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPublisher", "FeedStats", "publishing"]
 
@@ -132,11 +133,12 @@ class FeedPublisher:
         self._runner: Any = None
         self._pending = _Pending(everything=True)
         self._last_flush = float("-inf")
-        self._tallies: dict[UnitKey, UnitTally] = {}
+        self._tallies: dict[str, dict[str, UnitTally]] = {}  # election id -> unit id -> tally
         self._contexts: dict[str, ElectionContext] = {}
         self._revisions: dict[str, str] = {}
         self._election_events: dict[str, int] = {}
-        self._unit_events: dict[UnitKey, int] = {}
+        self._unit_events: dict[str, dict[str, int]] = {}  # election id -> unit id -> events applied
+        self._sums: dict[str, ElectionSums] = {}
         self._expected: dict[int, int] | None = None  # positions of the last snapshot, plus our own commits since
 
     # -- hooks --------------------------------------------------------------------------------
@@ -212,6 +214,30 @@ class FeedPublisher:
         return len(events)
 
     def _events(self) -> list[Event[Any]]:
+        reload, before, positions = self._read_changes()
+        changed = {key for key in before if key[1] in self._tallies.get(key[0], {})}
+        stamp = FeedStamp.of(self.info.name, self.info.version, self.info.rule_set, positions)
+        at = datetime.now(UTC)
+        out: list[Event[Any]] = []
+        for eid, uid in sorted(changed):
+            ctx = self._contexts.get(eid)
+            if ctx is None or not ctx.defined or uid not in ctx.units:
+                continue  # a unit no definition lists (refusals naming an unknown unit): counted in no tally
+            version = tally_version(self._election_events.get(eid, 0), self._unit_events.get(eid, {}).get(uid, 0))
+            out.append(unit_event(self._tallies[eid][uid], stamp.at(version), at, ctx.candidates))
+        touched = {e for e, _ in changed}
+        for eid in sorted(self._tallies):
+            ctx = self._contexts.get(eid)
+            if ctx is None or not ctx.defined or (eid not in touched and not reload):
+                continue
+            mine = {uid: was for (e, uid), was in before.items() if e == eid}
+            out.extend(self._area_events(eid, ctx, reload, mine, stamp, at))
+        self.stats.last_version = max((e.payload.stamp.version for e in out), default=self.stats.last_version)
+        return out
+
+    def _read_changes(self) -> tuple[bool, dict[UnitKey, tuple[UnitTally | None, int]], dict[int, int]]:
+        """Read what changed since the last publish (everything on a reload) into the kept tallies;
+        returns, per changed unit, the tally and event count it had before."""
         pending = self._pending
         with self.store.reader(self.info.set_id) as r:
             positions = {p: row.next_offset for p, row in r.positions().items() if row.next_offset}
@@ -226,50 +252,37 @@ class FeedPublisher:
             rows = r.tallies() if wanted is None else r.tallies(keys=wanted)
             states = r.unit_states() if wanted is None else r.unit_states(wanted)
         if reload:
-            self._tallies, self._unit_events = {}, {}
-        for key, row in rows.items():
-            self._tallies[key] = UnitTally.loads(row.tally)
-        for key, srow in states.items():
-            self._unit_events[key] = int(json.loads(srow.state).get("events", 0))
-        changed = set(rows)
+            self._tallies, self._unit_events, self._sums = {}, {}, {}
+        before = {(e, u): (self._tallies.get(e, {}).get(u), self._unit_events.get(e, {}).get(u, 0)) for e, u in {*rows, *states}}
+        for (eid, uid), row in rows.items():
+            self._tallies.setdefault(eid, {})[uid] = UnitTally.loads(row.tally)
+        for (eid, uid), srow in states.items():
+            self._unit_events.setdefault(eid, {})[uid] = int(json.loads(srow.state).get("events", 0))
         self._expected = dict(positions)
-        stamp = FeedStamp.of(self.info.name, self.info.version, self.info.rule_set, positions)
-        at = datetime.now(UTC)
+        return reload, before, positions
+
+    def _area_events(self, eid: str, ctx: ElectionContext, reload: bool, before: dict[str, tuple[UnitTally | None, int]],
+                     stamp: FeedStamp, at: datetime) -> list[Event[Any]]:
+        """The sums of the counties whose units changed (every county on a reload) and the state's,
+        followed unit by unit (``projections.area_sums``)."""
+        tallies, events = self._tallies.get(eid, {}), self._unit_events.get(eid, {})
+        sums = self._sums.get(eid)
+        if reload or sums is None:
+            sums = self._sums[eid] = ElectionSums(ctx)
+            sums.load(tallies, events)
+            moved = set(sums.counties())
+        else:
+            moved = {g for uid, (old, old_events) in before.items()
+                     if (g := sums.change(uid, old, tallies.get(uid), old_events, events.get(uid, 0))) is not None}
+        e_events = self._election_events.get(eid, 0)
         out: list[Event[Any]] = []
-        for key in sorted(changed):
-            t = self._tallies[key]
-            ctx = self._contexts.get(t.election_id)
-            if ctx is None or not ctx.defined or t.unit_id not in ctx.units:
-                continue  # a unit no definition lists (refusals naming an unknown unit): counted in no tally
-            version = tally_version(self._election_events.get(t.election_id, 0), self._unit_events.get(key, 0))
-            out.append(unit_event(t, stamp.at(version), at, ctx.candidates))
-        by_election: dict[str, list[UnitTally]] = {}
-        for t in self._tallies.values():
-            by_election.setdefault(t.election_id, []).append(t)
-        touched = {e for e, _ in changed}
-        for eid, tallies in sorted(by_election.items()):
-            ctx = self._contexts.get(eid)
-            if ctx is None or not ctx.defined or (eid not in touched and not reload):
-                continue
-            e_events = self._election_events.get(eid, 0)
-            if reload:
-                counties = aggregate_counties(ctx, tallies)
-            else:
-                moved = {ctx.county_of(u) for e, u in changed if e == eid}
-                counties = {c: aggregate(ctx, tallies, c) for c in sorted(x for x in moved if x is not None and x in ctx.counties)}
-            unit_events: dict[str, int] = {}
-            for t in tallies:
-                county = ctx.county_of(t.unit_id)
-                if county is not None:
-                    unit_events[county] = unit_events.get(county, 0) + self._unit_events.get((eid, t.unit_id), 0)
-            for cid, area in counties.items():
-                version = tally_version(e_events, unit_events.get(cid, 0))
-                out.append(area_event(area, stamp.at(version), at, election_id=eid, kind="county", certified=ctx.certified,
-                                      ballot=ctx.candidates))
-            version = tally_version(e_events, sum(unit_events.values()))
-            out.append(area_event(aggregate(ctx, tallies), stamp.at(version), at, election_id=eid, kind="state",
+        for cid in [c for c in ctx.counties if c in moved]:
+            version = tally_version(e_events, sums.events[cid])
+            out.append(area_event(sums.areas[cid], stamp.at(version), at, election_id=eid, kind="county",
                                   certified=ctx.certified, ballot=ctx.candidates))
-        self.stats.last_version = max((e.payload.stamp.version for e in out), default=self.stats.last_version)
+        version = tally_version(e_events, sums.state_events())
+        out.append(area_event(sums.state(), stamp.at(version), at, election_id=eid, kind="state",
+                              certified=ctx.certified, ballot=ctx.candidates))
         return out
 
     def close(self) -> None:

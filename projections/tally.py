@@ -16,7 +16,8 @@ What a unit tally holds (RULES.md §1, §5, §8, §9):
   tie still pending), and the official figure: the reported ones where the chair reported them,
   the computed ones otherwise (``cds_source``);
 * SDEs of the official CDs, exact and as displayed (4 dp). A unit's SDE weight is its
-  ``sde_weight`` when the definition gives one, else D x the county ratio; a candidate's SDE is
+  ``sde_weight`` when the definition gives one; else, for a satellite, its share of its group's
+  pool (T x pool / the group's attendance base, §8); else D x the county ratio. A candidate's SDE is
   weight x CDs / D. For satellites the weight is shared over the CDs the satellite actually
   awarded: three 2020 satellites awarded one delegate above the attendance table, and the
   published SDEs split their weight over that larger number (RULES.md §17.4).
@@ -34,8 +35,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from ledger.events import County, UnitDefinition
-from ledger.caucus_math import CaucusMathError, TieResolution, satellite_delegates
+from ledger.events import County, SatelliteGroup, UnitDefinition
+from ledger.caucus_math import CaucusMathError, TieResolution, satellite_delegates, satellite_sde_weight
 from projections.area_tally import AreaTally, aggregate, aggregate_counties
 from projections.election_context import ElectionContext, RuleSetLike, context_key, election_context
 from projections.fraction_text import fraction_text, parse_fraction
@@ -263,7 +264,9 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         official, cds_source = _counts(candidates, None), None
     if reported is not None and delegates is not None and sum(reported.values()) != _owed(delegates, computed):
         problems.append(f"reported county delegates add up to {sum(reported.values())}, the unit elects {delegates}")
-    weight, divisor, sde = _sdes(unit, county, delegates, official, cds_source, reporting=result is not None)
+    group = _group_of(unit, ctx)
+    weight, divisor, sde = _sdes(unit, county, group, delegates, attendance, official, cds_source,
+                                 reporting=result is not None, problems=problems)
     display = {c: (_shown(v) if v else _ZERO_SHOWN) for c, v in sde.items()}
     shown = computed or _NOT_COMPUTED
 
@@ -399,23 +402,60 @@ def _computed_delegates(
     )
 
 
+def _group_of(unit: UnitDefinition | None, ctx: ElectionContext) -> SatelliteGroup | None:
+    """The satellite group the definition names for ``unit``, if any."""
+    defn = ctx.state.definition
+    if unit is None or unit.satellite_group is None or defn is None:
+        return None
+    return next((g for g in defn.satellite_groups if g.group_id == unit.satellite_group), None)
+
+
+def _sde_weight(
+    unit: UnitDefinition,
+    county: County | None,
+    group: SatelliteGroup | None,
+    delegates: int,
+    attendance: int | None,
+    problems: list[str],
+) -> Fraction | None:
+    """A unit's SDE weight (§8, §9). A weight the definition gives wins (the 2020 import fixes each
+    satellite's certified weight); a satellite's weight is otherwise its share of its group's pool,
+    never D x the county ratio: satellites are outside the county apportionment."""
+    if unit.sde_weight is not None:
+        return unit.sde_weight
+    if unit.satellite_group is not None:
+        if group is None or group.attendance_base is None:
+            problems.append(
+                f"satellite_group {unit.satellite_group!r}: no sde_pool and attendance_base to weigh the unit's "
+                "SDEs by (RULES §8: weight = attendance x pool / attendance base)"
+            )
+            return None
+        if attendance is None:
+            return None
+        try:
+            return satellite_sde_weight(attendance, group.sde_pool, group.attendance_base)
+        except CaucusMathError as exc:
+            problems.append(f"satellite SDE weight cannot be computed: {exc}")
+            return None
+    return delegates * county.sde_ratio if county is not None else None
+
+
 def _sdes(
     unit: UnitDefinition | None,
     county: County | None,
+    group: SatelliteGroup | None,
     delegates: int | None,
+    attendance: int | None,
     official: dict[str, int],
     cds_source: str | None,
     *,
     reporting: bool,
+    problems: list[str],
 ) -> tuple[Fraction | None, int | None, dict[str, Fraction]]:
     """The unit's SDE weight, the divisor it is shared by, and each candidate's SDEs (§8, §9)."""
     if unit is None or delegates is None:
         return None, None, {}
-    weight: Fraction | None = None
-    if unit.sde_weight is not None:
-        weight = unit.sde_weight
-    elif county is not None:
-        weight = delegates * county.sde_ratio
+    weight = _sde_weight(unit, county, group, delegates, attendance, problems)
     # RULES §8: a satellite's candidate SDE is weight x CDs / D. Only a satellite's *reported*
     # delegates are shared over what it reported: three 2020 satellites reported one more than the
     # attendance table gives (§17.4) and their published SDEs split the weight over that total.

@@ -128,6 +128,9 @@ class UnitTally:
     tie_history: tuple[TieRecord, ...] = field(default=())
     """Ties of the unit tossed more than once: redrawn by an official, or contradicted by a toss that
     was ignored (``TieRecord.later``); the audit reports them."""
+    tosses_contradicted: tuple[str, ...] = field(default=())
+    """Standing tosses whose outcome the reported delegates contradict (RULES §6, §12); the reported
+    figure stays official, a problem and the audit's TOSS_CONTRADICTED say so."""
 
     @property
     def settled(self) -> bool:
@@ -171,6 +174,7 @@ class UnitTally:
             "result_recorded_at": self.result_recorded_at,
             "problems": list(self.problems),
             "tie_history": [t.to_json() for t in self.tie_history],
+            "tosses_contradicted": list(self.tosses_contradicted),
         }
 
     def dumps(self) -> str:
@@ -214,6 +218,7 @@ class UnitTally:
             result_recorded_at=d.get("result_recorded_at"),
             problems=tuple(d.get("problems", ())),
             tie_history=tuple(TieRecord.from_json(t) for t in d.get("tie_history", ())),
+            tosses_contradicted=tuple(d.get("tosses_contradicted", ())),
         )
 
     @classmethod
@@ -264,6 +269,7 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         official, cds_source = _counts(candidates, None), None
     if reported is not None and delegates is not None and sum(reported.values()) != _owed(delegates, computed):
         problems.append(f"reported county delegates add up to {sum(reported.values())}, the unit elects {delegates}")
+    contradicted = _tosses_contradicted(state, reported, computed, problems)
     group = _group_of(unit, ctx)
     weight, divisor, sde = _sdes(unit, county, group, delegates, attendance, official, cds_source,
                                  reporting=result is not None, problems=problems)
@@ -306,7 +312,38 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         result_recorded_at=state.result_recorded_at,
         problems=tuple(problems),
         tie_history=tuple(t for t in state.ties if t.disputed),
+        tosses_contradicted=contradicted,
     )
+
+
+def _tosses_contradicted(
+    state: UnitState, reported: dict[str, int] | None, computed: _Computed | None, problems: list[str]
+) -> tuple[str, ...]:
+    """The standing tosses the reported delegates contradict (RULES §6, §12): once a toss settled a
+    tie, only its outcome is legal, so a worksheet that gives the tie's seats otherwise is wrong. The
+    reported figure stays official, as every reported figure does (the chair's signed worksheet is
+    the legal record, §2.8); the problem says what the toss gives instead."""
+    if reported is None or computed is None:
+        return ()
+    out = []
+    for tie in state.ties:
+        if tie.event_id not in computed.applied:
+            continue
+        differ = [c for c in tie.contenders if reported.get(c, 0) != computed.cds.get(c, 0)]
+        if not differ:
+            continue
+        out.append(tie.event_id)
+        problems.append(
+            f"delegates_reported: contradict coin toss {tie.event_id}, which settled the tie of {tie.seats} seat(s) "
+            f"among {', '.join(tie.contenders)} for {', '.join(tie.winners) or 'none'} (RULES §6: a settled tie has "
+            f"only its outcome): reported {_pairs(reported, differ)}, the toss gives {_pairs(computed.cds, differ)}; "
+            "the reported figure stays official"
+        )
+    return tuple(out)
+
+
+def _pairs(counts: Mapping[str, int], names: Iterable[str]) -> str:
+    return ", ".join(f"{c} {counts.get(c, 0)}" for c in names)
 
 
 def _owed(delegates: int, computed: _Computed | None) -> int:

@@ -1,0 +1,92 @@
+"""``caucus tally`` end to end over an embedded log: define, report, toss and certify through the
+command line, project, and read the unit's tally as an operator would."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+Run = Callable[..., tuple[int, Any]]
+
+ELECTION = {
+    "election_id": "e", "name": "E", "rule_set": "idp-2020", "candidates": ["A", "B", "C", "D"],
+    "counties": [{"county_id": "lee", "name": "Lee", "sde_ratio": "21/150"}],
+    "satellite_groups": [{"group_id": "cd2", "name": "CD2 Satellite", "sde_pool": "11", "attendance_base": 943}],
+    "units": [{"unit_id": "P2", "name": "P2", "county_id": "lee", "delegates": 6},
+              {"unit_id": "P4", "name": "P4", "county_id": "lee", "delegates": 3},
+              {"unit_id": "P5", "name": "P5", "county_id": "lee", "delegates": 4},
+              {"unit_id": "SAT1", "name": "SAT1", "county_id": "lee", "satellite_group": "cd2"}],
+}  # fmt: skip
+
+
+@pytest.fixture
+def caucus(tmp_path: Path) -> Run:
+    """``caucus(*args) -> (exit code, parsed JSON or text)``, in this process, over a data dir in tmp."""
+    from ledger.cli import main
+
+    def run(*args: str, rule_set: str = "idp-2020") -> tuple[int, Any]:
+        out, err = io.StringIO(), io.StringIO()
+        saved = dict(os.environ)
+        os.environ.pop("CAUCUS_KAFKA", None)
+        os.environ["CAUCUS_DATA_DIR"] = str(tmp_path / "data")
+        code = 0
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    main(list(args))
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        try:
+            return code, json.loads(out.getvalue())
+        except ValueError:
+            return code, out.getvalue() + err.getvalue()
+
+    return run
+
+
+def _define(caucus: Run, tmp_path: Path, rule_set: str = "idp-2020") -> str:
+    code, issued = caucus("credentials", "issue", "--official", "alice", "--json")
+    assert code == 0, issued
+    token: str = issued["token"]
+    path = tmp_path / "el.json"
+    path.write_text(json.dumps({**ELECTION, "rule_set": rule_set, "idempotency_key": f"def-{rule_set}"}))
+    code, receipt = caucus("define", str(path), "--token", token, "--json")
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    return token
+
+
+def _unit(caucus: Run, unit_id: str) -> dict[str, Any]:
+    code, done = caucus("project", "--until-caught-up")
+    assert code == 0, done
+    code, shown = caucus("tally", "--unit", unit_id, "--json")
+    assert code == 0, shown
+    unit: dict[str, Any] = shown["unit"]
+    return unit
+
+
+def test_all_groups_tied_at_the_cut_wait_for_a_lot(caucus: Run, tmp_path: Path) -> None:
+    """§4.5: four groups of 25 for three delegates. Realigning all of them (APP) would elect nobody:
+    the tally shows a pending lot among the four for three seats, not a settled 0 of 3."""
+    token = _define(caucus, tmp_path)
+    code, receipt = caucus("report", "--unit", "P4", "--attendance", "100", "--first", "A=25,B=25,C=25,D=25",
+                           "--final", "A=25,B=25,C=25,D=25", "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    unit = _unit(caucus, "P4")
+    assert not unit["settled"] and not any(unit["cds"].values()) and unit["must_realign"] == []
+    assert [(p["contenders"], p["seats"]) for p in unit["pending"]] == [(["A", "B", "C", "D"], 3)]
+    code, tossed = caucus("toss", "P4", "--contender", "A,B,C,D", "--seats", "3", "--winner", "A,B,D", "--method", "lots", "--caller", "A",
+                          "--token", token, "--json")  # fmt: skip
+    assert code == 0, tossed
+    unit = _unit(caucus, "P4")
+    assert unit["settled"] and unit["must_realign"] == ["C"] and unit["problems"] == []
+    assert {k: v for k, v in unit["cds"].items() if v} == {"A": 1, "B": 1, "D": 1}

@@ -22,7 +22,7 @@ What a unit tally holds (RULES.md §1, §5, §8, §9):
   awarded: three 2020 satellites awarded one delegate above the attendance table, and the
   published SDEs split their weight over that larger number (RULES.md §17.4).
 
-County and state totals are sums over the units the election defines (``projections.area_tally``); the
+The SDE weight and SDEs are ``projections.unit_sde``'s. County and state totals are sums over the units the election defines (``projections.area_tally``); the
 election's context is ``projections.election_context``. Their names are importable from here too.
 """
 
@@ -31,16 +31,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from ledger.events import County, SatelliteGroup, UnitDefinition
-from ledger.caucus_math import CaucusMathError, TieResolution, satellite_delegates, satellite_sde_weight
+from ledger.events import County, UnitDefinition
+from ledger.caucus_math import CaucusMathError, TieResolution, satellite_delegates
 from projections.area_tally import AreaTally, aggregate, aggregate_counties
 from projections.election_context import ElectionContext, RuleSetLike, context_key, election_context
 from projections.fraction_text import fraction_text, parse_fraction
 from projections.reducers import TieRecord, UnitState, UnitStatus, canonical_json
+from projections.unit_sde import group_of, unit_sdes
 
 __all__ = [
     "RuleSetLike",
@@ -58,7 +60,6 @@ __all__ = [
 ]
 
 
-_ZERO = Fraction(0)
 _ZERO_SHOWN = Decimal("0.0000")
 
 
@@ -106,6 +107,7 @@ class UnitTally:
     attendance: int | None
     attendance_source: str | None
     threshold: int | None
+    """The threshold from T (RULES §3), which judged the first alignment."""
     first: Mapping[str, int]
     final: Mapping[str, int]
     cds_reported: Mapping[str, int] | None
@@ -131,6 +133,11 @@ class UnitTally:
     tosses_contradicted: tuple[str, ...] = field(default=())
     """Standing tosses whose outcome the reported delegates contradict (RULES §6, §12); the reported
     figure stays official, a problem and the audit's TOSS_CONTRADICTED say so."""
+    after_certification: bool = False
+    """The result was recorded after the election's certification, which therefore does not cover it."""
+    final_threshold: int | None = None
+    """The threshold the final alignment was judged by: ``threshold`` unless the rule set recomputes it
+    from the final count (idp-2016, RULES §4.6)."""
 
     @property
     def settled(self) -> bool:
@@ -175,6 +182,8 @@ class UnitTally:
             "problems": list(self.problems),
             "tie_history": [t.to_json() for t in self.tie_history],
             "tosses_contradicted": list(self.tosses_contradicted),
+            "after_certification": self.after_certification,
+            "final_threshold": self.final_threshold,
         }
 
     def dumps(self) -> str:
@@ -219,6 +228,8 @@ class UnitTally:
             problems=tuple(d.get("problems", ())),
             tie_history=tuple(TieRecord.from_json(t) for t in d.get("tie_history", ())),
             tosses_contradicted=tuple(d.get("tosses_contradicted", ())),
+            after_certification=bool(d.get("after_certification", False)),
+            final_threshold=d.get("final_threshold"),
         )
 
     @classmethod
@@ -226,8 +237,22 @@ class UnitTally:
         return cls.from_json(json.loads(text))
 
 
-def _status(state: UnitState, ctx: ElectionContext) -> str:
-    if state.result is not None and ctx.certified and state.status is not UnitStatus.CERTIFIED:
+def _after_certification(state: UnitState, ctx: ElectionContext) -> bool:
+    """Whether the unit's result was recorded after the election's certification. The certification
+    covers the results that stood when it was recorded; a report or correction recorded later was
+    never certified (the two events sit in different partitions, so only their times order them)."""
+    if state.result is None or not ctx.certified or ctx.state.certified_at is None or state.result_recorded_at is None:
+        return False
+    try:
+        return datetime.fromisoformat(state.result_recorded_at) > datetime.fromisoformat(ctx.state.certified_at)
+    except (TypeError, ValueError):
+        return False
+
+
+def _status(state: UnitState, ctx: ElectionContext, after_certification: bool) -> str:
+    """Certified: a unit-level certification of the standing result, or the election's certification
+    of a result recorded before it; a result recorded after it keeps its own status."""
+    if state.result is not None and ctx.certified and state.status is not UnitStatus.CERTIFIED and not after_certification:
         return UnitStatus.CERTIFIED.value
     return state.status.value
 
@@ -270,8 +295,9 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
     if reported is not None and delegates is not None and sum(reported.values()) != _owed(delegates, computed):
         problems.append(f"reported county delegates add up to {sum(reported.values())}, the unit elects {delegates}")
     contradicted = _tosses_contradicted(state, reported, computed, problems)
-    group = _group_of(unit, ctx)
-    weight, divisor, sde = _sdes(unit, county, group, delegates, attendance, official, cds_source,
+    late = _after_certification(state, ctx)
+    group = group_of(unit, ctx)
+    weight, divisor, sde = unit_sdes(unit, county, group, delegates, attendance, official, cds_source,
                                  reporting=result is not None, problems=problems)
     display = {c: (_shown(v) if v else _ZERO_SHOWN) for c, v in sde.items()}
     shown = computed or _NOT_COMPUTED
@@ -283,7 +309,8 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         county_id=unit.county_id if unit else None,
         satellite_group=unit.satellite_group if unit else None,
         defined=unit is not None,
-        status=_status(state, ctx),
+        status=_status(state, ctx, late),
+        after_certification=late,
         stage=state.stage,
         reporting=result is not None,
         rule_set=ctx.rule_set_name,
@@ -292,6 +319,7 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         attendance=attendance,
         attendance_source=att_source,
         threshold=shown.threshold,
+        final_threshold=shown.final_threshold,
         first=first,
         final=final,
         cds_reported=reported,
@@ -399,6 +427,7 @@ class _Computed:
 
     cds: dict[str, int] = field(default_factory=dict)
     threshold: int | None = None
+    final_threshold: int | None = None
     pending: tuple[PendingTieView, ...] = ()
     viable_first: tuple[str, ...] = ()
     viable_final: tuple[str, ...] = ()
@@ -431,74 +460,10 @@ def _computed_delegates(
     return _Computed(
         cds=_counts(ctx.candidates, alloc.delegates),
         threshold=alloc.threshold,
+        final_threshold=alloc.final_threshold,
         pending=tuple(PendingTieView(tuple(p.contenders), p.seats, p.reason) for p in alloc.pending),
         viable_first=tuple(sorted(alloc.viable_first)),
         viable_final=tuple(sorted(alloc.viable_final)),
         must_realign=tuple(sorted(alloc.must_realign)),
         applied=tuple(by_key.get((tuple(r.contenders), r.seats), "") for r in alloc.applied_ties),
     )
-
-
-def _group_of(unit: UnitDefinition | None, ctx: ElectionContext) -> SatelliteGroup | None:
-    """The satellite group the definition names for ``unit``, if any."""
-    defn = ctx.state.definition
-    if unit is None or unit.satellite_group is None or defn is None:
-        return None
-    return next((g for g in defn.satellite_groups if g.group_id == unit.satellite_group), None)
-
-
-def _sde_weight(
-    unit: UnitDefinition,
-    county: County | None,
-    group: SatelliteGroup | None,
-    delegates: int,
-    attendance: int | None,
-    problems: list[str],
-) -> Fraction | None:
-    """A unit's SDE weight (§8, §9). A weight the definition gives wins (the 2020 import fixes each
-    satellite's certified weight); a satellite's weight is otherwise its share of its group's pool,
-    never D x the county ratio: satellites are outside the county apportionment."""
-    if unit.sde_weight is not None:
-        return unit.sde_weight
-    if unit.satellite_group is not None:
-        if group is None or group.attendance_base is None:
-            problems.append(
-                f"satellite_group {unit.satellite_group!r}: no sde_pool and attendance_base to weigh the unit's "
-                "SDEs by (RULES §8: weight = attendance x pool / attendance base)"
-            )
-            return None
-        if attendance is None:
-            return None
-        try:
-            return satellite_sde_weight(attendance, group.sde_pool, group.attendance_base)
-        except CaucusMathError as exc:
-            problems.append(f"satellite SDE weight cannot be computed: {exc}")
-            return None
-    return delegates * county.sde_ratio if county is not None else None
-
-
-def _sdes(
-    unit: UnitDefinition | None,
-    county: County | None,
-    group: SatelliteGroup | None,
-    delegates: int | None,
-    attendance: int | None,
-    official: dict[str, int],
-    cds_source: str | None,
-    *,
-    reporting: bool,
-    problems: list[str],
-) -> tuple[Fraction | None, int | None, dict[str, Fraction]]:
-    """The unit's SDE weight, the divisor it is shared by, and each candidate's SDEs (§8, §9)."""
-    if unit is None or delegates is None:
-        return None, None, {}
-    weight = _sde_weight(unit, county, group, delegates, attendance, problems)
-    # RULES §8: a satellite's candidate SDE is weight x CDs / D. Only a satellite's *reported*
-    # delegates are shared over what it reported: three 2020 satellites reported one more than the
-    # attendance table gives (§17.4) and their published SDEs split the weight over that total.
-    awarded = sum(official.values())
-    divisor = awarded if (unit.delegates is None and cds_source == "reported" and awarded > 0) else delegates
-    if weight is None or not reporting:
-        return weight, divisor, {}
-    per_cd = weight / divisor if divisor else Fraction(0)
-    return weight, divisor, {c: (per_cd * n if n else _ZERO) for c, n in official.items()}

@@ -90,3 +90,54 @@ def test_all_groups_tied_at_the_cut_wait_for_a_lot(caucus: Run, tmp_path: Path) 
     unit = _unit(caucus, "P4")
     assert unit["settled"] and unit["must_realign"] == ["C"] and unit["problems"] == []
     assert {k: v for k, v in unit["cds"].items() if v} == {"A": 1, "B": 1, "D": 1}
+
+
+def _certify(caucus: Run, tmp_path: Path, token: str) -> None:
+    """The party certifies the election: written straight to the log by an official, as the canvass does."""
+    from ledger.events import Channel, ResultsCertified, new_event
+    from ledger.render import event_to_json
+
+    event = new_event(ResultsCertified("State Central Committee"), election_id="e", actor="official:alice", channel=Channel.APP)
+    source = tmp_path / "certified.jsonl"
+    source.write_text(json.dumps(event_to_json(event)) + "\n")
+    code, appended = caucus("log", "append", str(source), "--token", token, "--json")
+    assert code == 0, appended
+
+
+def test_only_results_recorded_before_the_certification_are_certified(caucus: Run, tmp_path: Path) -> None:
+    """A unit first reported after the election's certification, or corrected after it, is not certified:
+    the certification covers the results that stood when it was recorded."""
+    token = _define(caucus, tmp_path)
+    align = ("--first", "A=60,B=40", "--final", "A=60,B=40")
+    code, before = caucus("report", "--unit", "P2", "--attendance", "100", *align, "--token", token, "--json")
+    assert code == 0 and before["status"] == "accepted", before
+    code, before5 = caucus("report", "--unit", "P5", "--attendance", "100", *align, "--token", token, "--json")
+    assert code == 0 and before5["status"] == "accepted", before5
+    _certify(caucus, tmp_path, token)
+    assert (_unit(caucus, "P2")["status"], _unit(caucus, "P2")["after_certification"]) == ("certified", False)
+    code, late = caucus("report", "--unit", "P4", "--attendance", "100", *align, "--token", token, "--json")
+    assert code == 0 and late["status"] == "accepted", late
+    code, fixed = caucus("correct", "--unit", "P5", "--attendance", "100", "--first", "A=50,B=50", "--final", "A=50,B=50",
+                         "--supersedes", before5["event_id"], "--reason", "recount", "--authority", "county chair",
+                         "--stage", "recanvass", "--token", token, "--json")  # fmt: skip
+    assert code == 0 and fixed["status"] == "accepted", fixed
+    p4, p5 = _unit(caucus, "P4"), _unit(caucus, "P5")
+    assert (p4["status"], p4["after_certification"]) == ("reported", True)
+    assert (p5["status"], p5["after_certification"]) == ("corrected", True)
+    assert _unit(caucus, "P2")["status"] == "certified"
+    code, table = caucus("tally", "--unit", "P4")
+    assert code == 0 and "after certification" in table
+
+
+def test_idp2016_shows_the_threshold_the_final_alignment_was_judged_by(caucus: Run, tmp_path: Path) -> None:
+    """idp-2016 recomputes the threshold from the final count (RULES §4.6): D=4, T=100, final A14 B0 C76
+    -> 14 of 90 is viable (threshold 14, not the first 15), A 1 CD and C 3. The tally says so."""
+    token = _define(caucus, tmp_path, "idp-2016")
+    code, receipt = caucus("report", "--unit", "P5", "--attendance", "100", "--first", "A=14,B=10,C=76",
+                           "--final", "A=14,B=0,C=76", "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    unit = _unit(caucus, "P5")
+    assert {k: v for k, v in unit["cds"].items() if v} == {"A": 1, "C": 3}
+    assert (unit["threshold"], unit["final_threshold"]) == (15, 14)
+    code, table = caucus("tally", "--unit", "P5")
+    assert code == 0 and "threshold 15 (first alignment), 14 (final alignment)" in " ".join(table.split())

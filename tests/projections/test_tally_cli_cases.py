@@ -141,3 +141,24 @@ def test_idp2016_shows_the_threshold_the_final_alignment_was_judged_by(caucus: R
     assert (unit["threshold"], unit["final_threshold"]) == (15, 14)
     code, table = caucus("tally", "--unit", "P5")
     assert code == 0 and "threshold 15 (first alignment), 14 (final alignment)" in " ".join(table.split())
+
+
+def test_a_worksheet_against_the_toss_is_a_problem_and_an_audit_error(caucus: Run, tmp_path: Path) -> None:
+    """RULES §6, §12, E10: A100 B50 C50 for six; the toss gives C the contested seat but the worksheet
+    says B 2, C 1. The reported figure stays official; the tally and the audit say it contradicts the toss."""
+    token = _define(caucus, tmp_path)
+    code, receipt = caucus("report", "--unit", "P2", "--attendance", "200", "--first", "A=100,B=50,C=50",
+                           "--final", "A=100,B=50,C=50", "--delegates", "A=3,B=2,C=1", "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    code, tossed = caucus("toss", "P2", "--contender", "B,C", "--winner", "C", "--caller", "B", "--token", token, "--json")
+    assert code == 0, tossed
+    unit = _unit(caucus, "P2")
+    assert unit["cds_source"] == "reported" and {k: v for k, v in unit["cds"].items() if v} == {"A": 3, "B": 2, "C": 1}
+    assert unit["tosses_contradicted"] == [tossed["event_id"]]
+    assert any("the toss gives B 1, C 2" in p for p in unit["problems"]), unit["problems"]
+    code, audit = caucus("audit", "--json")
+    assert code == 1, audit
+    found = [f for f in audit["findings"] if f["code"] == "TOSS_CONTRADICTED"]
+    assert [(f["unit_id"], f["severity"], f["expected"], f["reported"]) for f in found] == [
+        ("P2", "error", {"B": 1, "C": 2}, {"B": 2, "C": 1})
+    ]

@@ -50,7 +50,8 @@ def _reporting_line(area: AreaTally) -> str:
 
 
 def _status(u: UnitTally) -> str:
-    return u.status + (f" ({u.stage})" if u.stage else "") + (" [tie pending]" if u.pending else "")
+    return (u.status + (f" ({u.stage})" if u.stage else "") + (" [after certification]" if u.after_certification else "")
+            + (" [tie pending]" if u.pending else ""))
 
 
 def units_table(units: list[UnitTally], candidates: list[str], title: str, *, wide: bool = False) -> Table:
@@ -110,13 +111,21 @@ def print_area(console: Console, view: TallyView, area: AreaTally, title: str) -
     console.print(area_table(area, title))
 
 
+def _thresholds(u: UnitTally) -> str:
+    """The threshold, and the one the final alignment was judged by where the rule set recomputes it
+    (idp-2016, RULES §4.6): a group viable below the first threshold is explained."""
+    if u.final_threshold is None or u.final_threshold == u.threshold:
+        return str(u.threshold)
+    return f"{u.threshold} (first alignment), {u.final_threshold} (final alignment)"
+
+
 def print_unit(console: Console, view: TallyView, u: UnitTally) -> None:
     candidates = list(view.context.candidates) or sorted(u.first)
     console.print(unit_table(u, candidates))
-    status = u.status + (f" ({u.stage})" if u.stage else "")
+    status = u.status + (f" ({u.stage})" if u.stage else "") + (", after certification" if u.after_certification else "")
     console.print(
         f"status {status}; D {u.delegates} ({u.delegates_source}); T {u.attendance} ({u.attendance_source}); "
-        f"threshold {u.threshold}; official CDs: {u.cds_source}; SDE weight {u.sde_weight}"
+        f"threshold {_thresholds(u)}; official CDs: {u.cds_source}; SDE weight {u.sde_weight}"
     )
     for p in u.pending:
         console.print(f"tie pending: {p.seats} seat(s) among {', '.join(p.contenders)}: {p.reason}")

@@ -16,12 +16,13 @@ What a unit tally holds (RULES.md §1, §5, §8, §9):
   tie still pending), and the official figure: the reported ones where the chair reported them,
   the computed ones otherwise (``cds_source``);
 * SDEs of the official CDs, exact and as displayed (4 dp). A unit's SDE weight is its
-  ``sde_weight`` when the definition gives one, else D x the county ratio; a candidate's SDE is
+  ``sde_weight`` when the definition gives one; else, for a satellite, its share of its group's
+  pool (T x pool / the group's attendance base, §8); else D x the county ratio. A candidate's SDE is
   weight x CDs / D. For satellites the weight is shared over the CDs the satellite actually
   awarded: three 2020 satellites awarded one delegate above the attendance table, and the
   published SDEs split their weight over that larger number (RULES.md §17.4).
 
-County and state totals are sums over the units the election defines (``projections.area_tally``); the
+The SDE weight and SDEs are ``projections.unit_sde``'s. County and state totals are sums over the units the election defines (``projections.area_tally``); the
 election's context is ``projections.election_context``. Their names are importable from here too.
 """
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -40,6 +42,7 @@ from projections.area_tally import AreaTally, aggregate, aggregate_counties
 from projections.election_context import ElectionContext, RuleSetLike, context_key, election_context
 from projections.fraction_text import fraction_text, parse_fraction
 from projections.reducers import TieRecord, UnitState, UnitStatus, canonical_json
+from projections.unit_sde import group_of, unit_sdes
 
 __all__ = [
     "RuleSetLike",
@@ -57,7 +60,6 @@ __all__ = [
 ]
 
 
-_ZERO = Fraction(0)
 _ZERO_SHOWN = Decimal("0.0000")
 
 
@@ -105,6 +107,7 @@ class UnitTally:
     attendance: int | None
     attendance_source: str | None
     threshold: int | None
+    """The threshold from T (RULES §3), which judged the first alignment."""
     first: Mapping[str, int]
     final: Mapping[str, int]
     cds_reported: Mapping[str, int] | None
@@ -127,6 +130,14 @@ class UnitTally:
     tie_history: tuple[TieRecord, ...] = field(default=())
     """Ties of the unit tossed more than once: redrawn by an official, or contradicted by a toss that
     was ignored (``TieRecord.later``); the audit reports them."""
+    tosses_contradicted: tuple[str, ...] = field(default=())
+    """Standing tosses whose outcome the reported delegates contradict (RULES §6, §12); the reported
+    figure stays official, a problem and the audit's TOSS_CONTRADICTED say so."""
+    after_certification: bool = False
+    """The result was recorded after the election's certification, which therefore does not cover it."""
+    final_threshold: int | None = None
+    """The threshold the final alignment was judged by: ``threshold`` unless the rule set recomputes it
+    from the final count (idp-2016, RULES §4.6)."""
 
     @property
     def settled(self) -> bool:
@@ -170,6 +181,9 @@ class UnitTally:
             "result_recorded_at": self.result_recorded_at,
             "problems": list(self.problems),
             "tie_history": [t.to_json() for t in self.tie_history],
+            "tosses_contradicted": list(self.tosses_contradicted),
+            "after_certification": self.after_certification,
+            "final_threshold": self.final_threshold,
         }
 
     def dumps(self) -> str:
@@ -213,6 +227,9 @@ class UnitTally:
             result_recorded_at=d.get("result_recorded_at"),
             problems=tuple(d.get("problems", ())),
             tie_history=tuple(TieRecord.from_json(t) for t in d.get("tie_history", ())),
+            tosses_contradicted=tuple(d.get("tosses_contradicted", ())),
+            after_certification=bool(d.get("after_certification", False)),
+            final_threshold=d.get("final_threshold"),
         )
 
     @classmethod
@@ -220,8 +237,22 @@ class UnitTally:
         return cls.from_json(json.loads(text))
 
 
-def _status(state: UnitState, ctx: ElectionContext) -> str:
-    if state.result is not None and ctx.certified and state.status is not UnitStatus.CERTIFIED:
+def _after_certification(state: UnitState, ctx: ElectionContext) -> bool:
+    """Whether the unit's result was recorded after the election's certification. The certification
+    covers the results that stood when it was recorded; a report or correction recorded later was
+    never certified (the two events sit in different partitions, so only their times order them)."""
+    if state.result is None or not ctx.certified or ctx.state.certified_at is None or state.result_recorded_at is None:
+        return False
+    try:
+        return datetime.fromisoformat(state.result_recorded_at) > datetime.fromisoformat(ctx.state.certified_at)
+    except (TypeError, ValueError):
+        return False
+
+
+def _status(state: UnitState, ctx: ElectionContext, after_certification: bool) -> str:
+    """Certified: a unit-level certification of the standing result, or the election's certification
+    of a result recorded before it; a result recorded after it keeps its own status."""
+    if state.result is not None and ctx.certified and state.status is not UnitStatus.CERTIFIED and not after_certification:
         return UnitStatus.CERTIFIED.value
     return state.status.value
 
@@ -263,7 +294,11 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         official, cds_source = _counts(candidates, None), None
     if reported is not None and delegates is not None and sum(reported.values()) != _owed(delegates, computed):
         problems.append(f"reported county delegates add up to {sum(reported.values())}, the unit elects {delegates}")
-    weight, divisor, sde = _sdes(unit, county, delegates, official, cds_source, reporting=result is not None)
+    contradicted = _tosses_contradicted(state, reported, computed, problems)
+    late = _after_certification(state, ctx)
+    group = group_of(unit, ctx)
+    weight, divisor, sde = unit_sdes(unit, county, group, delegates, attendance, official, cds_source,
+                                 reporting=result is not None, problems=problems)
     display = {c: (_shown(v) if v else _ZERO_SHOWN) for c, v in sde.items()}
     shown = computed or _NOT_COMPUTED
 
@@ -274,7 +309,8 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         county_id=unit.county_id if unit else None,
         satellite_group=unit.satellite_group if unit else None,
         defined=unit is not None,
-        status=_status(state, ctx),
+        status=_status(state, ctx, late),
+        after_certification=late,
         stage=state.stage,
         reporting=result is not None,
         rule_set=ctx.rule_set_name,
@@ -283,6 +319,7 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         attendance=attendance,
         attendance_source=att_source,
         threshold=shown.threshold,
+        final_threshold=shown.final_threshold,
         first=first,
         final=final,
         cds_reported=reported,
@@ -303,7 +340,38 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         result_recorded_at=state.result_recorded_at,
         problems=tuple(problems),
         tie_history=tuple(t for t in state.ties if t.disputed),
+        tosses_contradicted=contradicted,
     )
+
+
+def _tosses_contradicted(
+    state: UnitState, reported: dict[str, int] | None, computed: _Computed | None, problems: list[str]
+) -> tuple[str, ...]:
+    """The standing tosses the reported delegates contradict (RULES §6, §12): once a toss settled a
+    tie, only its outcome is legal, so a worksheet that gives the tie's seats otherwise is wrong. The
+    reported figure stays official, as every reported figure does (the chair's signed worksheet is
+    the legal record, §2.8); the problem says what the toss gives instead."""
+    if reported is None or computed is None:
+        return ()
+    out = []
+    for tie in state.ties:
+        if tie.event_id not in computed.applied:
+            continue
+        differ = [c for c in tie.contenders if reported.get(c, 0) != computed.cds.get(c, 0)]
+        if not differ:
+            continue
+        out.append(tie.event_id)
+        problems.append(
+            f"delegates_reported: contradict coin toss {tie.event_id}, which settled the tie of {tie.seats} seat(s) "
+            f"among {', '.join(tie.contenders)} for {', '.join(tie.winners) or 'none'} (RULES §6: a settled tie has "
+            f"only its outcome): reported {_pairs(reported, differ)}, the toss gives {_pairs(computed.cds, differ)}; "
+            "the reported figure stays official"
+        )
+    return tuple(out)
+
+
+def _pairs(counts: Mapping[str, int], names: Iterable[str]) -> str:
+    return ", ".join(f"{c} {counts.get(c, 0)}" for c in names)
 
 
 def _owed(delegates: int, computed: _Computed | None) -> int:
@@ -359,6 +427,7 @@ class _Computed:
 
     cds: dict[str, int] = field(default_factory=dict)
     threshold: int | None = None
+    final_threshold: int | None = None
     pending: tuple[PendingTieView, ...] = ()
     viable_first: tuple[str, ...] = ()
     viable_final: tuple[str, ...] = ()
@@ -391,37 +460,10 @@ def _computed_delegates(
     return _Computed(
         cds=_counts(ctx.candidates, alloc.delegates),
         threshold=alloc.threshold,
+        final_threshold=alloc.final_threshold,
         pending=tuple(PendingTieView(tuple(p.contenders), p.seats, p.reason) for p in alloc.pending),
         viable_first=tuple(sorted(alloc.viable_first)),
         viable_final=tuple(sorted(alloc.viable_final)),
         must_realign=tuple(sorted(alloc.must_realign)),
         applied=tuple(by_key.get((tuple(r.contenders), r.seats), "") for r in alloc.applied_ties),
     )
-
-
-def _sdes(
-    unit: UnitDefinition | None,
-    county: County | None,
-    delegates: int | None,
-    official: dict[str, int],
-    cds_source: str | None,
-    *,
-    reporting: bool,
-) -> tuple[Fraction | None, int | None, dict[str, Fraction]]:
-    """The unit's SDE weight, the divisor it is shared by, and each candidate's SDEs (§8, §9)."""
-    if unit is None or delegates is None:
-        return None, None, {}
-    weight: Fraction | None = None
-    if unit.sde_weight is not None:
-        weight = unit.sde_weight
-    elif county is not None:
-        weight = delegates * county.sde_ratio
-    # RULES §8: a satellite's candidate SDE is weight x CDs / D. Only a satellite's *reported*
-    # delegates are shared over what it reported: three 2020 satellites reported one more than the
-    # attendance table gives (§17.4) and their published SDEs split the weight over that total.
-    awarded = sum(official.values())
-    divisor = awarded if (unit.delegates is None and cds_source == "reported" and awarded > 0) else delegates
-    if weight is None or not reporting:
-        return weight, divisor, {}
-    per_cd = weight / divisor if divisor else Fraction(0)
-    return weight, divisor, {c: (per_cd * n if n else _ZERO) for c, n in official.items()}

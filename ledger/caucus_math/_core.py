@@ -141,7 +141,10 @@ def realignment_cut(
             keep=frozenset(n for n, _ in ordered[excess:]),
             must_realign=frozenset(n for n, _ in ordered[:excess]),
         )
-    if tie_rule == "all":
+    if tie_rule == "all" and ordered[-1][1] != cut_size:
+        # APP: every group tied at the cut realigns. Not when they are all the groups left: §4.5
+        # realigns groups so that at most D stay viable, not so that none does, and nobody would be
+        # left to elect the D delegates; then a lot decides which realign, as below.
         return RealignmentCut(
             keep=frozenset(n for n, s in ordered if s > cut_size),
             must_realign=frozenset(n for n, s in ordered if s <= cut_size),

@@ -35,10 +35,10 @@ The [OPEN] points and the choices made
    27th reported 4 delegates for 3).  §4.5 says the cut is "decided by lot",
    so the checks accept both readings as legal outcomes (``accepted_options``)
    and report nothing for those 26; ``variant(realign_ties="lots")``
-   recomputes them with the lot pending.  Under
-   the APP reading, when every viable group ties at the cut (6/6/6 for two
-   delegates; 4 units in 2020) all of them must realign and nothing is
-   allocated until the new count is entered (``unallocated == D``).
+   recomputes them with the lot pending.  Both readings agree when every
+   viable group ties at the cut (6/6/6 for two delegates; 4 units in 2020):
+   realigning all of them would leave nobody to elect the D delegates, which
+   §4.5 ("until #viable <= D") cannot mean, so a lot decides which realign.
 3. One-delegate units (§7, §17.3) -- field ``one_delegate_no_majority``.
    Both rule sets: a group with a majority (``ceil(T/2)``, APP; IDPMED16's
    "simple majority") wins; two groups of exactly 50 % toss a coin.  Neither

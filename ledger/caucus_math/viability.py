@@ -48,8 +48,9 @@ def too_many_viable(
     """Apply §4.5: while more groups are viable than there are delegates, the smallest realign.
 
     ``sizes`` holds the viable groups only.  With the APP reading (``all``) every
-    group tied at the cut realigns (the APP zeroes all groups of the minimum size);
-    with ``lots`` exactly as many of the tied groups as needed are drawn to
+    group tied at the cut realigns (the APP zeroes all groups of the minimum size),
+    unless they are every group left: then nobody would elect the D delegates, and
+    a lot decides which of them realign, as under ``lots``; with ``lots`` exactly as many of the tied groups as needed are drawn to
     realign, and until the draw is recorded the result carries a
     :class:`PendingTie` whose winners are the groups that *stay* viable.
     """

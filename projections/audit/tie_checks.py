@@ -7,6 +7,10 @@ a redraw can only come from a history that bypassed the intake (an import, a han
 hostile producer): the projection ignores it and keeps the toss that stood, and the audit reports it
 (``TIE_CONTRADICTED``, error), so nobody can flip a seat with a second coin unnoticed.
 
+A worksheet that gives a settled tie's seats otherwise than the toss did is reported too
+(``TOSS_CONTRADICTED``, error; RULES §6, §12): the reported figure stays official, as every reported
+figure does, but once a tie is settled only its outcome is legal.
+
 The findings are read off the unit tally (``UnitTally.tie_history``), i.e. off what the projection did
 with each toss, so the audit, the tally and the paper trail tell the same story.
 """
@@ -20,7 +24,7 @@ from projections.trail import ignored_because
 
 __all__ = ["TIE_CODES", "tie_findings"]
 
-TIE_CODES: tuple[str, ...] = ("TIE_CONTRADICTED", "TIE_REDRAWN")
+TIE_CODES: tuple[str, ...] = ("TIE_CONTRADICTED", "TIE_REDRAWN", "TOSS_CONTRADICTED")
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -62,6 +66,35 @@ def _finding(t: UnitTally, ctx: ElectionContext, tie: TieRecord, note: TossNote)
     )
 
 
+def _toss_contradicted(t: UnitTally, ctx: ElectionContext, event_id: str) -> AuditFinding:
+    """The reported delegates give a tie's seats otherwise than the toss that settled it."""
+    county = ctx.counties.get(t.county_id or "")
+    reported, computed = t.cds_reported or {}, t.cds_computed or {}
+    differ = [c for c in sorted(set(reported) | set(computed)) if reported.get(c, 0) != computed.get(c, 0)]
+    return AuditFinding(
+        unit_id=t.unit_id,
+        unit_name=t.name,
+        county_id=t.county_id,
+        county_name=county.name if county else t.county_id,
+        satellite=t.satellite_group is not None,
+        status=t.status + (f" ({t.stage})" if t.stage else ""),
+        result_event_id=t.result_event_id,
+        code="TOSS_CONTRADICTED",
+        severity="error",
+        message=(
+            f"the reported delegates contradict coin toss {event_id}, which settled a tie (RULES §6: only its "
+            "outcome is legal); the reported figure stays official"
+        ),
+        candidate=None,
+        expected={c: computed.get(c, 0) for c in differ},
+        reported={c: reported.get(c, 0) for c in differ},
+        likely_cause="the worksheet was filled in before, or without, the coin toss",
+    )
+
+
 def tie_findings(t: UnitTally, ctx: ElectionContext) -> list[AuditFinding]:
-    """One finding per toss of a unit's ties after the first, whether or not the unit reports."""
-    return [_finding(t, ctx, tie, note) for tie in t.tie_history for note in tie.later]
+    """One finding per toss of a unit's ties after the first, whether or not the unit reports, and one
+    per standing toss the reported delegates contradict."""
+    return [_finding(t, ctx, tie, note) for tie in t.tie_history for note in tie.later] + [
+        _toss_contradicted(t, ctx, event_id) for event_id in t.tosses_contradicted
+    ]

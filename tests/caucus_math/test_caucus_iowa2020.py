@@ -216,7 +216,10 @@ def test_recomputed_allocations_match_most_reported_ones(iowa, capsys: pytest.Ca
     with capsys.disabled():
         print(f"\nrecomputed 1,765 units: {dict(tally)}")
     assert tally["reachable under idp-2020"] > 1600
-    assert tally["reachable only with a lot under §4.5"] == 26
+    # 26 units reported a §4.5 lot outcome; in 4 of them (Jackson 10, Cantril, Cooper, Goldfield: D = 2,
+    # every viable group tied at the cut) idp-2020 draws the lot too, since realigning all of them would
+    # leave nobody to elect the delegates (RULES §4.5: "until #viable <= D", the cut decided by lot).
+    assert tally["reachable only with a lot under §4.5"] == 22
 
 
 def test_checks_find_what_the_press_found(iowa, capsys: pytest.CaptureFixture[str]) -> None:

@@ -95,6 +95,22 @@ def test_too_many_viable_both_readings() -> None:
     assert clean.must_realign == {"S"} and clean.pending is None
 
 
+def test_every_group_tied_at_the_cut_is_decided_by_lot_even_under_the_app_reading() -> None:
+    """§4.5 realigns the smallest groups until at most D stay viable; when the groups tied at the cut are
+    all the groups left, realigning all of them (the APP's reading) leaves nobody to elect the D
+    delegates, so a lot decides which realign. A-D 25 each, T=100, D=3: three stay by lot."""
+    four = {"A": 25, "B": 25, "C": 25, "D": 25}
+    cut = too_many_viable(four, 3, "all")
+    assert cut.keep == frozenset() and cut.must_realign == frozenset()
+    assert cut.pending is not None and (cut.pending.contenders, cut.pending.seats) == (("A", "B", "C", "D"), 3)
+    pending = alloc(four, 100, 3)
+    assert not pending.settled and pending.unallocated == 0 and not any(pending.delegates.values())
+    drawn = alloc(four, 100, 3, ties=(TieResolution(("A", "B", "C", "D"), 3, ("A", "B", "D"), "lots"),))
+    assert drawn.settled and drawn.must_realign == {"C"} and drawn.delegates == {"A": 1, "B": 1, "C": 0, "D": 1}
+    assert too_many_viable({"A": 6, "B": 6, "C": 6}, 2, "all").pending is not None
+    assert too_many_viable({"A": 12, "B": 9, "C": 9}, 2, "all").must_realign == {"B", "C"}, "a larger group stays: APP"
+
+
 def test_e04_smallest_of_four_realigns_and_keeps_denominator() -> None:
     got = alloc({"Biden": 10, "Buttigieg": 11, "Steyer": 6, "Uncommitted": 7}, 34, 3)
     assert got.must_realign == {"Steyer"}

@@ -147,6 +147,7 @@ class Unit:
     superseded: set[str] = field(default_factory=set)
     tosses: dict[Tie, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # standing toss id, winners
     trail: list[str] = field(default_factory=list)  # event types, log order
+    certified_event: str | None = None  # the result event that stood when the election was certified
 
     def settled(self) -> dict[Tie, tuple[str, ...]]:
         return {tie: winners for tie, (_, winners) in self.tosses.items()}
@@ -162,6 +163,14 @@ class Ledger:
 
     def unit(self, eid: str, uid: str) -> Unit:
         return self.units.setdefault((eid, uid), Unit())
+
+    def certify(self, eid: str) -> None:
+        """The election's certification covers the results standing when it is recorded, and only
+        those: a report or correction recorded afterwards is a new, uncertified result."""
+        self.certified.add(eid)
+        for (e, _), unit in self.units.items():
+            if e == eid and unit.result is not None:
+                unit.certified_event = unit.result_event
 
     def holders(self, uid: str) -> list[str]:
         return sorted(e for e in self.defined if uid in ELECTIONS[e].units)
@@ -187,7 +196,7 @@ class Ledger:
             "cds": {c: official.get(c, 0) for c in CANDIDATES},
             "pending": sorted((sorted(c), s) for c, s in alloc.pending) if unit.result.reported is None else [],
             "sde": {c: ratio * official.get(c, 0) for c in CANDIDATES},
-            "certified": eid in self.certified,
+            "certified": eid in self.certified and unit.certified_event is not None and unit.certified_event == unit.result_event,
         }
 
     def state_sums(self, eid: str) -> dict[str, object]:

@@ -467,7 +467,7 @@ class LedgerMachine(RuleBasedStateMachine):
                                      actor="official:Model Official", channel=Channel.APP))
         finally:
             journal.close()
-        self.ledger.certified.add(eid)
+        self.ledger.certify(eid)
         self._note(f"certify {eid}")
 
     def intake_log(self) -> Any:

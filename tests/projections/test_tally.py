@@ -16,6 +16,7 @@ from ledger.events import (
     Result,
     ResultReported,
     ResultsCertified,
+    SatelliteGroup,
     TieBroken,
     TieMethod,
     UnitDefinition,
@@ -89,6 +90,23 @@ def test_satellite_d_from_attendance_and_explicit_weight(support: ModuleType) ->
     assert (t.delegates, t.delegates_source) == (7, "attendance")
     assert {c: n for c, n in t.cds.items() if n} == {"Sanders": 5, "Warren": 2}
     assert (t.sde_display["Sanders"], t.sde_display["Warren"]) == (Decimal("0.5416"), Decimal("0.2166"))
+
+
+def test_satellite_without_a_weight_shares_its_group_pool(support: ModuleType) -> None:
+    """RULES §8: a satellite the definition gives no weight weighs attendance x pool / attendance base,
+    never D x the county ratio. E07 in CD2 (pool 11, base 943): 65 x 11/943 = 0.7582 -> 0.5416 / 0.2166;
+    a one-attendee satellite gets 11/943 (0.0117), a 100-attendee one 1,100/943 (1.1665)."""
+    units = (UnitDefinition("1172", "UIHC", "lee", None, satellite_group="cd2"),
+             UnitDefinition("s1", "S1", "lee", None, satellite_group="cd2"),
+             UnitDefinition("s2", "S2", "lee", None, satellite_group="cd2"))
+    defn = replace(_election(units, (LEE,)), satellite_groups=(SatelliteGroup("cd2", "CD2 Satellite", Fraction(11), 943),))
+    ctx = _ctx(support, defn)
+    t = compute_unit_tally(_unit(support, "1172", {"Sanders": 48, "Warren": 17}, {"Sanders": 48, "Warren": 15, "Uncommitted": 2}), ctx)
+    assert t.sde_weight == Fraction(65 * 11, 943) and t.problems == ()
+    assert (t.sde_display["Sanders"], t.sde_display["Warren"]) == (Decimal("0.5416"), Decimal("0.2166"))
+    one = compute_unit_tally(_unit(support, "s1", {"Biden": 1}, {"Biden": 1}), ctx)
+    hundred = compute_unit_tally(_unit(support, "s2", {"Biden": 100}, {"Biden": 100}), ctx)
+    assert (one.sde_display["Biden"], hundred.sde_display["Biden"]) == (Decimal("0.0117"), Decimal("1.1665"))
 
 
 def test_satellite_weight_is_shared_over_the_delegates_it_awarded(support: ModuleType) -> None:

@@ -95,3 +95,39 @@ def test_tally_trail_and_audit_agree_on_a_log_with_contradicting_tosses(support:
         ("TIE_REDRAWN", "info", "redraw"),
     ]
     assert report.has_errors
+
+
+def _reported_against_a_toss(support: ModuleType, *, delegates: int, align: dict[str, int], reported: dict[str, int],
+                             contenders: tuple[str, ...], winner: str, toss_first: bool) -> tuple[Any, Any]:
+    defn = ElectionDefined("t", "idp-2020", ("Adams", "Baker", "Clark"), (County("c", "C", Fraction(1)),),
+                           (UnitDefinition("u1", "Unit 1", "c", delegates),))  # fmt: skip
+    ctx = election_context(apply_election(None, support.define(defn)), "e1")
+    report = support.ev(ResultReported(Result(align, align, attendance=sum(align.values()), delegates_reported=reported),
+                                       "chair"), unit_id="u1", event_id="report")  # fmt: skip
+    toss = support.ev(TieBroken(contenders, 1, (winner,), TieMethod.COIN, caller=contenders[0]), unit_id="u1", event_id="toss")
+    state = UnitFold(None).add([toss, report] if toss_first else [report, toss]).state()
+    return ctx, compute_unit_tally(state, ctx)
+
+
+def test_reported_delegates_that_contradict_a_standing_toss_are_a_problem_and_a_finding(support: ModuleType) -> None:
+    """RULES §6, §12: once a toss settled a tie only its outcome is legal. E10 (D=6, A100 B50 C50; the
+    toss gives C the seat) reported as B2 C1, toss before or after the report; and a D=1 tie."""
+    e10 = {"Adams": 100, "Baker": 50, "Clark": 50}
+    cases = [
+        dict(delegates=6, align=e10, reported={"Adams": 3, "Baker": 2, "Clark": 1}, contenders=("Baker", "Clark"), winner="Clark"),
+        dict(delegates=1, align={"Adams": 10, "Baker": 10}, reported={"Adams": 0, "Baker": 1}, contenders=("Adams", "Baker"),
+             winner="Adams"),
+    ]  # fmt: skip
+    for case in cases:
+        for toss_first in (False, True):
+            ctx, tally = _reported_against_a_toss(support, toss_first=toss_first, **case)  # type: ignore[arg-type]
+            assert tally.cds_source == "reported" and tally.cds == {**dict.fromkeys(ctx.candidates, 0), **case["reported"]}
+            assert tally.tosses_contradicted == ("toss",), (case, toss_first)
+            assert any("contradict coin toss toss" in p and "stays official" in p for p in tally.problems), tally.problems
+            found = [f for f in audit_tallies(ctx, [tally]).findings if f.code == "TOSS_CONTRADICTED"]
+            assert [(f.severity, f.unit_id) for f in found] == [("error", "u1")]
+            loser = next(c for c in case["contenders"] if c != case["winner"])  # type: ignore[attr-defined]
+            assert found[0].reported[loser] == found[0].expected[loser] + 1  # type: ignore[index]
+    ctx, agrees = _reported_against_a_toss(support, toss_first=False, **{**cases[0], "winner": "Baker"})  # type: ignore[arg-type]
+    assert agrees.tosses_contradicted == () and agrees.problems == ()
+    assert not [f for f in audit_tallies(ctx, [agrees]).findings if f.code == "TOSS_CONTRADICTED"]

@@ -1,0 +1,164 @@
+"""``caucus tally`` end to end over an embedded log: define, report, toss and certify through the
+command line, project, and read the unit's tally as an operator would."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+Run = Callable[..., tuple[int, Any]]
+
+ELECTION = {
+    "election_id": "e", "name": "E", "rule_set": "idp-2020", "candidates": ["A", "B", "C", "D"],
+    "counties": [{"county_id": "lee", "name": "Lee", "sde_ratio": "21/150"}],
+    "satellite_groups": [{"group_id": "cd2", "name": "CD2 Satellite", "sde_pool": "11", "attendance_base": 943}],
+    "units": [{"unit_id": "P2", "name": "P2", "county_id": "lee", "delegates": 6},
+              {"unit_id": "P4", "name": "P4", "county_id": "lee", "delegates": 3},
+              {"unit_id": "P5", "name": "P5", "county_id": "lee", "delegates": 4},
+              {"unit_id": "SAT1", "name": "SAT1", "county_id": "lee", "satellite_group": "cd2"}],
+}  # fmt: skip
+
+
+@pytest.fixture
+def caucus(tmp_path: Path) -> Run:
+    """``caucus(*args) -> (exit code, parsed JSON or text)``, in this process, over a data dir in tmp."""
+    from ledger.cli import main
+
+    def run(*args: str, rule_set: str = "idp-2020") -> tuple[int, Any]:
+        out, err = io.StringIO(), io.StringIO()
+        saved = dict(os.environ)
+        os.environ.pop("CAUCUS_KAFKA", None)
+        os.environ["CAUCUS_DATA_DIR"] = str(tmp_path / "data")
+        code = 0
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    main(list(args))
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        try:
+            return code, json.loads(out.getvalue())
+        except ValueError:
+            return code, out.getvalue() + err.getvalue()
+
+    return run
+
+
+def _define(caucus: Run, tmp_path: Path, rule_set: str = "idp-2020") -> str:
+    code, issued = caucus("credentials", "issue", "--official", "alice", "--json")
+    assert code == 0, issued
+    token: str = issued["token"]
+    path = tmp_path / "el.json"
+    path.write_text(json.dumps({**ELECTION, "rule_set": rule_set, "idempotency_key": f"def-{rule_set}"}))
+    code, receipt = caucus("define", str(path), "--token", token, "--json")
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    return token
+
+
+def _unit(caucus: Run, unit_id: str) -> dict[str, Any]:
+    code, done = caucus("project", "--until-caught-up")
+    assert code == 0, done
+    code, shown = caucus("tally", "--unit", unit_id, "--json")
+    assert code == 0, shown
+    unit: dict[str, Any] = shown["unit"]
+    return unit
+
+
+def test_all_groups_tied_at_the_cut_wait_for_a_lot(caucus: Run, tmp_path: Path) -> None:
+    """§4.5: four groups of 25 for three delegates. Realigning all of them (APP) would elect nobody:
+    the tally shows a pending lot among the four for three seats, not a settled 0 of 3."""
+    token = _define(caucus, tmp_path)
+    code, receipt = caucus("report", "--unit", "P4", "--attendance", "100", "--first", "A=25,B=25,C=25,D=25",
+                           "--final", "A=25,B=25,C=25,D=25", "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    unit = _unit(caucus, "P4")
+    assert not unit["settled"] and not any(unit["cds"].values()) and unit["must_realign"] == []
+    assert [(p["contenders"], p["seats"]) for p in unit["pending"]] == [(["A", "B", "C", "D"], 3)]
+    code, tossed = caucus("toss", "P4", "--contender", "A,B,C,D", "--seats", "3", "--winner", "A,B,D", "--method", "lots", "--caller", "A",
+                          "--token", token, "--json")  # fmt: skip
+    assert code == 0, tossed
+    unit = _unit(caucus, "P4")
+    assert unit["settled"] and unit["must_realign"] == ["C"] and unit["problems"] == []
+    assert {k: v for k, v in unit["cds"].items() if v} == {"A": 1, "B": 1, "D": 1}
+
+
+def _certify(caucus: Run, tmp_path: Path, token: str) -> None:
+    """The party certifies the election: written straight to the log by an official, as the canvass does."""
+    from ledger.events import Channel, ResultsCertified, new_event
+    from ledger.render import event_to_json
+
+    event = new_event(ResultsCertified("State Central Committee"), election_id="e", actor="official:alice", channel=Channel.APP)
+    source = tmp_path / "certified.jsonl"
+    source.write_text(json.dumps(event_to_json(event)) + "\n")
+    code, appended = caucus("log", "append", str(source), "--token", token, "--json")
+    assert code == 0, appended
+
+
+def test_only_results_recorded_before_the_certification_are_certified(caucus: Run, tmp_path: Path) -> None:
+    """A unit first reported after the election's certification, or corrected after it, is not certified:
+    the certification covers the results that stood when it was recorded."""
+    token = _define(caucus, tmp_path)
+    align = ("--first", "A=60,B=40", "--final", "A=60,B=40")
+    code, before = caucus("report", "--unit", "P2", "--attendance", "100", *align, "--token", token, "--json")
+    assert code == 0 and before["status"] == "accepted", before
+    code, before5 = caucus("report", "--unit", "P5", "--attendance", "100", *align, "--token", token, "--json")
+    assert code == 0 and before5["status"] == "accepted", before5
+    _certify(caucus, tmp_path, token)
+    assert (_unit(caucus, "P2")["status"], _unit(caucus, "P2")["after_certification"]) == ("certified", False)
+    code, late = caucus("report", "--unit", "P4", "--attendance", "100", *align, "--token", token, "--json")
+    assert code == 0 and late["status"] == "accepted", late
+    code, fixed = caucus("correct", "--unit", "P5", "--attendance", "100", "--first", "A=50,B=50", "--final", "A=50,B=50",
+                         "--supersedes", before5["event_id"], "--reason", "recount", "--authority", "county chair",
+                         "--stage", "recanvass", "--token", token, "--json")  # fmt: skip
+    assert code == 0 and fixed["status"] == "accepted", fixed
+    p4, p5 = _unit(caucus, "P4"), _unit(caucus, "P5")
+    assert (p4["status"], p4["after_certification"]) == ("reported", True)
+    assert (p5["status"], p5["after_certification"]) == ("corrected", True)
+    assert _unit(caucus, "P2")["status"] == "certified"
+    code, table = caucus("tally", "--unit", "P4")
+    assert code == 0 and "after certification" in table
+
+
+def test_idp2016_shows_the_threshold_the_final_alignment_was_judged_by(caucus: Run, tmp_path: Path) -> None:
+    """idp-2016 recomputes the threshold from the final count (RULES §4.6): D=4, T=100, final A14 B0 C76
+    -> 14 of 90 is viable (threshold 14, not the first 15), A 1 CD and C 3. The tally says so."""
+    token = _define(caucus, tmp_path, "idp-2016")
+    code, receipt = caucus("report", "--unit", "P5", "--attendance", "100", "--first", "A=14,B=10,C=76",
+                           "--final", "A=14,B=0,C=76", "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    unit = _unit(caucus, "P5")
+    assert {k: v for k, v in unit["cds"].items() if v} == {"A": 1, "C": 3}
+    assert (unit["threshold"], unit["final_threshold"]) == (15, 14)
+    code, table = caucus("tally", "--unit", "P5")
+    assert code == 0 and "threshold 15 (first alignment), 14 (final alignment)" in " ".join(table.split())
+
+
+def test_a_worksheet_against_the_toss_is_a_problem_and_an_audit_error(caucus: Run, tmp_path: Path) -> None:
+    """RULES §6, §12, E10: A100 B50 C50 for six; the toss gives C the contested seat but the worksheet
+    says B 2, C 1. The reported figure stays official; the tally and the audit say it contradicts the toss."""
+    token = _define(caucus, tmp_path)
+    code, receipt = caucus("report", "--unit", "P2", "--attendance", "200", "--first", "A=100,B=50,C=50",
+                           "--final", "A=100,B=50,C=50", "--delegates", "A=3,B=2,C=1", "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    code, tossed = caucus("toss", "P2", "--contender", "B,C", "--winner", "C", "--caller", "B", "--token", token, "--json")
+    assert code == 0, tossed
+    unit = _unit(caucus, "P2")
+    assert unit["cds_source"] == "reported" and {k: v for k, v in unit["cds"].items() if v} == {"A": 3, "B": 2, "C": 1}
+    assert unit["tosses_contradicted"] == [tossed["event_id"]]
+    assert any("the toss gives B 1, C 2" in p for p in unit["problems"]), unit["problems"]
+    code, audit = caucus("audit", "--json")
+    assert code == 1, audit
+    found = [f for f in audit["findings"] if f["code"] == "TOSS_CONTRADICTED"]
+    assert [(f["unit_id"], f["severity"], f["expected"], f["reported"]) for f in found] == [
+        ("P2", "error", {"B": 1, "C": 2}, {"B": 2, "C": 1})
+    ]

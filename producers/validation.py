@@ -223,7 +223,21 @@ def _check_open(command: OpenUnit, election: ElectionInfo, view: IntakeView) -> 
                 f"{status.attendance}); report the attendance with the result instead",
             )
         )
+    if not errors and status.result_event_id is not None:
+        errors.append(_opened_after_result(command.unit_id, status.result_event_id))
     return Verdict(tuple(errors))
+
+
+def _opened_after_result(unit_id: str, result_event_id: str) -> Problem:
+    """RULES §2: a unit opens (D, T) before it reports. An opening after the result would change the T
+    the result was computed with, and a chair may not change a standing result; an official's correction
+    that carries the attendance may."""
+    return Problem(
+        "attendance",
+        "ALREADY_REPORTED",
+        f"unit {unit_id!r} already has a result (event {result_event_id}); a unit opens before it reports "
+        f"(RULES §2), and changing its attendance T needs an official's correction that supersedes {result_event_id}",
+    )
 
 
 def _unknown_candidates(named: Iterable[tuple[str, str]], election: ElectionInfo) -> list[Problem]:
@@ -432,6 +446,8 @@ def conflicts(event: Event[Any], view: IntakeView) -> tuple[Problem, ...]:
     status = view.unit(env.election_id, env.unit_id)
     if isinstance(payload, UnitOpened) and status.opened_event_id is not None:
         return (Problem("unit_id", "ALREADY_OPENED", f"unit {env.unit_id!r} was opened meanwhile (event {status.opened_event_id})"),)
+    if isinstance(payload, UnitOpened) and status.result_event_id is not None:
+        return (_opened_after_result(env.unit_id, status.result_event_id),)
     if isinstance(payload, ResultReported) and status.result_event_id is not None:
         return (
             Problem(

@@ -271,7 +271,9 @@ class LedgerMachine(RuleBasedStateMachine):
         body: dict[str, Any] = {"unit_id": uid, "attendance": data.draw(st.integers(1, 80)), "idempotency_key": uuid.uuid4().hex}
         if named:
             body["election_id"] = named
-        ok = eid is not None and self._sender_may(sender, eid, uid) and not self.ledger.unit(eid, uid).opened
+        # RULES §2: a unit opens before it reports; an opening after its result is refused.
+        ok = (eid is not None and self._sender_may(sender, eid, uid) and not self.ledger.unit(eid, uid).opened
+              and self.ledger.unit(eid, uid).result is None)
         self._expect(self._submit(CommandKind.OPEN, body, self._token(sender, eid or named or "A", uid)), ok, f"open {named}/{uid} by {sender}")
         if ok:
             assert eid is not None

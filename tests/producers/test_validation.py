@@ -160,3 +160,17 @@ def test_corrections_and_conflicts(state: IntakeState) -> None:
     assert _codes(conflicts(_event(report.payload, unit="E01"), state)) == {("unit_id", "ALREADY_REPORTED")}
     assert conflicts(_event(report.payload, unit="E10"), state) == ()
     assert _codes(conflicts(_event(UnitOpened(3), unit="E01", election="gone"), state)) == {("election_id", "UNKNOWN_ELECTION")}
+
+
+def test_an_opening_after_the_result_is_refused(state: IntakeState) -> None:
+    # RULES §2: a unit opens before it reports; a later opening would silently change the result's T.
+    counts = {"first_alignment": {"Biden": 60, "Sanders": 40}, "final_alignment": {"Biden": 60, "Sanders": 40}}
+    payload, _ = to_payload(_command(CommandKind.REPORT, counts, "E01"), "t")
+    assert isinstance(payload, ResultReported)
+    state.apply(_event(payload, unit="E01"))
+    verdict = _verdict(state, CommandKind.OPEN, {"attendance": 1000}, "E01")
+    assert _codes(verdict.errors) == {("attendance", "ALREADY_REPORTED")}
+    assert "correction" in verdict.errors[0].message
+    # a spooled opening that meets a log where the unit reported meanwhile
+    assert _codes(conflicts(_event(UnitOpened(1000), unit="E01"), state)) == {("attendance", "ALREADY_REPORTED")}
+    assert _verdict(state, CommandKind.OPEN, {"attendance": 1000}, "E10").errors == ()

@@ -155,3 +155,27 @@ def test_folding_a_run_at_once_equals_folding_event_by_event(support: ModuleType
     for a, b in zip(bounds, bounds[1:], strict=False):
         fold.add(events[a:b])
     assert fold.state() == one_by_one and fold.state().dumps() == one_by_one.dumps()
+
+
+def test_an_opening_recorded_after_the_result_is_ignored_and_the_trail_says_so(support: ModuleType) -> None:
+    # RULES §2: a unit opens before it reports. An opening written past the intake after the result
+    # must not change the T the result was computed with (T = Σ first = 100 here).
+    from projections.tally import compute_unit_tally
+    from projections.election_context import election_context
+    from projections.trail import describe_changes
+
+    defn = support.definition(3)
+    unit = defn.units[0]
+    context = election_context(apply_election(None, support.define(defn)), "e1")
+    report = _report(support, unit.unit_id, {"A": 60, "B": 40}, {"A": 60, "B": 40})
+    before = apply_unit(None, report)
+    late = support.ev(UnitOpened(1000), unit_id=unit.unit_id)
+    after = apply_unit(before, late)
+    assert after.attendance_opened is None and after.result == before.result
+    assert apply_unit_events(None, [report, late]).attendance_opened is None, "the same when folded in one run"
+    t_before, t_after = compute_unit_tally(before, context), compute_unit_tally(after, context)
+    assert (t_after.attendance, t_after.cds) == (t_before.attendance, t_before.cds) and t_after.attendance == 100
+    changes = describe_changes(before, after, t_before, t_after, event=late)
+    assert any(c.startswith("opening ignored: attendance 1000") for c in changes), changes
+    # an opening before the result still counts
+    assert apply_unit(None, late).attendance_opened == 1000

@@ -174,3 +174,12 @@ def test_an_opening_after_the_result_is_refused(state: IntakeState) -> None:
     # a spooled opening that meets a log where the unit reported meanwhile
     assert _codes(conflicts(_event(UnitOpened(1000), unit="E01"), state)) == {("attendance", "ALREADY_REPORTED")}
     assert _verdict(state, CommandKind.OPEN, {"attendance": 1000}, "E10").errors == ()
+
+
+def test_the_final_total_may_reach_a_known_attendance(state: IntakeState) -> None:
+    # RULES §4.4: Σ final ≤ T when T is known (from the report or the opening), else Σ final ≤ Σ first.
+    counts = {"first_alignment": {"Biden": 50, "Sanders": 40}, "final_alignment": {"Biden": 50, "Sanders": 50}}
+    assert _verdict(state, CommandKind.REPORT, {**counts, "attendance": 100}, "E10").errors == ()
+    assert ("final_alignment", "FINAL_GT_FIRST") in _codes(_verdict(state, CommandKind.REPORT, counts, "E10").errors)
+    state.apply(_event(UnitOpened(100), unit="E10"))
+    assert _verdict(state, CommandKind.REPORT, counts, "E10").errors == ()

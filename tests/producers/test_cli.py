@@ -145,3 +145,13 @@ def test_the_installed_command(tmp_path: Path) -> None:
     assert json.loads(refused.stdout)["errors"][0]["code"] == "UNAUTHENTICATED"
     usage = subprocess.run([*run, "report", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "--first and --final" in usage.stderr
+
+
+def test_a_candidate_given_twice_in_the_options_is_refused(cli: Any, tokens: dict[str, str], defined: Path) -> None:
+    # The JSON form refuses a repeated key; the options must not keep the last count silently.
+    for first in (["--first", "Biden=5,Biden=60"], ["--first", "Biden=50", "--first", "Biden=7"], ["--first", "Biden =60"]):
+        code, out = cli("report", "--unit", "E01", "--attendance", "60", *first, "--final", "Biden=60", token=tokens["official"])
+        assert code == 2 and "--first" in out and "Biden" in out, (first, out)
+    code, fine = cli("report", "--unit", "E01", "--attendance", "60", "--first", "Biden=55, Sanders=5",
+                     "--final", "Biden=60, Sanders=0", "--json", token=tokens["official"])  # fmt: skip
+    assert code == 0 and fine["status"] == "accepted", fine

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -325,18 +326,36 @@ def _pattern_message(where: str, loc: tuple[Any, ...], value: Any) -> str:
     return f"{where} must not be blank or start or end with spaces, got {_shown(value)}"
 
 
+MAX_RATIO_TERM = 2**63 - 1
+"""Largest numerator or denominator of a ratio: the Avro ``Ratio`` record holds two signed 64-bit longs."""
+
+
 def parse_ratio(value: int | str, where: str) -> tuple[Fraction | None, Problem | None]:
-    """ "n/d" or a whole number into an exact, non-negative Fraction."""
+    """ "n/d" or a whole number into an exact, non-negative Fraction that the event schema can hold.
+
+    Why the bound: a term beyond a 64-bit long cannot be encoded, and an input that cannot be
+    recorded would be lost; it is refused, by field, like any other bad ratio. Only ASCII digits
+    count (``int`` reads other scripts' digits, and ``isdigit`` accepts superscripts it cannot read)."""
     if isinstance(value, int):
-        return (Fraction(value), None) if value >= 0 else (None, Problem(where, "BAD_RATIO", f"{where} must not be negative"))
-    text = value.strip()
-    num, sep, den = text.partition("/")
-    if not num.strip().isdigit() or (sep and not den.strip().isdigit()):
-        return None, Problem(where, "BAD_RATIO", f'{where} must be an exact ratio "n/d" of whole numbers, got {_shown(value)}')
-    denominator = int(den) if sep else 1
-    if denominator == 0:
-        return None, Problem(where, "BAD_RATIO", f"{where} has a zero denominator")
-    return Fraction(int(num), denominator), None
+        if value < 0:
+            return None, Problem(where, "BAD_RATIO", f"{where} must not be negative")
+        parsed = Fraction(value)
+    else:
+        text = value.strip()
+        num, sep, den = text.partition("/")
+        if not re.fullmatch(r"[0-9]{1,40}", num.strip()) or (sep and not re.fullmatch(r"[0-9]{1,40}", den.strip())):
+            return None, Problem(
+                where, "BAD_RATIO", f'{where} must be an exact ratio "n/d" of whole numbers (up to {MAX_RATIO_TERM}), got {_shown(value)}'
+            )
+        denominator = int(den) if sep else 1
+        if denominator == 0:
+            return None, Problem(where, "BAD_RATIO", f"{where} has a zero denominator")
+        parsed = Fraction(int(num), denominator)
+    if parsed.numerator > MAX_RATIO_TERM or parsed.denominator > MAX_RATIO_TERM:
+        return None, Problem(
+            where, "TOO_LARGE", f"{where}: numerator and denominator (in lowest terms) must be at most {MAX_RATIO_TERM}"
+        )
+    return parsed, None
 
 
 def parse_command(

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ledger.caucus_math import CaucusMathError, TieResolution, get_rule_set, satellite_delegates
 from ledger.events import Event, Problem, TieBroken
 from producers.commands import RecordTie
-from producers.intake_state import IntakeView
+from producers.intake_state import ElectionInfo, IntakeView
 
-__all__ = ["settlement_problems", "settled_meanwhile"]
+__all__ = ["settlement_problems", "settled_meanwhile", "no_such_tie"]
 
 
 def _tie_text(contenders: Iterable[str], seats: int) -> str:
@@ -85,3 +86,55 @@ def settled_meanwhile(event: Event[Any], view: IntakeView) -> tuple[Problem, ...
     code = "ALREADY_SUPERSEDED" if payload.supersedes else "TIE_ALREADY_SETTLED"
     where = "supersedes" if payload.supersedes else "contenders"
     return (Problem(where, code, f"the tie of {_tie_text(contenders, seats)} was settled meanwhile by toss {standing}"),)
+
+
+def _ties_of_result(election: ElectionInfo, unit_id: str, view: IntakeView) -> set[tuple[tuple[str, ...], int]] | None:
+    """Every tie the unit's current result calls for: the ties pending with no toss, then, each settled
+    tie applied with its standing toss, the ties that come after it (a leftover tie after a §4.5 lot).
+    None when there is no result, or its delegates cannot be computed (nothing to hold a toss against)."""
+    status = view.unit(election.election_id, unit_id)
+    result, unit = status.result, election.units.get(unit_id)
+    if result is None or unit is None:
+        return None
+    first, final = dict(result.first_alignment), dict(result.final_alignment)
+    attendance = result.attendance if result.attendance is not None else status.attendance
+    rules = get_rule_set(election.definition.rule_set)
+    found: set[tuple[tuple[str, ...], int]] = set()
+    resolutions: list[TieResolution] = []
+    try:
+        delegates = unit.delegates if unit.delegates is not None else satellite_delegates(attendance or sum(first.values()))
+        while True:
+            alloc = rules.allocate(delegates=delegates, attendance=attendance, first=first, final=final,
+                                   ties=tuple(resolutions))
+            fresh = [(tuple(sorted(p.contenders)), p.seats) for p in alloc.pending if (tuple(sorted(p.contenders)), p.seats) not in found]
+            found.update(fresh)
+            settled = [view.toss(view.settled_by((election.election_id, unit_id, c, n)) or "") for c, n in fresh]
+            more = [TieResolution(t.contenders, t.seats, t.winners) for t in settled if t is not None]
+            if not more:
+                return found
+            resolutions += more
+    except CaucusMathError:
+        return None
+
+
+def no_such_tie(command: RecordTie, election: ElectionInfo, view: IntakeView) -> list[Problem]:
+    """A toss decides a tie of the unit's result (RULES §6): with a result recorded, a toss for a tie
+    that result does not have is refused, or it would lie in wait and silently decide a tie a later
+    correction creates. Before any result a toss is accepted: the precinct tosses before it reports
+    (RULES §2, steps 8 and 9). A redraw names the toss it replaces and is judged by the settlement rules."""
+    if command.supersedes is not None:
+        return []
+    ties = _ties_of_result(election, command.unit_id, view)
+    contenders = tuple(sorted(command.contenders))
+    if ties is None or (contenders, command.seats) in ties:
+        return []
+    status = view.unit(election.election_id, command.unit_id)
+    known = "; ".join(_tie_text(c, n) for c, n in sorted(ties)) or "none"
+    return [
+        Problem(
+            "contenders",
+            "NO_SUCH_TIE",
+            f"the current result of unit {command.unit_id!r} (event {status.result_event_id}) has no tie of "
+            f"{_tie_text(contenders, command.seats)} (its ties: {known}); a toss decides a tie of the result (RULES §6)",
+        )
+    ]

@@ -39,7 +39,7 @@ from ledger.events import (
 from producers.commands import Command, CorrectResult, DefineElection, OpenUnit, RecordTie, ReportResult
 from producers.intake_state import ElectionInfo, IntakeView
 from producers.payloads import result_of, to_payload, with_warnings
-from producers.tie_settlement import settled_meanwhile, settlement_problems
+from producers.tie_settlement import no_such_tie, settled_meanwhile, settlement_problems
 from ledger.caucus_math import CaucusMathError, Finding, Severity, get_rule_set, satellite_delegates
 
 __all__ = [
@@ -422,6 +422,8 @@ def _check_tie(command: RecordTie, election: ElectionInfo, view: IntakeView) -> 
         )
     if not errors:
         errors += settlement_problems(command, election.election_id, view)
+    if not errors:
+        errors += no_such_tie(command, election, view)
     if command.caller in command.witnesses:
         warnings.append(Problem("witnesses", "CALLER_AS_WITNESS", f"the caller {command.caller!r} is also listed as a witness"))
     if command.method == "coin" and len(command.contenders) != 2:

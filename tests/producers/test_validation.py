@@ -183,3 +183,26 @@ def test_the_final_total_may_reach_a_known_attendance(state: IntakeState) -> Non
     assert ("final_alignment", "FINAL_GT_FIRST") in _codes(_verdict(state, CommandKind.REPORT, counts, "E10").errors)
     state.apply(_event(UnitOpened(100), unit="E10"))
     assert _verdict(state, CommandKind.REPORT, counts, "E10").errors == ()
+
+
+def test_a_toss_for_a_tie_the_result_does_not_have_is_refused(state: IntakeState) -> None:
+    # RULES §6: a toss decides a tie of the unit's result. Before a result it is accepted (§2: the precinct
+    # tosses, then reports); after it, a toss for a tie the result does not call for is refused.
+    toss = {"contenders": ["Sanders", "Warren"], "seats": 1, "winners": ["Warren"], "method": "coin", "caller": "x"}
+    assert _verdict(state, CommandKind.TOSS, toss, "E01").errors == ()
+    plain = {"first_alignment": {"Biden": 50, "Sanders": 35, "Warren": 15}, "final_alignment": {"Biden": 50, "Sanders": 35, "Warren": 15},
+             "attendance": 100}  # fmt: skip
+    payload, _ = to_payload(_command(CommandKind.REPORT, plain, "E01"), "t")
+    state.apply(_event(payload, unit="E01"))
+    refused = _verdict(state, CommandKind.TOSS, toss, "E01")
+    assert _codes(refused.errors) == {("contenders", "NO_SUCH_TIE")}
+    # E10 (RULES.md): Sanders and Biden tie for the sixth seat; that toss is accepted, no other
+    e10 = {"first_alignment": {"Warren": 100, "Sanders": 50, "Biden": 50},
+           "final_alignment": {"Warren": 100, "Sanders": 50, "Biden": 50}, "attendance": 200}  # fmt: skip
+    payload, _ = to_payload(_command(CommandKind.REPORT, e10, "E10"), "t")
+    state.apply(_event(payload, unit="E10"))
+    real = {**toss, "contenders": ["Biden", "Sanders"], "winners": ["Sanders"]}
+    assert _verdict(state, CommandKind.TOSS, real, "E10").errors == ()
+    assert _codes(_verdict(state, CommandKind.TOSS, {**real, "seats": 2, "contenders": ["Biden", "Sanders", "Warren"],
+                                                     "winners": ["Biden", "Sanders"], "method": "lots"}, "E10").errors) == {
+        ("contenders", "NO_SUCH_TIE")}  # fmt: skip

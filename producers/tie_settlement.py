@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ledger.caucus_math import CaucusMathError, TieResolution, get_rule_set, satellite_delegates
+from ledger.caucus_math import CaucusMathError, TieResolution, get_rule_set, satellite_delegates, ties_called_for
 from ledger.events import Event, Problem, TieBroken
 from producers.commands import RecordTie
 from producers.intake_state import ElectionInfo, IntakeView
@@ -89,9 +89,8 @@ def settled_meanwhile(event: Event[Any], view: IntakeView) -> tuple[Problem, ...
 
 
 def _ties_of_result(election: ElectionInfo, unit_id: str, view: IntakeView) -> set[tuple[tuple[str, ...], int]] | None:
-    """Every tie the unit's current result calls for: the ties pending with no toss, then, each settled
-    tie applied with its standing toss, the ties that come after it (a leftover tie after a §4.5 lot).
-    None when there is no result, or its delegates cannot be computed (nothing to hold a toss against)."""
+    """Every tie the unit's current result calls for, those after a settled one included
+    (``ties_called_for``). None when there is no result, or its delegates cannot be computed."""
     status = view.unit(election.election_id, unit_id)
     result, unit = status.result, election.units.get(unit_id)
     if result is None or unit is None:
@@ -99,20 +98,17 @@ def _ties_of_result(election: ElectionInfo, unit_id: str, view: IntakeView) -> s
     first, final = dict(result.first_alignment), dict(result.final_alignment)
     attendance = result.attendance if result.attendance is not None else status.attendance
     rules = get_rule_set(election.definition.rule_set)
-    found: set[tuple[tuple[str, ...], int]] = set()
-    resolutions: list[TieResolution] = []
+
+    def standing(key: tuple[tuple[str, ...], int]) -> TieResolution | None:
+        toss = view.toss(view.settled_by((election.election_id, unit_id, *key)) or "")
+        return None if toss is None else TieResolution(toss.contenders, toss.seats, toss.winners)
+
     try:
         delegates = unit.delegates if unit.delegates is not None else satellite_delegates(attendance or sum(first.values()))
-        while True:
-            alloc = rules.allocate(delegates=delegates, attendance=attendance, first=first, final=final,
-                                   ties=tuple(resolutions))
-            fresh = [(tuple(sorted(p.contenders)), p.seats) for p in alloc.pending if (tuple(sorted(p.contenders)), p.seats) not in found]
-            found.update(fresh)
-            settled = [view.toss(view.settled_by((election.election_id, unit_id, c, n)) or "") for c, n in fresh]
-            more = [TieResolution(t.contenders, t.seats, t.winners) for t in settled if t is not None]
-            if not more:
-                return found
-            resolutions += more
+        return ties_called_for(
+            lambda ties: rules.allocate(delegates=delegates, attendance=attendance, first=first, final=final, ties=ties).pending,
+            standing,
+        )
     except CaucusMathError:
         return None
 

@@ -246,7 +246,8 @@ class UnitFold:
                 if not has_result:
                     self._changes["attendance_opened"] = p.attendance
             elif isinstance(p, TieBroken):
-                ties = tossed_ties(ties, event, p)
+                standing = result_event.payload.result if result_event is not None else self._base.result
+                ties = tossed_ties(ties, event, p, standing)
             elif isinstance(p, SubmissionRejected):
                 rejected += 1
             elif isinstance(p, ResultsCertified):

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ledger.events import Problem
+from producers.identifiers import plain_id, plain_text
 from producers.strict_json import escaped, has_surrogates, load_json, quoted
 
 __all__ = [
@@ -60,8 +61,10 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT, description="a non-negative whole number")]
 Text = Annotated[str, Field(min_length=1, max_length=200)]
-Ident = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^\S(.*\S)?$")]
-Counts = dict[Text, Count]
+Ident = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^\S(.*\S)?$"), AfterValidator(plain_id)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(plain_text)]
+"""A candidate's name (see ``producers.identifiers``)."""
+Counts = dict[Name, Count]
 Ratio = Annotated[
     int | str,
     Field(description='an exact ratio "n/d" (or a whole number), e.g. "21/150"', examples=["21/150"]),
@@ -137,7 +140,7 @@ class DefineElection:
     election_id: Ident
     name: Text
     rule_set: Text
-    candidates: Annotated[tuple[Text, ...], Field(min_length=1)]
+    candidates: Annotated[tuple[Name, ...], Field(min_length=1)]
     counties: tuple[CountySpec, ...]
     units: Annotated[tuple[UnitSpec, ...], Field(min_length=1)]
     idempotency_key: Key
@@ -208,9 +211,9 @@ class RecordTie:
     __pydantic_config__ = _STRICT
     KIND = CommandKind.TOSS
     unit_id: Ident
-    contenders: Annotated[tuple[Text, ...], Field(min_length=2)]
+    contenders: Annotated[tuple[Name, ...], Field(min_length=2)]
     seats: Annotated[int, Field(ge=1, le=MAX_COUNT)]
-    winners: Annotated[tuple[Text, ...], Field(min_length=1)]
+    winners: Annotated[tuple[Name, ...], Field(min_length=1)]
     method: Literal["coin", "lots"]
     caller: Text
     idempotency_key: Key
@@ -267,7 +270,8 @@ def _shown(value: Any) -> str:
 
 
 def _field_name(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "body"
+    # A map key's error is the key's own: "first_alignment.A ", not "first_alignment.A .[key]".
+    return ".".join(str(part) for part in loc if part != "[key]") or "body"
 
 
 def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:

@@ -37,6 +37,7 @@ from ledger.events import (
     UnitOpened,
 )
 from producers.commands import Command, CorrectResult, DefineElection, OpenUnit, RecordTie, ReportResult
+from producers.identifiers import candidate_collisions
 from producers.intake_state import ElectionInfo, IntakeView
 from producers.payloads import result_of, to_payload, with_warnings
 from producers.tie_settlement import no_such_tie, settled_meanwhile, settlement_problems
@@ -176,6 +177,7 @@ def _check_definition(election_id: str, payload: ElectionDefined, view: IntakeVi
     except CaucusMathError as exc:
         errors.append(Problem("rule_set", "UNKNOWN_RULE_SET", str(exc).removeprefix("rule_set: ")))
     errors += _duplicates(payload.candidates, "candidates", "candidate")
+    errors += candidate_collisions(payload.candidates)
     errors += _duplicates([c.county_id for c in payload.counties], "counties", "county id")
     errors += _duplicates([g.group_id for g in payload.satellite_groups], "satellite_groups", "satellite group id")
     errors += _duplicates([u.unit_id for u in payload.units], "units", "unit id")

@@ -206,3 +206,28 @@ def test_a_toss_for_a_tie_the_result_does_not_have_is_refused(state: IntakeState
     assert _codes(_verdict(state, CommandKind.TOSS, {**real, "seats": 2, "contenders": ["Biden", "Sanders", "Warren"],
                                                      "winners": ["Biden", "Sanders"], "method": "lots"}, "E10").errors) == {
         ("contenders", "NO_SUCH_TIE")}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "unit, why",
+    [("E\x0001", "U+0000"), ("E\t01", "U+0009"), ("E\u202e01", "U+202E"), ("E\u200b01", "U+200B"), ("Cafe\u0301", "NFC")],
+    ids=["nul", "tab", "bidi-override", "zero-width", "nfd"],
+)
+def test_ids_with_hidden_characters_or_another_unicode_form_are_refused(unit: str, why: str) -> None:
+    parsed = parse_command(CommandKind.OPEN, json.dumps({"idempotency_key": "k", "unit_id": unit, "attendance": 3}))
+    assert [(p.field, p.code) for p in parsed.errors] == [("unit_id", "BAD_CHARACTERS")] and why in parsed.errors[0].message
+
+
+def test_candidate_names_are_plain_and_told_apart(election: dict[str, Any]) -> None:
+    for name, field in (("Biden ", "candidates.1"), ("Bi\u202eden", "candidates.1")):
+        parsed = parse_command(CommandKind.DEFINE, json.dumps({**election, "candidates": ["Sanders", name]}))
+        assert [(p.field, p.code) for p in parsed.errors] == [(field, "BAD_CHARACTERS")], parsed.errors
+    report = {"idempotency_key": "k", "unit_id": "E01", "first_alignment": {"Biden ": 3}, "final_alignment": {"Biden": 3}}
+    parsed = parse_command(CommandKind.REPORT, json.dumps(report))
+    assert [(p.field, p.code) for p in parsed.errors] == [("first_alignment.Biden ", "BAD_CHARACTERS")]
+    # names that differ only by case or Unicode form are one candidate: a definition naming both is refused
+    st = IntakeState()
+    collide = {**election, "election_id": "other", "candidates": ["Warren", "warren", "Andr\u00e9", "Andre\u0301", "WARREN"]}
+    verdict = _verdict(st, CommandKind.DEFINE, collide)
+    assert _codes(verdict.errors) == {("candidates.1", "CANDIDATE_COLLISION"), ("candidates.3", "CANDIDATE_COLLISION"),
+                                      ("candidates.4", "CANDIDATE_COLLISION")}  # fmt: skip

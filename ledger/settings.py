@@ -294,6 +294,9 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise SettingsError(f"configuration file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"configuration file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        # TOML is UTF-8 (tomllib decodes it and lets the decoding error through): a user's file, not a bug.
+        raise SettingsError(f"configuration file {path} is not UTF-8 (byte {exc.start}): TOML files must be UTF-8") from None
     except OSError as exc:
         raise SettingsError(f"cannot read configuration file {path}: {exc}") from None
     return _flatten(doc, path)

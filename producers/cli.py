@@ -64,13 +64,20 @@ def _counts(values: list[str] | None, option: str) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     for value in values:
         for item in value.split(","):
-            if not item.strip():
+            item = item.strip()  # "A=5, B=3": spaces after a comma only separate
+            if not item:
                 continue
             name, sep, count = item.partition("=")
             if not sep or not name.strip():
                 raise typer.BadParameter(f"{item!r}: give CANDIDATE=COUNT", param_hint=option)
+            if name != name.strip():
+                # "A =5" is not silently the candidate "A": a name is taken exactly as the JSON form takes it.
+                raise typer.BadParameter(f"{item!r}: the candidate name {name!r} has spaces around it", param_hint=option)
+            if name in out:
+                # The JSON form refuses a repeated key (DUPLICATE_KEY); the options must not keep "the last one".
+                raise typer.BadParameter(f"candidate {name!r} is given more than once", param_hint=option)
             text = count.strip()
-            out[name.strip()] = int(text) if re.fullmatch(r"-?\d+", text) else text
+            out[name] = int(text) if re.fullmatch(r"-?\d+", text) else text
     return out
 
 

@@ -16,14 +16,16 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ledger.events import Problem
+from producers.identifiers import plain_id, plain_text
 from producers.strict_json import escaped, has_surrogates, load_json, quoted
 
 __all__ = [
@@ -59,8 +61,10 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT, description="a non-negative whole number")]
 Text = Annotated[str, Field(min_length=1, max_length=200)]
-Ident = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^\S(.*\S)?$")]
-Counts = dict[Text, Count]
+Ident = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^\S(.*\S)?$"), AfterValidator(plain_id)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(plain_text)]
+"""A candidate's name (see ``producers.identifiers``)."""
+Counts = dict[Name, Count]
 Ratio = Annotated[
     int | str,
     Field(description='an exact ratio "n/d" (or a whole number), e.g. "21/150"', examples=["21/150"]),
@@ -136,7 +140,7 @@ class DefineElection:
     election_id: Ident
     name: Text
     rule_set: Text
-    candidates: Annotated[tuple[Text, ...], Field(min_length=1)]
+    candidates: Annotated[tuple[Name, ...], Field(min_length=1)]
     counties: tuple[CountySpec, ...]
     units: Annotated[tuple[UnitSpec, ...], Field(min_length=1)]
     idempotency_key: Key
@@ -207,9 +211,9 @@ class RecordTie:
     __pydantic_config__ = _STRICT
     KIND = CommandKind.TOSS
     unit_id: Ident
-    contenders: Annotated[tuple[Text, ...], Field(min_length=2)]
+    contenders: Annotated[tuple[Name, ...], Field(min_length=2)]
     seats: Annotated[int, Field(ge=1, le=MAX_COUNT)]
-    winners: Annotated[tuple[Text, ...], Field(min_length=1)]
+    winners: Annotated[tuple[Name, ...], Field(min_length=1)]
     method: Literal["coin", "lots"]
     caller: Text
     idempotency_key: Key
@@ -266,7 +270,8 @@ def _shown(value: Any) -> str:
 
 
 def _field_name(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "body"
+    # A map key's error is the key's own: "first_alignment.A ", not "first_alignment.A .[key]".
+    return ".".join(str(part) for part in loc if part != "[key]") or "body"
 
 
 def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:
@@ -325,18 +330,36 @@ def _pattern_message(where: str, loc: tuple[Any, ...], value: Any) -> str:
     return f"{where} must not be blank or start or end with spaces, got {_shown(value)}"
 
 
+MAX_RATIO_TERM = 2**63 - 1
+"""Largest numerator or denominator of a ratio: the Avro ``Ratio`` record holds two signed 64-bit longs."""
+
+
 def parse_ratio(value: int | str, where: str) -> tuple[Fraction | None, Problem | None]:
-    """ "n/d" or a whole number into an exact, non-negative Fraction."""
+    """ "n/d" or a whole number into an exact, non-negative Fraction that the event schema can hold.
+
+    Why the bound: a term beyond a 64-bit long cannot be encoded, and an input that cannot be
+    recorded would be lost; it is refused, by field, like any other bad ratio. Only ASCII digits
+    count (``int`` reads other scripts' digits, and ``isdigit`` accepts superscripts it cannot read)."""
     if isinstance(value, int):
-        return (Fraction(value), None) if value >= 0 else (None, Problem(where, "BAD_RATIO", f"{where} must not be negative"))
-    text = value.strip()
-    num, sep, den = text.partition("/")
-    if not num.strip().isdigit() or (sep and not den.strip().isdigit()):
-        return None, Problem(where, "BAD_RATIO", f'{where} must be an exact ratio "n/d" of whole numbers, got {_shown(value)}')
-    denominator = int(den) if sep else 1
-    if denominator == 0:
-        return None, Problem(where, "BAD_RATIO", f"{where} has a zero denominator")
-    return Fraction(int(num), denominator), None
+        if value < 0:
+            return None, Problem(where, "BAD_RATIO", f"{where} must not be negative")
+        parsed = Fraction(value)
+    else:
+        text = value.strip()
+        num, sep, den = text.partition("/")
+        if not re.fullmatch(r"[0-9]{1,40}", num.strip()) or (sep and not re.fullmatch(r"[0-9]{1,40}", den.strip())):
+            return None, Problem(
+                where, "BAD_RATIO", f'{where} must be an exact ratio "n/d" of whole numbers (up to {MAX_RATIO_TERM}), got {_shown(value)}'
+            )
+        denominator = int(den) if sep else 1
+        if denominator == 0:
+            return None, Problem(where, "BAD_RATIO", f"{where} has a zero denominator")
+        parsed = Fraction(int(num), denominator)
+    if parsed.numerator > MAX_RATIO_TERM or parsed.denominator > MAX_RATIO_TERM:
+        return None, Problem(
+            where, "TOO_LARGE", f"{where}: numerator and denominator (in lowest terms) must be at most {MAX_RATIO_TERM}"
+        )
+    return parsed, None
 
 
 def parse_command(

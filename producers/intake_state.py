@@ -249,9 +249,10 @@ class IntakeState:
             self._define(event.event_id, env.election_id, payload)
         elif isinstance(payload, UnitOpened):
             status = self.unit(env.election_id, env.unit_id)
-            self.units[(env.election_id, env.unit_id)] = UnitIntakeStatus(
-                event.event_id, payload.attendance, status.result_event_id, status.result
-            )
+            if status.result_event_id is None:  # one written past the intake after a result is ignored, as the reducers do
+                self.units[(env.election_id, env.unit_id)] = UnitIntakeStatus(
+                    event.event_id, payload.attendance, status.result_event_id, status.result
+                )
         elif isinstance(payload, (ResultReported, ResultCorrected)):
             if isinstance(payload, ResultCorrected):
                 self.superseded.setdefault(payload.supersedes, event.event_id)

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ledger.caucus_math import CaucusMathError, TieResolution, get_rule_set, satellite_delegates, ties_called_for
 from ledger.events import Event, Problem, TieBroken
 from producers.commands import RecordTie
-from producers.intake_state import IntakeView
+from producers.intake_state import ElectionInfo, IntakeView
 
-__all__ = ["settlement_problems", "settled_meanwhile"]
+__all__ = ["settlement_problems", "settled_meanwhile", "no_such_tie"]
 
 
 def _tie_text(contenders: Iterable[str], seats: int) -> str:
@@ -85,3 +86,51 @@ def settled_meanwhile(event: Event[Any], view: IntakeView) -> tuple[Problem, ...
     code = "ALREADY_SUPERSEDED" if payload.supersedes else "TIE_ALREADY_SETTLED"
     where = "supersedes" if payload.supersedes else "contenders"
     return (Problem(where, code, f"the tie of {_tie_text(contenders, seats)} was settled meanwhile by toss {standing}"),)
+
+
+def _ties_of_result(election: ElectionInfo, unit_id: str, view: IntakeView) -> set[tuple[tuple[str, ...], int]] | None:
+    """Every tie the unit's current result calls for, those after a settled one included
+    (``ties_called_for``). None when there is no result, or its delegates cannot be computed."""
+    status = view.unit(election.election_id, unit_id)
+    result, unit = status.result, election.units.get(unit_id)
+    if result is None or unit is None:
+        return None
+    first, final = dict(result.first_alignment), dict(result.final_alignment)
+    attendance = result.attendance if result.attendance is not None else status.attendance
+    rules = get_rule_set(election.definition.rule_set)
+
+    def standing(key: tuple[tuple[str, ...], int]) -> TieResolution | None:
+        toss = view.toss(view.settled_by((election.election_id, unit_id, *key)) or "")
+        return None if toss is None else TieResolution(toss.contenders, toss.seats, toss.winners)
+
+    try:
+        delegates = unit.delegates if unit.delegates is not None else satellite_delegates(attendance or sum(first.values()))
+        return ties_called_for(
+            lambda ties: rules.allocate(delegates=delegates, attendance=attendance, first=first, final=final, ties=ties).pending,
+            standing,
+        )
+    except CaucusMathError:
+        return None
+
+
+def no_such_tie(command: RecordTie, election: ElectionInfo, view: IntakeView) -> list[Problem]:
+    """A toss decides a tie of the unit's result (RULES §6): with a result recorded, a toss for a tie
+    that result does not have is refused, or it would lie in wait and silently decide a tie a later
+    correction creates. Before any result a toss is accepted: the precinct tosses before it reports
+    (RULES §2, steps 8 and 9). A redraw names the toss it replaces and is judged by the settlement rules."""
+    if command.supersedes is not None:
+        return []
+    ties = _ties_of_result(election, command.unit_id, view)
+    contenders = tuple(sorted(command.contenders))
+    if ties is None or (contenders, command.seats) in ties:
+        return []
+    status = view.unit(election.election_id, command.unit_id)
+    known = "; ".join(_tie_text(c, n) for c, n in sorted(ties)) or "none"
+    return [
+        Problem(
+            "contenders",
+            "NO_SUCH_TIE",
+            f"the current result of unit {command.unit_id!r} (event {status.result_event_id}) has no tie of "
+            f"{_tie_text(contenders, command.seats)} (its ties: {known}); a toss decides a tie of the result (RULES §6)",
+        )
+    ]

@@ -37,9 +37,10 @@ from ledger.events import (
     UnitOpened,
 )
 from producers.commands import Command, CorrectResult, DefineElection, OpenUnit, RecordTie, ReportResult
+from producers.identifiers import candidate_collisions
 from producers.intake_state import ElectionInfo, IntakeView
 from producers.payloads import result_of, to_payload, with_warnings
-from producers.tie_settlement import settled_meanwhile, settlement_problems
+from producers.tie_settlement import no_such_tie, settled_meanwhile, settlement_problems
 from ledger.caucus_math import CaucusMathError, Finding, Severity, get_rule_set, satellite_delegates
 
 __all__ = [
@@ -176,6 +177,7 @@ def _check_definition(election_id: str, payload: ElectionDefined, view: IntakeVi
     except CaucusMathError as exc:
         errors.append(Problem("rule_set", "UNKNOWN_RULE_SET", str(exc).removeprefix("rule_set: ")))
     errors += _duplicates(payload.candidates, "candidates", "candidate")
+    errors += candidate_collisions(payload.candidates)
     errors += _duplicates([c.county_id for c in payload.counties], "counties", "county id")
     errors += _duplicates([g.group_id for g in payload.satellite_groups], "satellite_groups", "satellite group id")
     errors += _duplicates([u.unit_id for u in payload.units], "units", "unit id")
@@ -223,7 +225,21 @@ def _check_open(command: OpenUnit, election: ElectionInfo, view: IntakeView) -> 
                 f"{status.attendance}); report the attendance with the result instead",
             )
         )
+    if not errors and status.result_event_id is not None:
+        errors.append(_opened_after_result(command.unit_id, status.result_event_id))
     return Verdict(tuple(errors))
+
+
+def _opened_after_result(unit_id: str, result_event_id: str) -> Problem:
+    """RULES §2: a unit opens (D, T) before it reports. An opening after the result would change the T
+    the result was computed with, and a chair may not change a standing result; an official's correction
+    that carries the attendance may."""
+    return Problem(
+        "attendance",
+        "ALREADY_REPORTED",
+        f"unit {unit_id!r} already has a result (event {result_event_id}); a unit opens before it reports "
+        f"(RULES §2), and changing its attendance T needs an official's correction that supersedes {result_event_id}",
+    )
 
 
 def _unknown_candidates(named: Iterable[tuple[str, str]], election: ElectionInfo) -> list[Problem]:
@@ -408,6 +424,8 @@ def _check_tie(command: RecordTie, election: ElectionInfo, view: IntakeView) -> 
         )
     if not errors:
         errors += settlement_problems(command, election.election_id, view)
+    if not errors:
+        errors += no_such_tie(command, election, view)
     if command.caller in command.witnesses:
         warnings.append(Problem("witnesses", "CALLER_AS_WITNESS", f"the caller {command.caller!r} is also listed as a witness"))
     if command.method == "coin" and len(command.contenders) != 2:
@@ -432,6 +450,8 @@ def conflicts(event: Event[Any], view: IntakeView) -> tuple[Problem, ...]:
     status = view.unit(env.election_id, env.unit_id)
     if isinstance(payload, UnitOpened) and status.opened_event_id is not None:
         return (Problem("unit_id", "ALREADY_OPENED", f"unit {env.unit_id!r} was opened meanwhile (event {status.opened_event_id})"),)
+    if isinstance(payload, UnitOpened) and status.result_event_id is not None:
+        return (_opened_after_result(env.unit_id, status.result_event_id),)
     if isinstance(payload, ResultReported) and status.result_event_id is not None:
         return (
             Problem(

@@ -240,9 +240,14 @@ class UnitFold:
                 # A new result replaces whatever stood before, correction or certification included.
                 result_event, certified, has_result = event, None, True
             elif isinstance(p, UnitOpened):
-                self._changes["attendance_opened"] = p.attendance
+                # RULES §2: a unit opens before it reports. An opening recorded after a result (written
+                # past the intake) would silently change the T of that result; it is ignored, and the
+                # trail says so (``projections.trail.open_outcome``).
+                if not has_result:
+                    self._changes["attendance_opened"] = p.attendance
             elif isinstance(p, TieBroken):
-                ties = tossed_ties(ties, event, p)
+                standing = result_event.payload.result if result_event is not None else self._base.result
+                ties = tossed_ties(ties, event, p, standing)
             elif isinstance(p, SubmissionRejected):
                 rejected += 1
             elif isinstance(p, ResultsCertified):

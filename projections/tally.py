@@ -36,13 +36,14 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from ledger.events import County, UnitDefinition
+from ledger.events import County, Result, UnitDefinition
 from ledger.caucus_math import CaucusMathError, TieResolution, satellite_delegates
 from projections.area_tally import AreaTally, aggregate, aggregate_counties
 from projections.election_context import ElectionContext, RuleSetLike, context_key, election_context
 from projections.fraction_text import fraction_text, parse_fraction
 from projections.reducers import TieRecord, UnitState, UnitStatus, canonical_json
 from projections.unit_sde import group_of, unit_sdes
+from projections.tie_records import decided_nothing
 
 __all__ = [
     "RuleSetLike",
@@ -257,9 +258,13 @@ def _status(state: UnitState, ctx: ElectionContext, after_certification: bool) -
     return state.status.value
 
 
-def _resolutions(state: UnitState, problems: list[str]) -> tuple[TieResolution, ...]:
+def _resolutions(state: UnitState, problems: list[str], pending_of: Any = None) -> tuple[TieResolution, ...]:
     out = []
     for t in state.ties:
+        if pending_of is not None and decided_nothing(t, state.ties, state.result, pending_of):
+            problems.append(f"coin toss {t.event_id} decides nothing: the result it was recorded against had no tie of "
+                            f"{t.seats} seat(s) among {', '.join(t.contenders)} (RULES §6); such a tie of this result is pending")
+            continue
         checked = t.resolution()
         if isinstance(checked, str):
             problems.append(f"coin toss {t.event_id} cannot be used: {checked}")
@@ -450,7 +455,17 @@ def _computed_delegates(
     """County delegates computed by the rule set from the alignments and the standing tosses."""
     if state.result is None or delegates is None or ctx.rules is None:
         return None
-    ties = _resolutions(state, problems)
+    rules = ctx.rules
+
+    def pending_of(result: Result, ties: tuple[TieResolution, ...]) -> Any:
+        """A result's pending ties, as the unit had them when a toss was recorded against it."""
+        opened = result.attendance if result.attendance is not None else state.attendance_opened
+        first_then = dict(result.first_alignment)
+        d = delegates if unit_def is None or unit_def.delegates is not None else satellite_delegates(opened or sum(first_then.values()))
+        return rules.allocate(delegates=d, attendance=opened, first=first_then, final=dict(result.final_alignment), ties=ties).pending
+
+    unit_def = ctx.units.get(state.unit_id)
+    ties = _resolutions(state, problems, pending_of)
     try:
         alloc = ctx.rules.allocate(delegates=delegates, attendance=known_t, first=first, final=final, ties=ties)
     except CaucusMathError as exc:

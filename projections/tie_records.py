@@ -8,14 +8,14 @@ nothing. The reducers apply it; the tallies, the trail and the audit read the re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.caucus_math import CaucusMathError, TieResolution
-from ledger.events import Event, TieBroken
+from ledger.caucus_math import CaucusMathError, PendingTie, TieResolution, ties_called_for
+from ledger.events import Event, Result, TieBroken
 
-__all__ = ["TossNote", "TieRecord", "tossed_ties"]
+__all__ = ["TossNote", "TieRecord", "tossed_ties", "decided_nothing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,7 @@ class TieRecord:
     method: str
     event_id: str
     later: tuple[TossNote, ...] = ()
+    recorded_against: Result | None = None  # the unit's result when the standing toss was recorded
     _checked: TieResolution | str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -83,15 +84,16 @@ class TieRecord:
         """What became of a later toss of this tie, if ``event_id`` is one."""
         return next((n for n in self.later if n.event_id == event_id), None)
 
-    def tossed(self, event_id: str, toss: TieBroken) -> TieRecord:
-        """This tie after one more toss of it (see the class docstring)."""
+    def tossed(self, event_id: str, toss: TieBroken, result: Result | None = None) -> TieRecord:
+        """This tie after one more toss of it (see the class docstring); ``result``: the unit's result then."""
         winners = tuple(sorted(toss.winners))
         redraw = toss.redraws(self.event_id)
         note = TossNote(event_id, winners, toss.method.value, "redrew" if redraw else "ignored", self.event_id, self.winners,
                         toss.supersedes, toss.reason)  # fmt: skip
         if redraw:
-            return TieRecord(self.contenders, self.seats, winners, toss.method.value, event_id, (*self.later, note))
-        return TieRecord(self.contenders, self.seats, self.winners, self.method, self.event_id, (*self.later, note))
+            return TieRecord(self.contenders, self.seats, winners, toss.method.value, event_id, (*self.later, note), result)
+        return TieRecord(self.contenders, self.seats, self.winners, self.method, self.event_id, (*self.later, note),
+                         self.recorded_against)  # fmt: skip
 
     def resolution(self) -> TieResolution | str:
         """The toss as the caucus math takes it, or why it cannot be used. Checked once per record:
@@ -115,18 +117,57 @@ class TieRecord:
         }
         if self.later:  # absent for a tie tossed once: stored states of such units keep their bytes
             out["later"] = [n.to_json() for n in self.later]
+        if self.recorded_against is not None:  # absent for a toss recorded before any result (and in older states)
+            r = self.recorded_against
+            out["recorded_against"] = {"first": dict(r.first_alignment), "final": dict(r.final_alignment), "attendance": r.attendance}
         return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TieRecord:
         later = tuple(TossNote.from_json(n) for n in d.get("later", ()))
-        return cls(tuple(d["contenders"]), d["seats"], tuple(d["winners"]), d["method"], d["event_id"], later)
+        against = d.get("recorded_against")
+        return cls(tuple(d["contenders"]), d["seats"], tuple(d["winners"]), d["method"], d["event_id"], later,
+                   None if against is None else Result(against["first"], against["final"], against.get("attendance")))  # fmt: skip
 
 
-def tossed_ties(ties: tuple[TieRecord, ...], event: Event[Any], toss: TieBroken) -> tuple[TieRecord, ...]:
-    """A unit's ties after a toss: the first toss of a tie settles it, later ones go to its record."""
+def tossed_ties(
+    ties: tuple[TieRecord, ...], event: Event[Any], toss: TieBroken, result: Result | None = None
+) -> tuple[TieRecord, ...]:
+    """A unit's ties after a toss: the first toss of a tie settles it, later ones go to its record.
+    ``result`` is the unit's result when the toss came: a toss decides a tie of that result (RULES §6),
+    so the tallies use it only if that result called for the tie (a toss recorded against a result
+    without the tie does not decide a tie a later correction creates)."""
     contenders, seats = toss.tie
     for i, tie in enumerate(ties):
         if tie.key == (contenders, seats):
-            return (*ties[:i], tie.tossed(event.event_id, toss), *ties[i + 1 :])
-    return (*ties, TieRecord(contenders, seats, tuple(sorted(toss.winners)), toss.method.value, event.event_id))
+            return (*ties[:i], tie.tossed(event.event_id, toss, result), *ties[i + 1 :])
+    return (*ties, TieRecord(contenders, seats, tuple(sorted(toss.winners)), toss.method.value, event.event_id,
+                             recorded_against=result))  # fmt: skip
+
+
+def decided_nothing(
+    tie: TieRecord, ties: Sequence[TieRecord], current: Result | None,
+    pending_of: Callable[[Result, tuple[TieResolution, ...]], Sequence[PendingTie]],
+) -> bool:
+    """Whether the standing toss of ``tie`` was recorded against an earlier result that did not call
+    for that tie (RULES §6: a toss decides a tie of the result it was tossed for). Such a toss decides
+    nothing, and a tie that a later correction creates stays pending. ``pending_of(result, resolutions)``
+    is that result's pending ties under the unit's rules."""
+    against = tie.recorded_against
+    if against is None or current is None or _same_counts(against, current):
+        return False  # before any result, or for the result that stands: the allocation itself decides
+    standing = {t.key: t.resolution() for t in ties}
+
+    def resolution(key: tuple[tuple[str, ...], int]) -> TieResolution | None:
+        found = standing.get(key)
+        return found if isinstance(found, TieResolution) else None
+
+    try:
+        return tie.key not in ties_called_for(lambda resolutions: pending_of(against, resolutions), resolution)
+    except CaucusMathError:
+        return True  # the numbers it was tossed for cannot even be allocated: it decided no tie
+
+
+def _same_counts(a: Result, b: Result) -> bool:
+    return (dict(a.first_alignment), dict(a.final_alignment), a.attendance) == (
+        dict(b.first_alignment), dict(b.final_alignment), b.attendance)

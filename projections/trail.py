@@ -161,6 +161,15 @@ def toss_outcome(event: Event[Any], after: UnitState) -> str | None:
     return f"toss ignored: {what} was already settled by {before}; {ignored_because(note)}; the tally keeps that toss"
 
 
+def open_outcome(event: Event[Any], before: UnitState | None) -> str | None:
+    """An opening recorded after the unit's result: the reducers ignore it (RULES §2: a unit opens
+    before it reports; its T changes only by a correction), and the trail says so."""
+    if not isinstance(event.payload, UnitOpened) or before is None or before.result is None:
+        return None
+    return (f"opening ignored: attendance {event.payload.attendance} recorded after the result "
+            f"{before.result_event_id}; the result's T changes only by a correction")
+
+
 def ignored_because(note: TossNote) -> str:
     """Why a later toss of a settled tie did not replace the toss that stood."""
     if not note.supersedes:
@@ -206,6 +215,9 @@ def describe_changes(
         out.append(f"tie settled: {s} seat(s) among {', '.join(c)}")
     if (before.rejected if before else 0) != after.rejected:
         out.append(f"rejected submissions: {before.rejected if before else 0} -> {after.rejected}")
+    opened = open_outcome(event, before) if event is not None else None
+    if opened is not None:
+        out.append(opened)
     outcome = toss_outcome(event, after) if event is not None else None
     if outcome is not None:
         out.append(outcome)

@@ -36,7 +36,7 @@ from .satellites import (
 )
 from .sde import cds_from_sde, county_sde_ratio, display_sde, sde_for, sum_displayed
 from .thresholds import is_viable, viability_share, viability_threshold
-from .ties import PendingTie, TieResolution
+from .ties import PendingTie, TieResolution, ties_called_for
 from .viability import RealignmentCut, RealignTieRule, locked_groups, too_many_viable, viable_groups
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "Allocation",
     "PendingTie",
     "TieResolution",
+    "ties_called_for",
     "Finding",
     "Severity",
     "CHECK_CODES",

@@ -11,7 +11,8 @@ raises :class:`CaucusMathError`.
 code                       rule                                               severity
 =========================  =================================================  ==========================
 ``OVERCOUNT``              first-alignment total <= T (when T is known)       error
-``FINAL_GT_FIRST``         final total <= first total (§4.4)                   error
+``FINAL_GT_FIRST``         final total <= T; <= first total when T is unknown  error
+                           (§4.4, §12)
 ``SATELLITE_DELEGATES``    a satellite's D (and the delegates it reported)     warn
                            match the attendance table (§8, §17.4)
 ``LOCKED_GROUP_SHRANK``    a first-viable group does not shrink (§4.2)        error; warn on the threshold
@@ -202,7 +203,21 @@ def _overcount(u: _Unit) -> list[Finding]:
 
 
 def _final_gt_first(u: _Unit) -> list[Finding]:
-    """FINAL_GT_FIRST: nobody new is admitted after the first alignment (§4.4)."""
+    """FINAL_GT_FIRST: nobody new is admitted after the first alignment (§4.4), so Σ final ≤ T. When T
+    is known it is the bound: people counted at the door who did not align at first may align at the
+    final alignment. Σ first is only the stand-in for an unknown T (§12)."""
+    if not u.t_inferred:
+        if u.sum_final <= u.t:
+            return []
+        return [
+            Finding(
+                "FINAL_GT_FIRST", Severity.ERROR,
+                f"final-alignment total {u.sum_final} exceeds the {u.t} attendees counted at the start; "
+                "nobody new is admitted after the first alignment (RULES §4.4)",
+                expected=u.t, reported=u.sum_final,
+                likely_cause="a final-alignment count or the attendance entered wrongly, or people admitted late",
+            )
+        ]
     if u.sum_final <= u.sum_first:
         return []
     return [

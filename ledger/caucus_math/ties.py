@@ -21,13 +21,14 @@ better than the others.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from .errors import CaucusMathError
 
 __all__ = [
+    "ties_called_for",
     "TieStage",
     "TieMethod",
     "PendingTie",
@@ -124,3 +125,27 @@ class TieResolution:
             raise CaucusMathError("method", f"must be 'coin' or 'lots', got {self.method!r}", "RULES §6")
 
 
+
+
+TieKey = tuple[tuple[str, ...], int]
+
+
+def ties_called_for(
+    pending_with: Callable[[tuple[TieResolution, ...]], Sequence[PendingTie]],
+    standing: Callable[[TieKey], TieResolution | None],
+) -> set[TieKey]:
+    """Every tie a result calls for (contenders sorted, seats): those pending with no toss, then, each
+    one that a standing toss settles applied, the ties that come after it (a leftover tie after a §4.5
+    lot). Why: a toss decides a tie of a result (RULES §6); one for any other tie decides nothing.
+
+    ``pending_with(resolutions)`` is the result's allocation's pending ties under those resolutions;
+    ``standing(tie)`` the toss that stands for a tie, if any."""
+    found: set[TieKey] = set()
+    resolutions: tuple[TieResolution, ...] = ()
+    while True:
+        fresh = [key for key in ((tuple(sorted(p.contenders)), p.seats) for p in pending_with(resolutions)) if key not in found]
+        found.update(fresh)
+        more = tuple(r for r in (standing(key) for key in fresh) if r is not None)
+        if not more:
+            return found
+        resolutions += more

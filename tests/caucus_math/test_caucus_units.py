@@ -543,3 +543,14 @@ def test_check_rejects_impossible_input_instead_of_reporting_it() -> None:
         RS.check(delegates=4, attendance=None, first={"A": -1}, final={"A": 0})
     with pytest.raises(CaucusMathError):
         RS.check(delegates=4, attendance=None, first={"A": 1}, final={"A": 0}, reported={"A": -1})
+
+
+def test_final_total_is_bounded_by_a_known_attendance() -> None:
+    # RULES §4.4: Σ final ≤ T; Σ final ≤ Σ first is only the §12 stand-in when T is unknown. Ten people
+    # counted at the door who did not align at first may join a group at the final alignment.
+    first, final = {"A": 50, "B": 40}, {"A": 50, "B": 50}
+    assert "FINAL_GT_FIRST" not in [c for c, _ in codes(RS.check(delegates=6, attendance=100, first=first, final=final))]
+    assert ("FINAL_GT_FIRST", "error") in codes(RS.check(delegates=6, attendance=None, first=first, final=final))
+    above = RS.check(delegates=6, attendance=99, first=first, final=final)
+    finding = next(f for f in above if f.code == "FINAL_GT_FIRST")
+    assert (finding.expected, finding.reported) == (99, 100) and "99 attendees" in finding.message

@@ -130,6 +130,20 @@ def allocate(delegates: int, result: Result, settled: dict[Tie, tuple[str, ...]]
     return _award_tie(cds, frozenset(at_cut), seats, settled)
 
 
+def ties_of_result(delegates: int, result: Result, settled: dict[Tie, tuple[str, ...]]) -> set[Tie]:
+    """RULES §6: the ties a result calls for, those that follow a settled one included (a toss for any
+    other tie is refused once the unit has a result)."""
+    found: set[Tie] = set()
+    use: dict[Tie, tuple[str, ...]] = {}
+    while True:
+        fresh = [t for t in allocate(delegates, result, use).pending if t not in found]
+        found.update(fresh)
+        more = {t: settled[t] for t in fresh if t in settled}
+        if not more:
+            return found
+        use.update(more)
+
+
 def _award_tie(cds: dict[str, int], contenders: frozenset[str], seats: int, settled: dict[Tie, tuple[str, ...]]) -> Allocation:
     winners = settled.get((contenders, seats))
     if winners is None:

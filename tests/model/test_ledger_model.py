@@ -271,7 +271,9 @@ class LedgerMachine(RuleBasedStateMachine):
         body: dict[str, Any] = {"unit_id": uid, "attendance": data.draw(st.integers(1, 80)), "idempotency_key": uuid.uuid4().hex}
         if named:
             body["election_id"] = named
-        ok = eid is not None and self._sender_may(sender, eid, uid) and not self.ledger.unit(eid, uid).opened
+        # RULES §2: a unit opens before it reports; an opening after its result is refused.
+        ok = (eid is not None and self._sender_may(sender, eid, uid) and not self.ledger.unit(eid, uid).opened
+              and self.ledger.unit(eid, uid).result is None)
         self._expect(self._submit(CommandKind.OPEN, body, self._token(sender, eid or named or "A", uid)), ok, f"open {named}/{uid} by {sender}")
         if ok:
             assert eid is not None
@@ -393,12 +395,25 @@ class LedgerMachine(RuleBasedStateMachine):
             body["supersedes"] = standing[0]
             body["reason"] = data.draw(st.sampled_from(["", "the coin fell off the table"]), label="reason")
         ok = eid is not None and sender == "official" and (standing is None or (redraw and bool(body["reason"])))
+        if ok and not redraw:
+            assert eid is not None
+            ok = self._a_tie_of_the_result(eid, uid, tie)
         shown = self._expect(self._submit(CommandKind.TOSS, body, self._token(sender, eid or "A", uid)), ok,
                              f"toss {named}/{uid} {contenders} seats={seats} winners={winners} redraw={redraw} by {sender}")
         if ok:
             assert eid is not None
             self.ledger.unit(eid, uid).tosses[tie] = (shown["event_id"], tuple(winners))
             self.ledger.unit(eid, uid).trail.append("TieBroken")
+
+    def _a_tie_of_the_result(self, eid: str, uid: str, tie: Any) -> bool:
+        """RULES §2, §6: before its result a unit may toss for any tie; once it has a result, only for one
+        that result calls for."""
+        unit = self.ledger.unit(eid, uid)
+        if unit.result is None:
+            return True
+        res = unit.result
+        plain = model.Result(res.attendance, res.first, res.final, None)
+        return tie in model.ties_of_result(ELECTIONS[eid].units[uid].delegates, plain, unit.settled())
 
     def _open_ties(self) -> list[tuple[str, str, Any]]:
         found = []
@@ -429,7 +444,7 @@ class LedgerMachine(RuleBasedStateMachine):
             assert standing is not None
             body["supersedes"] = standing[0]
             body["reason"] = "the coin rolled under a chair"
-        ok = standing is None or redraw
+        ok = (standing is None and self._a_tie_of_the_result(eid, uid, (group, seats))) or redraw
         shown = self._expect(self._submit(CommandKind.TOSS, body, self.official_token), ok,
                              f"toss {eid}/{uid} {contenders} seats={seats} winners={winners} redraw={redraw}")
         if ok:

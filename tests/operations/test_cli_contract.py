@@ -117,6 +117,18 @@ def test_a_setting_that_breaks_its_rule_names_it(ops: ModuleType, env: dict[str,
             assert f"setting {setting}" in message and name in message and words in message, message
 
 
+def test_a_configuration_file_that_is_not_utf8_is_named(ops: ModuleType, env: dict[str, str], tmp_path: Path) -> None:
+    # TOML is UTF-8; a file in another encoding is the user's error (exit 2, the file named), not a bug.
+    config = tmp_path / "caucus.toml"
+    config.write_bytes(b'backend = "sqlite"\n# caf\xe9\n')
+    for args in (["--config", str(config), "tally"], ["--config", str(config), "tally", "--json"]):
+        code, out, err = ops.in_process(args, env)
+        assert code == 2 and out == "", err
+        _no_traceback(code, out, err)
+        message = json.loads(err)["error"]["message"] if "--json" in args else err
+        assert str(config) in message and "UTF-8" in message and "internal" not in message, message
+
+
 # -- on the real 2020 history -----------------------------------------------------------------------------
 
 

@@ -145,3 +145,38 @@ def test_the_installed_command(tmp_path: Path) -> None:
     assert json.loads(refused.stdout)["errors"][0]["code"] == "UNAUTHENTICATED"
     usage = subprocess.run([*run, "report", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "--first and --final" in usage.stderr
+
+
+def test_a_candidate_given_twice_in_the_options_is_refused(cli: Any, tokens: dict[str, str], defined: Path) -> None:
+    # The JSON form refuses a repeated key; the options must not keep the last count silently.
+    for first in (["--first", "Biden=5,Biden=60"], ["--first", "Biden=50", "--first", "Biden=7"], ["--first", "Biden =60"]):
+        code, out = cli("report", "--unit", "E01", "--attendance", "60", *first, "--final", "Biden=60", token=tokens["official"])
+        assert code == 2 and "--first" in out and "Biden" in out, (first, out)
+    code, fine = cli("report", "--unit", "E01", "--attendance", "60", "--first", "Biden=55, Sanders=5",
+                     "--final", "Biden=60, Sanders=0", "--json", token=tokens["official"])  # fmt: skip
+    assert code == 0 and fine["status"] == "accepted", fine
+
+
+def test_a_ratio_the_schema_cannot_hold_is_refused_and_recorded(cli: Any, tokens: dict[str, str], tmp_path: Path, election: dict[str, Any]) -> None:
+    # Ratios are Avro records of two 64-bit longs: a larger term crashed the encoder and the input was lost.
+    big = {**election, "election_id": "big", "idempotency_key": "kb",
+           "counties": [{"county_id": "lee", "name": "Lee", "sde_ratio": "99999999999999999999/1"},
+                        {"county_id": "sat2", "name": "CD2 Satellite", "sde_ratio": 10**30}],
+           "satellite_groups": [{"group_id": "cd2", "name": "CD2 Satellite", "sde_pool": "1/99999999999999999999"}],
+           "units": [{"unit_id": "FM5", "name": "FM5", "county_id": "lee", "delegates": 12, "sde_weight": "²/3"}]}  # fmt: skip
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(big))
+    code, refused = cli("define", str(path), "--json", token=tokens["official"])
+    assert code == 1 and refused["status"] == "rejected" and refused["rejection"]["recorded"] == "log", refused
+    assert {(e["field"], e["code"]) for e in refused["errors"]} == {
+        ("counties.0.sde_ratio", "TOO_LARGE"),
+        ("counties.1.sde_ratio", "TOO_LARGE"),
+        ("satellite_groups.0.sde_pool", "TOO_LARGE"),
+        ("units.0.sde_weight", "BAD_RATIO"),
+    }
+    # the largest term the schema holds is accepted
+    big["counties"] = [{"county_id": "lee", "name": "Lee", "sde_ratio": f"{2**63 - 1}/2"}, election["counties"][1]]
+    big["satellite_groups"], big["units"] = election["satellite_groups"], election["units"]
+    path.write_text(json.dumps(big))
+    code, accepted = cli("define", str(path), "--json", token=tokens["official"])
+    assert code == 0 and accepted["status"] == "accepted", accepted

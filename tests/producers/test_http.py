@@ -77,8 +77,11 @@ def test_status_codes(defined: None, client: TestClient, tokens: dict[str, dict[
     chair_toss = _post(client, "/units/FM5/ties", {"contenders": ["Biden", "Sanders"], "seats": 1, "winners": ["Biden"],
                                                    "method": "coin", "caller": "x"}, chair, "t")  # fmt: skip
     assert chair_toss.status_code == 403
-    toss = _post(client, "/units/FM5/ties", {"contenders": ["Biden", "Sanders"], "seats": 1, "winners": ["Biden"],
-                                             "method": "coin", "caller": "x"}, official, "t")  # fmt: skip
+    no_tie = _post(client, "/units/FM5/ties", {"contenders": ["Biden", "Sanders"], "seats": 1, "winners": ["Biden"],
+                                               "method": "coin", "caller": "x"}, official, "t")  # fmt: skip
+    assert no_tie.status_code == 422 and no_tie.json()["errors"][0]["code"] == "NO_SUCH_TIE"  # FM5's result has no tie
+    toss = _post(client, "/units/E10/ties", {"contenders": ["Biden", "Sanders"], "seats": 1, "winners": ["Biden"],
+                                             "method": "coin", "caller": "x"}, official, "t2")  # fmt: skip
     assert toss.status_code == 201
     fix = {**fm5, "supersedes": accepted.json()["event_id"], "reason": "r", "authority": "IDP", "stage": "review"}
     assert _post(client, "/units/FM5/corrections", fix, official, "c").status_code == 201

@@ -148,3 +148,13 @@ def _fold(events: list[Event[Any]]) -> IntakeState:
     state = IntakeState()
     state.apply_all(_positions(events))
     return state
+
+
+def test_an_opening_written_after_the_result_is_ignored_like_the_reducers_do() -> None:
+    # RULES §2: a unit opens before it reports. An opening written past the intake after the result must
+    # not give later checks a T the projection does not use.
+    state = IntakeState()
+    report = _ev(ResultReported(_result(5), "chair"), "u3", "r3")
+    state.apply_all(_positions([_definition(), report, _ev(UnitOpened(1000), "u3", "o3")]))
+    unit = state.unit("e", "u3")
+    assert (unit.opened_event_id, unit.attendance, unit.result_event_id) == (None, None, report.event_id)

@@ -160,3 +160,74 @@ def test_corrections_and_conflicts(state: IntakeState) -> None:
     assert _codes(conflicts(_event(report.payload, unit="E01"), state)) == {("unit_id", "ALREADY_REPORTED")}
     assert conflicts(_event(report.payload, unit="E10"), state) == ()
     assert _codes(conflicts(_event(UnitOpened(3), unit="E01", election="gone"), state)) == {("election_id", "UNKNOWN_ELECTION")}
+
+
+def test_an_opening_after_the_result_is_refused(state: IntakeState) -> None:
+    # RULES §2: a unit opens before it reports; a later opening would silently change the result's T.
+    counts = {"first_alignment": {"Biden": 60, "Sanders": 40}, "final_alignment": {"Biden": 60, "Sanders": 40}}
+    payload, _ = to_payload(_command(CommandKind.REPORT, counts, "E01"), "t")
+    assert isinstance(payload, ResultReported)
+    state.apply(_event(payload, unit="E01"))
+    verdict = _verdict(state, CommandKind.OPEN, {"attendance": 1000}, "E01")
+    assert _codes(verdict.errors) == {("attendance", "ALREADY_REPORTED")}
+    assert "correction" in verdict.errors[0].message
+    # a spooled opening that meets a log where the unit reported meanwhile
+    assert _codes(conflicts(_event(UnitOpened(1000), unit="E01"), state)) == {("attendance", "ALREADY_REPORTED")}
+    assert _verdict(state, CommandKind.OPEN, {"attendance": 1000}, "E10").errors == ()
+
+
+def test_the_final_total_may_reach_a_known_attendance(state: IntakeState) -> None:
+    # RULES §4.4: Σ final ≤ T when T is known (from the report or the opening), else Σ final ≤ Σ first.
+    counts = {"first_alignment": {"Biden": 50, "Sanders": 40}, "final_alignment": {"Biden": 50, "Sanders": 50}}
+    assert _verdict(state, CommandKind.REPORT, {**counts, "attendance": 100}, "E10").errors == ()
+    assert ("final_alignment", "FINAL_GT_FIRST") in _codes(_verdict(state, CommandKind.REPORT, counts, "E10").errors)
+    state.apply(_event(UnitOpened(100), unit="E10"))
+    assert _verdict(state, CommandKind.REPORT, counts, "E10").errors == ()
+
+
+def test_a_toss_for_a_tie_the_result_does_not_have_is_refused(state: IntakeState) -> None:
+    # RULES §6: a toss decides a tie of the unit's result. Before a result it is accepted (§2: the precinct
+    # tosses, then reports); after it, a toss for a tie the result does not call for is refused.
+    toss = {"contenders": ["Sanders", "Warren"], "seats": 1, "winners": ["Warren"], "method": "coin", "caller": "x"}
+    assert _verdict(state, CommandKind.TOSS, toss, "E01").errors == ()
+    plain = {"first_alignment": {"Biden": 50, "Sanders": 35, "Warren": 15}, "final_alignment": {"Biden": 50, "Sanders": 35, "Warren": 15},
+             "attendance": 100}  # fmt: skip
+    payload, _ = to_payload(_command(CommandKind.REPORT, plain, "E01"), "t")
+    state.apply(_event(payload, unit="E01"))
+    refused = _verdict(state, CommandKind.TOSS, toss, "E01")
+    assert _codes(refused.errors) == {("contenders", "NO_SUCH_TIE")}
+    # E10 (RULES.md): Sanders and Biden tie for the sixth seat; that toss is accepted, no other
+    e10 = {"first_alignment": {"Warren": 100, "Sanders": 50, "Biden": 50},
+           "final_alignment": {"Warren": 100, "Sanders": 50, "Biden": 50}, "attendance": 200}  # fmt: skip
+    payload, _ = to_payload(_command(CommandKind.REPORT, e10, "E10"), "t")
+    state.apply(_event(payload, unit="E10"))
+    real = {**toss, "contenders": ["Biden", "Sanders"], "winners": ["Sanders"]}
+    assert _verdict(state, CommandKind.TOSS, real, "E10").errors == ()
+    assert _codes(_verdict(state, CommandKind.TOSS, {**real, "seats": 2, "contenders": ["Biden", "Sanders", "Warren"],
+                                                     "winners": ["Biden", "Sanders"], "method": "lots"}, "E10").errors) == {
+        ("contenders", "NO_SUCH_TIE")}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "unit, why",
+    [("E\x0001", "U+0000"), ("E\t01", "U+0009"), ("E\u202e01", "U+202E"), ("E\u200b01", "U+200B"), ("Cafe\u0301", "NFC")],
+    ids=["nul", "tab", "bidi-override", "zero-width", "nfd"],
+)
+def test_ids_with_hidden_characters_or_another_unicode_form_are_refused(unit: str, why: str) -> None:
+    parsed = parse_command(CommandKind.OPEN, json.dumps({"idempotency_key": "k", "unit_id": unit, "attendance": 3}))
+    assert [(p.field, p.code) for p in parsed.errors] == [("unit_id", "BAD_CHARACTERS")] and why in parsed.errors[0].message
+
+
+def test_candidate_names_are_plain_and_told_apart(election: dict[str, Any]) -> None:
+    for name, field in (("Biden ", "candidates.1"), ("Bi\u202eden", "candidates.1")):
+        parsed = parse_command(CommandKind.DEFINE, json.dumps({**election, "candidates": ["Sanders", name]}))
+        assert [(p.field, p.code) for p in parsed.errors] == [(field, "BAD_CHARACTERS")], parsed.errors
+    report = {"idempotency_key": "k", "unit_id": "E01", "first_alignment": {"Biden ": 3}, "final_alignment": {"Biden": 3}}
+    parsed = parse_command(CommandKind.REPORT, json.dumps(report))
+    assert [(p.field, p.code) for p in parsed.errors] == [("first_alignment.Biden ", "BAD_CHARACTERS")]
+    # names that differ only by case or Unicode form are one candidate: a definition naming both is refused
+    st = IntakeState()
+    collide = {**election, "election_id": "other", "candidates": ["Warren", "warren", "Andr\u00e9", "Andre\u0301", "WARREN"]}
+    verdict = _verdict(st, CommandKind.DEFINE, collide)
+    assert _codes(verdict.errors) == {("candidates.1", "CANDIDATE_COLLISION"), ("candidates.3", "CANDIDATE_COLLISION"),
+                                      ("candidates.4", "CANDIDATE_COLLISION")}  # fmt: skip

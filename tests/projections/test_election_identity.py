@@ -119,7 +119,7 @@ def test_refusals_around_a_report_and_a_correction_change_no_tally(workspace: Ca
         code, report = _report(caucus, "--token", official)
         assert code == 0
         if refuse:
-            assert _report(caucus, "--token", official, "--first", "Adams=-1")[0] == 1
+            assert _report(caucus, "--token", official, first="Adams=-1")[0] == 1
         code, corrected = caucus("correct", "--unit", "200002", "--supersedes", report["event_id"], "--first", "Adams=25,Baker=5",
                                  "--final", "Adams=25,Baker=5", "--attendance", "30", "--reason", "recount", "--stage", "recount", "--authority", "county chair",
                                  "--token", official, "--json")

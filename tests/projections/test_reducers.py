@@ -21,6 +21,7 @@ from ledger.events import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from projections.tie_records import TieRecord
 from projections.reducers import (
     ElectionState,
     Projection,
@@ -155,3 +156,60 @@ def test_folding_a_run_at_once_equals_folding_event_by_event(support: ModuleType
     for a, b in zip(bounds, bounds[1:], strict=False):
         fold.add(events[a:b])
     assert fold.state() == one_by_one and fold.state().dumps() == one_by_one.dumps()
+
+
+def test_an_opening_recorded_after_the_result_is_ignored_and_the_trail_says_so(support: ModuleType) -> None:
+    # RULES §2: a unit opens before it reports. An opening written past the intake after the result
+    # must not change the T the result was computed with (T = Σ first = 100 here).
+    from projections.tally import compute_unit_tally
+    from projections.election_context import election_context
+    from projections.trail import describe_changes
+
+    defn = support.definition(3)
+    unit = defn.units[0]
+    context = election_context(apply_election(None, support.define(defn)), "e1")
+    report = _report(support, unit.unit_id, {"A": 60, "B": 40}, {"A": 60, "B": 40})
+    before = apply_unit(None, report)
+    late = support.ev(UnitOpened(1000), unit_id=unit.unit_id)
+    after = apply_unit(before, late)
+    assert after.attendance_opened is None and after.result == before.result
+    assert apply_unit_events(None, [report, late]).attendance_opened is None, "the same when folded in one run"
+    t_before, t_after = compute_unit_tally(before, context), compute_unit_tally(after, context)
+    assert (t_after.attendance, t_after.cds) == (t_before.attendance, t_before.cds) and t_after.attendance == 100
+    changes = describe_changes(before, after, t_before, t_after, event=late)
+    assert any(c.startswith("opening ignored: attendance 1000") for c in changes), changes
+    # an opening before the result still counts
+    assert apply_unit(None, late).attendance_opened == 1000
+
+
+def test_a_toss_recorded_against_a_result_without_that_tie_decides_nothing_later(support: ModuleType) -> None:
+    # RULES §6: a toss decides a tie of the result it was tossed for. A B/C toss recorded while the result
+    # had no B/C tie must not silently decide the B/C tie a later correction creates: that tie is pending.
+    from fractions import Fraction as F
+
+    from ledger.events import County, ElectionDefined, UnitDefinition
+    from projections.election_context import election_context
+    from projections.tally import compute_unit_tally
+
+    defn = ElectionDefined("E", "idp-2020", ("A", "B", "C"), (County("lee", "Lee", F(21, 150)),),
+                           (UnitDefinition("P7", "P7", "lee", 5),))  # fmt: skip
+    context = election_context(apply_election(None, support.define(defn)), "e1")
+    no_tie = support.ev(ResultReported(Result({"A": 50, "B": 35, "C": 15}, {"A": 50, "B": 35, "C": 15}, 100), reporter="c"), unit_id="P7")
+    toss = support.ev(TieBroken(("B", "C"), 1, ("C",), TieMethod.COIN, caller="B"), unit_id="P7")
+    state = apply_unit_events(None, [no_tie, toss])
+    assert compute_unit_tally(state, context).pending == ()
+    tied = Result({"A": 40, "B": 30, "C": 30}, {"A": 40, "B": 30, "C": 30}, 100)
+    fix = support.ev(ResultCorrected(tied, supersedes=no_tie.event_id, reason="r", authority="party",
+                                     stage=CorrectionStage.REVIEW), unit_id="P7")  # fmt: skip
+    after = compute_unit_tally(apply_unit(state, fix), context)
+    assert [(p.contenders, p.seats) for p in after.pending] == [(("B", "C"), 1)], after
+    assert any(toss.event_id in p and "decides nothing" in p for p in after.problems), after.problems
+    assert TieRecord.from_json(apply_unit(state, fix).ties[0].to_json()) == apply_unit(state, fix).ties[0]
+    # a toss of a tie the result had still decides it after a correction that keeps the tie
+    report = support.ev(ResultReported(tied, reporter="c"), unit_id="P7")
+    settled = apply_unit_events(None, [report, support.ev(TieBroken(("B", "C"), 1, ("C",), TieMethod.COIN, caller="B"), unit_id="P7")])
+    same_tie = Result({"A": 40, "B": 30, "C": 30}, {"A": 40, "B": 30, "C": 30}, 101)
+    kept = apply_unit(settled, support.ev(ResultCorrected(same_tie, supersedes=report.event_id, reason="r", authority="party",
+                                                          stage=CorrectionStage.REVIEW), unit_id="P7"))  # fmt: skip
+    tally = compute_unit_tally(kept, context)
+    assert tally.pending == () and tally.cds["C"] == 2 and not tally.problems, tally

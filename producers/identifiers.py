@@ -1,0 +1,71 @@
+"""What an identifier or a candidate name may contain, and when two candidate names are one.
+
+Why: ids and candidate names are compared exactly everywhere (states, rows, feed keys, trails), so text
+that looks the same but is spelled differently splits one thing in two. Control and format characters
+(NUL, tab, the bidi overrides such as U+202E, zero-width spaces) are invisible or reorder what is shown;
+an id in a decomposed Unicode form (NFD) looks like its composed form (NFC) but is another id; and a
+ballot with candidates "Warren" and "warren" would let a count land on the wrong one.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+
+from pydantic_core import PydanticCustomError
+
+from ledger.events import Problem
+
+__all__ = ["plain_text", "plain_id", "candidate_collisions", "folded"]
+
+_HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def _hidden(value: str) -> str | None:
+    for ch in value:
+        if unicodedata.category(ch) in _HIDDEN:
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+def plain_text(value: str) -> str:
+    """A candidate name: no control, format or unassigned characters, no spaces around it."""
+    found = _hidden(value)
+    if found is not None:
+        raise PydanticCustomError("bad_characters", "must not contain control or invisible characters (found {char})", {"char": found})
+    if value != value.strip():
+        raise PydanticCustomError("bad_characters", "must not start or end with spaces", {})
+    return value
+
+
+def plain_id(value: str) -> str:
+    """An identifier: plain text as above, and in NFC, so that one id has one spelling."""
+    plain_text(value)
+    if unicodedata.normalize("NFC", value) != value:
+        raise PydanticCustomError("bad_characters", "must be in Unicode normal form NFC (composed characters)", {})
+    return value
+
+
+def folded(name: str) -> str:
+    """A candidate name as compared for collisions: NFC, then case-folded."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def candidate_collisions(candidates: Iterable[str]) -> list[Problem]:
+    """Candidate names that differ only by case or Unicode form from an earlier one (exact repeats are
+    the ``DUPLICATE`` rule's)."""
+    seen: dict[str, str] = {}
+    out = []
+    for i, name in enumerate(candidates):
+        key = folded(name)
+        earlier = seen.get(key)
+        if earlier is not None and earlier != name:
+            out.append(
+                Problem(
+                    f"candidates.{i}",
+                    "CANDIDATE_COLLISION",
+                    f"candidate {name!r} differs from {earlier!r} only by case or Unicode form; one election's candidates must be told apart",
+                )
+            )
+        seen.setdefault(key, name)
+    return out

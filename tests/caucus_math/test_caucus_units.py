@@ -549,7 +549,7 @@ def test_every_option_the_readme_names_is_accepted() -> None:
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     rows = [line for line in readme.splitlines() if line.startswith("| ") and "(RULES" not in line and "§" in line]
-    options = [m.group(1) for line in rows if (m := re.match(r"\|[^|]*\| `(\w+)` \|", line))]
+    options = [m.group(1) for line in rows if (m := re.match(r"\|[^|]*\| `(\w+)`", line))]
     assert "worksheet_decimals" in options and "leftover" in options, options
     values = {"worksheet_decimals": "4", "recompute_threshold_at_final": "True", "leftover": "lots",
               "realign_ties": "lots", "one_delegate_no_majority": "unawarded"}

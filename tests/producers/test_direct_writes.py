@@ -95,3 +95,19 @@ def test_a_whole_log_restores_into_an_empty_one(reported: tuple[Path, str], tmp_
         done = _caucus(restored, "log", "append", str(history), "--json", token=other)
         assert done.returncode == 0, done.stderr
     assert _log_size(restored) == _log_size(data)
+
+
+def test_the_trail_names_who_wrote_a_direct_write(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """An official may append a report under a chair's actor; the trail shows the official beside it."""
+    data, token = reported
+    done = _append(data, token, tmp_path, _forged("P4", "direct-p4", datetime.now(UTC)))
+    assert done.returncode == 0, done.stderr
+    assert _caucus(data, "project", "--until-caught-up").returncode == 0
+    trail = json.loads(_caucus(data, "trail", "P4", "--json").stdout)
+    (entry,) = trail["events"]
+    assert entry["actor"] == "chair:P4#deadbeef" and entry["writer"].startswith("official:Bob#"), entry
+    text = " ".join(_caucus(data, "trail", "P4").stdout.split())  # the line may wrap to the terminal's width
+    assert "by chair:P4#deadbeef via app (written directly by official:Bob#" in text, text
+    genuine = json.loads(_caucus(data, "trail", "P3", "--json").stdout)["events"]
+    assert [e["writer"] for e in genuine] == ["system:intake"]
+    assert "written directly" not in _caucus(data, "trail", "P3").stdout

@@ -231,10 +231,11 @@ def log_append(
             journal.codec.encode(event)
         refused = refusals(journal, events, datetime.now(UTC))
         if refused:
-            raise fail("refused, nothing appended: " + "; ".join(
+            more = f"; and {len(refused) - 10} more lines" if len(refused) > 10 else ""
+            raise fail(f"refused, nothing appended ({len(refused)} of {len(events)} lines): " + "; ".join(
                 f"line {lines[i]} ({events[i].type} {events[i].event_id}): "
-                + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in refused
-            ), REFUSED, kind="refused")
+                + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in refused[:10]
+            ) + more, REFUSED, kind="refused")
         positions = journal.append_batch(events)
     except CodecError as exc:  # e.g. a string no UTF-8 encoder can write: nothing was appended
         raise fail(f"not appended: {exc}") from exc

@@ -9,7 +9,10 @@ these records from the intake's.
 What they write is held to what the intake would accept of the log as it stands (``refusals``): a
 second result for a unit that has one, a correction of an unknown or superseded event, a second toss
 of a settled tie, a key used for other content, all refused as the intake refuses them
-(``producers.intake_forward.recheck``, the check a spooled event gets when it is forwarded). So is a
+(``producers.intake_forward.recheck``, the check a spooled event gets when it is forwarded). A second
+definition of an election is let through: the importer writes one when a later release amends the
+first (the 2020 history holds two), so a restored log holds it too; the audit lists it among the
+direct writes. So is a
 ``recorded_at`` that goes back before the newest record of the log (or of the file) by more than
 ``TOLERANCE``, or that lies ahead of now by more: ``recorded_at`` is when the ledger accepted an event,
 and as-of reads, the trail and the audit order history by it. Such a record is refused rather than
@@ -32,7 +35,7 @@ from typing import Any
 
 from ledger.cli_output import fail
 from ledger.config import Settings
-from ledger.events import Event, Problem
+from ledger.events import ElectionDefined, Event, Problem
 from ledger.journal import Journal
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
 from producers.intake_forward import recheck
@@ -74,15 +77,18 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime) -> l
         newest = logged.event.recorded_at if newest is None else max(newest, logged.event.recorded_at)
     found: list[tuple[int, tuple[Problem, ...]]] = []
     for index, event in enumerate(events):
-        problems = list(_time_problems(event.recorded_at, newest, now))
         verdict = recheck(event, state)
-        if verdict.action == "refuse":
-            problems.extend(verdict.problems)
-        elif verdict.action == "append":
+        if verdict.action == "present":  # already in the log: appending it again writes nothing
+            continue
+        problems = list(_time_problems(event.recorded_at, newest, now))
+        refused = [p for p in verdict.problems if not (isinstance(event.payload, ElectionDefined) and p.code == "ALREADY_DEFINED")]
+        if verdict.action == "refuse" and refused:
+            problems.extend(refused)
+        else:
             state.apply(event)
         if problems:
             found.append((index, tuple(problems)))
-        elif verdict.action == "append":
+        else:
             newest = event.recorded_at if newest is None else max(newest, event.recorded_at)
     return found
 

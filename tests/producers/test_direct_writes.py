@@ -111,3 +111,23 @@ def test_the_trail_names_who_wrote_a_direct_write(reported: tuple[Path, str], tm
     genuine = json.loads(_caucus(data, "trail", "P3", "--json").stdout)["events"]
     assert [e["writer"] for e in genuine] == ["system:intake"]
     assert "written directly" not in _caucus(data, "trail", "P3").stdout
+
+
+def test_the_2020_history_restores_and_restores_again(tmp_path: Path) -> None:
+    """The importer's log holds what the intake would refuse (a second definition of the election, from
+    a later release) and times years before today: restored whole into an empty log it is accepted, and
+    appending it again writes nothing and refuses nothing."""
+    data = Path(__file__).resolve().parents[3] / "shared" / "data" / "iowa2020"
+    if not (data / "idp_apportionment.csv").is_file():
+        pytest.skip(f"the 2020 Iowa data is not at {data}")
+    source = tmp_path / "imported"
+    imported = _caucus(source, "import", "idp2020", "--data", str(data))
+    assert imported.returncode == 0, imported.stderr
+    history = tmp_path / "history.jsonl"
+    history.write_text(_caucus(source, "log", "tail", "-n", "0", "--json").stdout)
+    restored = tmp_path / "restored"
+    _, token = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
+    for _ in range(2):
+        done = _caucus(restored, "log", "append", str(history), "--json", token=token)
+        assert done.returncode == 0, done.stderr[:2000]
+    assert _log_size(restored) == _log_size(source) == len(history.read_text().splitlines())

@@ -195,14 +195,18 @@ def log_append(
                                                help="Credential store file (default: <data dir>/credentials.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print positions as JSON."),
 ) -> None:
-    """Append events given as JSON lines, unvalidated: for restoring or moving a log. Needs an official.
+    """Append events given as JSON lines: for restoring or moving a log. Needs an official.
 
-    Reports go through `caucus report` and friends, which validate; this writes what it is given
-    (duplicates of event ids already in the log are dropped by the log itself). Each record names the
-    official who appended it in its `caucus-writer` header."""
+    Reports go through `caucus report` and friends; this writes the events as given (duplicates of
+    event ids already in the log are dropped by the log itself), but refuses the whole file if one
+    event is what the intake would refuse of the log as it stands (a second result for a unit, ...) or
+    has a recorded_at before the log's newest record (or after now) by more than a minute. Each record
+    names the official who appended it in its `caucus-writer` header."""
     from ledger.journal import Journal
     from ledger.render import event_from_json
-    from producers.direct_writes import official_writer
+    from datetime import UTC, datetime
+
+    from producers.direct_writes import REFUSED, official_writer, refusals
 
     from ledger.codec import CodecError
 
@@ -212,7 +216,7 @@ def log_append(
         text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot read {source}: {exc}") from exc
-    events = []
+    events, lines = [], []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -220,8 +224,18 @@ def log_append(
             events.append(event_from_json(json.loads(line)))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise fail(f"line {lineno}: not an event: {type(exc).__name__}: {exc}") from exc
+        lines.append(lineno)
     journal = Journal(open_log(settings), writer=writer)
     try:
+        for event in events:  # a line no encoder can write is an error before it is a refusal
+            journal.codec.encode(event)
+        refused = refusals(journal, events, datetime.now(UTC))
+        if refused:
+            more = f"; and {len(refused) - 10} more lines" if len(refused) > 10 else ""
+            raise fail(f"refused, nothing appended ({len(refused)} of {len(events)} lines): " + "; ".join(
+                f"line {lines[i]} ({events[i].type} {events[i].event_id}): "
+                + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in refused[:10]
+            ) + more, REFUSED, kind="refused")
         positions = journal.append_batch(events)
     except CodecError as exc:  # e.g. a string no UTF-8 encoder can write: nothing was appended
         raise fail(f"not appended: {exc}") from exc

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["DEFAULT_FILE_MODE", "file_mode", "set_file_mode", "create_private", "check_file_mode", "lock_beside",
-           "replace_secret_file"]
+           "open_private_lock", "replace_secret_file"]
 
 DEFAULT_FILE_MODE = 0o600
 _mode = DEFAULT_FILE_MODE
@@ -69,11 +69,27 @@ def create_private(path: Path) -> bool:
 def lock_beside(path: Path) -> Iterator[None]:
     """An exclusive lock on ``path`` + ``.lock`` for the ``with`` block: a small file read, changed and
     written back by several processes (credentials, what a key signed) is changed by one at a time.
-    Raises OSError when the lock file cannot be opened."""
+    Raises OSError when the lock file cannot be opened.
+
+    The lock file is the owner's only (0600, like the secret beside it): it holds nothing, but a lock
+    others can open is a lock others can hold, stalling every change of the secret."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
+    with open(open_private_lock(path.with_name(path.name + ".lock")), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def open_private_lock(path: Path) -> int:
+    """A descriptor on the lock file ``path``, created 0600 if missing; one left readable by others (by
+    an older version) is made private when it is ours. Raises OSError when it cannot be opened."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077 and os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, 0o600)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def replace_secret_file(path: Path, text: str) -> None:

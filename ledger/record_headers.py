@@ -16,7 +16,7 @@ from ledger.codec import MAGIC
 from ledger.events import Event
 from ledger.log.port import Headers
 
-__all__ = ["CONTENT_TYPE", "DERIVED", "event_headers", "header_map"]
+__all__ = ["CONTENT_TYPE", "DERIVED", "WRITER", "event_headers", "header_map", "writer_of", "is_direct_writer"]
 
 CONTENT_TYPE = "application/vnd.caucus.event+avro; encoding=single-object"
 EVENT_TYPE, FINGERPRINT, ELECTION, UNIT, CONTENT, WRITER = (
@@ -46,3 +46,16 @@ def event_headers(event: Event[Any], value: bytes, writer: str = "") -> Headers:
 def header_map(headers: Headers) -> dict[str, str]:
     """Headers as text, for printing (a repeated name keeps its last value)."""
     return {name: value.decode("utf-8", errors="replace") for name, value in headers}
+
+
+def writer_of(headers: Headers) -> str:
+    """Who wrote a record to the log, from its ``caucus-writer`` header ("" for a record without one)."""
+    return header_map(headers).get(WRITER, "")
+
+
+def is_direct_writer(writer: str) -> bool:
+    """Whether ``writer`` put its record on the log without the intake's checks: an official's
+    ``caucus log append`` or ``caucus simulate write``, not the intake (``system:``) nor the importer,
+    which writes only what the published releases say. The event's actor is then only what the
+    writer typed, so the trail shows the writer beside it and the audit names the record."""
+    return bool(writer) and not writer.startswith(("system:", "importer:"))

@@ -6,6 +6,21 @@ official's credential, checked like the intake checks one, and each record they 
 official's actor in its ``caucus-writer`` header (``ledger.record_headers``): an auditor can tell
 these records from the intake's.
 
+What they write is held to what the intake would accept of the log as it stands (``refusals``): a
+second result for a unit that has one, a correction of an unknown or superseded event, a second toss
+of a settled tie, a key used for other content, all refused as the intake refuses them
+(``producers.intake_forward.recheck``, the check a spooled event gets when it is forwarded). A second
+definition of an election is let through: the importer writes one when a later release amends the
+first (the 2020 history holds two), so a restored log holds it too; the audit lists it among the
+direct writes. So is a
+``recorded_at`` that goes back before the newest record of the log (or of the file) by more than
+``TOLERANCE``, or that lies ahead of now by more: ``recorded_at`` is when the ledger accepted an event,
+and as-of reads, the trail and the audit order history by it. Such a record is refused rather than
+given the time of the append: a restore must keep the times it restores, and a command that changes
+what an official handed it without saying so would hide the very thing an auditor looks for. Events
+in the file are judged in order, each against the log and the file's events before it, so a whole
+log restores into an empty one; one refusal refuses the whole file, and nothing is appended.
+
 The importer (``caucus import``) needs none: it writes only what the party's published releases
 say, under the fixed actor of the importer, with event ids derived from the releases (so running it
 again appends nothing), and anyone can check its events against the same public files.
@@ -13,15 +28,26 @@ again appends nothing), and anyone can check its events against the same public 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from ledger.cli_output import fail
 from ledger.config import Settings
+from ledger.events import ElectionDefined, Event, Problem
+from ledger.journal import Journal
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
+from producers.intake_forward import recheck
+from producers.intake_state import IntakeState
 
-__all__ = ["official_writer", "REFUSED"]
+__all__ = ["official_writer", "refusals", "REFUSED", "TOLERANCE"]
 
 REFUSED = 1
+
+TOLERANCE = timedelta(seconds=60)
+"""How far a directly written ``recorded_at`` may lie before the newest record (or after now): clocks
+of the machines that wrote the log differ a little, and a log's partitions have no common order."""
 
 
 def official_writer(settings: Settings, token: str | None, credentials: Path | None, what: str) -> str:
@@ -39,3 +65,42 @@ def official_writer(settings: Settings, token: str | None, credentials: Path | N
         raise fail(f"refused: to {what} you need an official's credential; {found.actor} is a {found.role}",
                    REFUSED, kind="forbidden")
     return found.actor
+
+
+def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime) -> list[tuple[int, tuple[Problem, ...]]]:
+    """Why each of ``events`` (by index) may not be appended to the log ``journal`` reads, judged in
+    order as the intake would judge them; empty when all may. Reads the whole log."""
+    state = IntakeState()
+    newest: datetime | None = None
+    for logged in journal.read({}):
+        state.apply(logged.event, logged.position)
+        newest = logged.event.recorded_at if newest is None else max(newest, logged.event.recorded_at)
+    found: list[tuple[int, tuple[Problem, ...]]] = []
+    for index, event in enumerate(events):
+        verdict = recheck(event, state)
+        if verdict.action == "present":  # already in the log: appending it again writes nothing
+            continue
+        problems = list(_time_problems(event.recorded_at, newest, now))
+        refused = [p for p in verdict.problems if not (isinstance(event.payload, ElectionDefined) and p.code == "ALREADY_DEFINED")]
+        if verdict.action == "refuse" and refused:
+            problems.extend(refused)
+        else:
+            state.apply(event)
+        if problems:
+            found.append((index, tuple(problems)))
+        else:
+            newest = event.recorded_at if newest is None else max(newest, event.recorded_at)
+    return found
+
+
+def _time_problems(recorded_at: datetime, newest: datetime | None, now: datetime) -> tuple[Problem, ...]:
+    if newest is not None and recorded_at < newest - TOLERANCE:
+        return (Problem("recorded_at", "RECORDED_OUT_OF_ORDER",
+                        f"{recorded_at.isoformat()} is before {newest.isoformat()}, the newest record of the log and of the "
+                        f"lines before it, by more than {int(TOLERANCE.total_seconds())} s: a direct write may not backdate "
+                        "an event"),)
+    if recorded_at > now + TOLERANCE:
+        return (Problem("recorded_at", "RECORDED_IN_FUTURE",
+                        f"{recorded_at.isoformat()} is after now ({now.isoformat()}) by more than "
+                        f"{int(TOLERANCE.total_seconds())} s: a direct write may not postdate an event"),)
+    return ()

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ledger.files import open_private_lock
+
 __all__ = ["DirectoryLock"]
 
 
@@ -26,7 +28,7 @@ class DirectoryLock:
         with self.thread_lock:
             if self._file is None:
                 self.workdir.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.workdir / "intake.lock", "a")
+                self._file = open(open_private_lock(self.workdir / "intake.lock"), "a")  # beside the state: private
             fcntl.flock(self._file, fcntl.LOCK_EX)
             try:
                 yield

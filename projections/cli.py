@@ -303,7 +303,10 @@ def projections_list(
     ctx: typer.Context,
     as_json: bool = JsonOption,
 ) -> None:
-    """Projection sets in the store: name, version, state (building / serving / retired), the log it was built from."""
+    """Projection sets in the store: name, version, state (building / serving / retired, or abandoned: left
+    building by a replay that is gone), the log it was built from."""
+    from projections.set_builders import shown_state
+
     settings = settings_of(ctx)
     with _store(settings, read_only=True) as store:
         sets = store.sets()
@@ -312,7 +315,7 @@ def projections_list(
             with store.reader(s.set_id) as r:
                 counts[s.set_id] = (r.event_count(), {p: row.next_offset for p, row in r.positions().items()})
     data = [
-        {"set_id": s.set_id, "name": s.name, "version": s.version, "state": s.state, "source": s.source,
+        {"set_id": s.set_id, "name": s.name, "version": s.version, "state": shown_state(s), "source": s.source,
          "rule_set": s.rule_set, "created_at": s.created_at, "promoted_at": s.promoted_at,
          "events": counts[s.set_id][0], "positions": counts[s.set_id][1]}
         for s in sets

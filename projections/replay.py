@@ -33,13 +33,15 @@ from ledger.config import Settings
 from ledger.log.port import EventLog, StoredRecord
 from projections.asof import AsOfError, Cut
 from projections.queries import DEFAULT_SET
-from projections.runner import Progress, ProjectionRunner
+from projections.runner import Progress, ProjectionRunner, RunnerError
+from projections.set_builders import builder_gone, builder_of, builder_params, describe_builder
 from projections.sources import AssignmentListener, Source
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreUnavailable
 from projections.wiring import DEFAULT_GROUP, check_source, log_identity, serving_set, source_for
 
 __all__ = [
     "AS_OF_SUFFIX",
+    "ReplayBusy",
     "ReplayOutcome",
     "CutSource",
     "ServingWatch",
@@ -237,6 +239,31 @@ def _run(
     return runner.run(until_caught_up=True, stop=stop)
 
 
+class ReplayBusy(RunnerError):
+    """Another replay of the projection is building a set now: two at once would each retire the
+    set the other promoted."""
+
+
+def _clear_the_way(store: ProjectionStore, name: str, *, mine: int | None = None) -> list[str]:
+    """Drop the sets of ``name`` that a replay left building and whose builder is gone (notes saying
+    so); raise ``ReplayBusy`` for one whose builder may be alive (with ``mine``: one with a lower set
+    id than ours). Sets without a recorded builder (``--no-promote`` rebuilds, which stay building
+    when done, and sets older than builders) are left alone."""
+    notes: list[str] = []
+    for info in store.sets(name):
+        if info.state != "building" or info.set_id == mine or builder_of(info) is None:
+            continue
+        if builder_gone(info):
+            store.drop_set(info.set_id)
+            notes.append(f"set {info.set_id} ({info.name} v{info.version}) was left building by a replay that is gone "
+                         f"({describe_builder(info)}): dropped")
+        elif mine is None or info.set_id < mine:
+            raise ReplayBusy(f"another replay ({describe_builder(info)}) is building {info.name} v{info.version} "
+                             f"(set {info.set_id}); wait for it to finish (`caucus projections` shows it as abandoned "
+                             "if it stopped without finishing)")
+    return notes
+
+
 def rebuild(
     store: ProjectionStore,
     settings: Settings,
@@ -269,14 +296,22 @@ def rebuild(
     if previous is not None and not new_log:
         check_source(previous, store, settings, identity)
     chosen_rules = rule_set if rule_set is not None else (previous.rule_set if previous else None)
-    params = {"kind": "rebuild", "replaces": None if previous is None else previous.set_id}
+    notes = _clear_the_way(store, name)
+    params: dict[str, Any] = {"kind": "rebuild", "replaces": None if previous is None else previous.set_id}
+    if promote:  # a set that is to serve: left building, its replay stopped (a --no-promote set is done when built)
+        params["builder"] = builder_params()
     built = store.create_set(name, source=identity, rule_set=chosen_rules, params=json.dumps(params, sort_keys=True))
+    try:
+        _clear_the_way(store, name, mine=built.set_id)
+    except ReplayBusy:
+        store.drop_set(built.set_id)  # started at the same moment as another: the lower set id goes on
+        raise
     src = source() if source is not None else source_for(
         settings, group=replay_group(settings, built.set_id), batch_size=batch_size, session_timeout_ms=session_timeout_ms
     )
     progress = _run(store, built, src, batch_size=batch_size, on_commit=on_commit, on_progress=on_progress, stop=stop,
                     poll_timeout=poll_timeout, catch_up_batch=catch_up_batch)
-    outcome = ReplayOutcome(previous, store.get_set(built.set_id), progress, promoted=False)
+    outcome = ReplayOutcome(previous, store.get_set(built.set_id), progress, promoted=False, notes=notes)
     if not progress.caught_up:
         outcome.notes.append(f"stopped ({progress.stopped}) before catching up: set {built.set_id} left building, not promoted")
     elif promote:

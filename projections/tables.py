@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ledger.cli_output import text
+from ledger.record_headers import is_direct_writer
 from projections.queries import TallyView
 from projections.tally import AreaTally, UnitTally
 from projections.trail import Trail, event_details
@@ -149,7 +150,7 @@ def print_trail(console: Console, trail: Trail) -> None:
         flag = "" if e.projected else "  [not projected yet]"
         console.print(
             f"[bold]{e.position}[/bold]  {env.recorded_at:%Y-%m-%d %H:%M:%S}  {e.event.type}  by {env.actor} via {env.channel.value}"
-            f"  (occurred {env.occurred_at:%Y-%m-%d %H:%M:%S}){flag}",
+            f"{_written_by(e.writer, env.actor)}  (occurred {env.occurred_at:%Y-%m-%d %H:%M:%S}){flag}",
             highlight=False,
         )
         details = event_details(e.event)
@@ -169,6 +170,12 @@ def print_trail(console: Console, trail: Trail) -> None:
         for u in trail.unattributed:
             env = u.event.envelope
             console.print(f"  {u.position}  {env.recorded_at:%Y-%m-%d %H:%M:%S}  {u.event.type}  by {env.actor} via "
-                          f"{env.channel.value}", highlight=False)
+                          f"{env.channel.value}{_written_by(u.writer, env.actor)}", highlight=False)
             for problem in event_details(u.event).get("errors") or ():
                 console.print(f"    error: {escape(text(problem))}", highlight=False)
+
+
+def _written_by(writer: str, actor: str) -> str:
+    """The writer beside the actor when an official wrote the record directly under another name: the
+    actor is then only what the official typed, not who the intake checked."""
+    return f"  (written directly by {escape(writer)})" if is_direct_writer(writer) and writer != actor else ""

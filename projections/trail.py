@@ -30,6 +30,7 @@ from ledger.events import (
 )
 from ledger.log.partitioning import partition_for
 from ledger.log.port import EventLog, Position, StoredRecord
+from ledger.record_headers import writer_of
 from projections.reducers import ElectionState, TossNote, UnitState, apply_unit
 from projections.stores.port import StoreReader
 from projections.tally import ElectionContext, UnitTally, compute_unit_tally, election_context
@@ -45,6 +46,9 @@ class TrailEntry:
     changes: tuple[str, ...]
     state: UnitState
     tally: UnitTally
+    writer: str = ""
+    """Who wrote the record to the log (its ``caucus-writer`` header): the intake, the importer, or an
+    official writing directly, whose events carry whatever actor the official gave them."""
 
     def to_json(self) -> dict[str, Any]:
         env = self.event.envelope
@@ -54,6 +58,7 @@ class TrailEntry:
             "event_id": env.event_id,
             "type": self.event.type,
             "actor": env.actor,
+            "writer": self.writer,
             "channel": env.channel.value,
             "occurred_at": env.occurred_at.isoformat(),
             "recorded_at": env.recorded_at.isoformat(),
@@ -71,6 +76,7 @@ class UnattributedEntry:
     position: Position
     event: Event[Any]
     projected: bool
+    writer: str = ""
 
     def to_json(self) -> dict[str, Any]:
         env = self.event.envelope
@@ -80,6 +86,7 @@ class UnattributedEntry:
             "event_id": env.event_id,
             "type": self.event.type,
             "actor": env.actor,
+            "writer": self.writer,
             "channel": env.channel.value,
             "recorded_at": env.recorded_at.isoformat(),
             "details": event_details(self.event),
@@ -319,7 +326,9 @@ def unit_trail(
         new_state = apply_unit(prev_state, event)
         tally = compute_unit_tally(new_state, context)
         changes = describe_changes(prev_state, new_state, prev_tally, tally, event=event)
-        entries.append(TrailEntry(rec.position, event, projected, changes, new_state, tally))
+        entries.append(TrailEntry(rec.position, event, projected, changes, new_state, tally, writer_of(rec.headers)))
         prev_state, prev_tally = new_state, tally
-    unattributed = tuple(UnattributedEntry(rec.position, event, projected) for rec, event, projected in loose)
+    unattributed = tuple(
+        UnattributedEntry(rec.position, event, projected, writer_of(rec.headers)) for rec, event, projected in loose
+    )
     return Trail(unit_id, election_id, tuple(entries), unattributed)

@@ -321,10 +321,13 @@ def get_rule_set(name: str = DEFAULT_RULE_SET) -> RuleSet:
         changes: dict[str, object] = {}
         for part in filter(None, tag.split(",")):
             option, eq, text = part.partition("=")
-            if not eq or option not in _FLIPS:
+            if not eq or option not in _OPTION_NAMES:
                 raise CaucusMathError(
-                    "rule_set", f"{part!r} in {name!r} is not OPTION=VALUE of an [OPEN] option ({', '.join(sorted(_FLIPS))})"
+                    "rule_set", f"{part!r} in {name!r} is not OPTION=VALUE of an [OPEN] option ({', '.join(_OPTION_NAMES)})"
                 )
+            if option == "worksheet_decimals":
+                changes[option] = _decimals(text)
+                continue
             values = {str(v): v for v in _FLIPS[option]}
             if text not in values:
                 raise CaucusMathError("rule_set", f"{option} must be one of {', '.join(sorted(values))}, got {text!r}")
@@ -339,5 +342,23 @@ def get_rule_set(name: str = DEFAULT_RULE_SET) -> RuleSet:
         raise CaucusMathError(
             "rule_set",
             f"unknown rule set {name!r}; known: {', '.join(sorted(RULE_SETS))}, or a variant such as "
-            "idp-2020[realign_ties=lots] (options: " + ", ".join(sorted(_FLIPS)) + ")",
+            "idp-2020[realign_ties=lots] (options: " + ", ".join(_OPTION_NAMES) + ")",
         ) from None
+
+
+MAX_WORKSHEET_DECIMALS = 12
+"""The most decimals a ``worksheet_decimals`` variant may ask for: a worksheet carries four (the APP's
+``toFixed(4)``), and a name is not allowed to make the arithmetic arbitrarily large (10**n per unit)."""
+
+_OPTION_NAMES = tuple(sorted({*_FLIPS, "worksheet_decimals"}))
+"""The options a variant's name may set: the two-way [OPEN] readings and the worksheet's decimals (§5.1),
+which is a number, not a flip, so the audit never offers it as an alternative reading."""
+
+
+def _decimals(text: str) -> int:
+    """``worksheet_decimals`` from a variant's name: plain digits, 0 to ``MAX_WORKSHEET_DECIMALS``."""
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_WORKSHEET_DECIMALS:
+        raise CaucusMathError(
+            "rule_set", f"worksheet_decimals must be an integer from 0 to {MAX_WORKSHEET_DECIMALS}, got {text!r}"
+        )
+    return int(text)

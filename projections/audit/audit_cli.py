@@ -23,7 +23,8 @@ from ledger.config import Settings, open_log
 from ledger.log.port import LogError
 from projections.asof import AsOfError, Cut, parse_cut, tally_as_of
 from projections.audit.cli import trusted_keys as _trusted_keys
-from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditReport, audit_tallies
+from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditFinding, AuditReport, audit_tallies
+from projections.audit.record_checks import RECORD_CODES, log_record_findings
 from projections.audit.tie_checks import TIE_CODES
 from ledger.caucus_math import CHECK_CODES, CaucusMathError
 from projections.queries import QueryError, find_county, load_view
@@ -68,12 +69,13 @@ def run_audit(
         log = open_log(settings, read_only=True)
         try:
             at = tally_as_of(log, cut, election_id=election_id)
+            records = log_record_findings(log, at.context)
         finally:
             log.close()
         where = f"{settings.describe_log()}: " + (cut.describe() if cut is not None else "the whole log")
         meta = {"as_of": at.state.to_json()}
         report = audit_tallies(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta)
-        return report, at.context, at.state.unattributed
+        return _with(report, records), at.context, at.state.unattributed
     from projections.stores import open_store
 
     store = open_store(settings, read_only=True)
@@ -84,8 +86,21 @@ def run_audit(
             loose = reader.unattributed()
     finally:
         store.close()
+    log = open_log(settings, read_only=True)
+    try:
+        records = log_record_findings(log, view.context)
+    finally:
+        log.close()
     meta = {"projection": view.meta()}
-    return audit_tallies(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta), view.context, loose
+    report = audit_tallies(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta)
+    return _with(report, records), view.context, loose
+
+
+def _with(report: AuditReport, records: list[AuditFinding]) -> AuditReport:
+    """The report with the findings about how records reached the log, each among its severity."""
+    order = {s: i for i, s in enumerate(SEVERITY_ORDER)}
+    report.findings[:] = sorted([*report.findings, *records], key=lambda f: order.get(f.severity, len(order)))
+    return report
 
 
 def unattributed_json(rows: list[EventRow]) -> list[dict[str, Any]]:
@@ -115,7 +130,7 @@ def audit_command(
         None, "--severity", help=f"Only these severities ({', '.join(SEVERITY_ORDER)}); repeatable or comma separated."
     ),
     code: Optional[list[str]] = typer.Option(
-        None, "--code", help=f"Only these checks ({', '.join(CHECK_CODES + TIE_CODES)}); repeatable or comma separated."
+        None, "--code", help=f"Only these checks ({', '.join(CHECK_CODES + TIE_CODES + RECORD_CODES)}); repeatable or comma separated."
     ),
     as_of: Optional[str] = typer.Option(
         None, "--as-of", help="Audit the log as of a time (2020-02-08T06:28:00Z; events recorded at that time count) "
@@ -129,13 +144,15 @@ def audit_command(
     """Run the RULES.md §12 checks over every unit's current result and list the findings by severity:
     unit, county, candidate, expected vs reported, and the likely cause. A tie tossed more than once is
     reported too: TIE_REDRAWN (info) for an official's redraw, TIE_CONTRADICTED (error) for a second
-    toss that was ignored (expected: the winners that stand; reported: the ignored toss's).
+    toss that was ignored (expected: the winners that stand; reported: the ignored toss's). So is how
+    records reached the log: DIRECT_WRITE for one an official wrote without the intake, and
+    RECORDED_OUT_OF_ORDER for one dated more than a minute before records appended ahead of it.
 
     Exit 0: no error among the findings shown; 1: at least one error; 2: could not audit."""
     if as_json and as_csv:
         raise fail("choose one of --json and --csv", OPERATIONAL)
     severities = _choices(severity, SEVERITY_ORDER, "--severity")
-    codes = _choices(code, CHECK_CODES + TIE_CODES, "--code")
+    codes = _choices(code, CHECK_CODES + TIE_CODES + RECORD_CODES, "--code")
     settings = settings_of(ctx)
     try:
         cut = parse_cut(as_of) if as_of else None

@@ -554,3 +554,31 @@ def test_final_total_is_bounded_by_a_known_attendance() -> None:
     above = RS.check(delegates=6, attendance=99, first=first, final=final)
     finding = next(f for f in above if f.code == "FINAL_GT_FIRST")
     assert (finding.expected, finding.reported) == (99, 100) and "99 attendees" in finding.message
+
+
+def test_worksheet_decimals_is_a_variant_option() -> None:
+    """README lists ``worksheet_decimals`` beside the other options of ``--rule-set``: a variant's name sets it."""
+    four = get_rule_set("idp-2020[worksheet_decimals=4]")
+    assert four.worksheet_decimals == 4 and four.name == "idp-2020[worksheet_decimals=4]"
+    assert four == RS.variant(worksheet_decimals=4)
+    both = get_rule_set("idp-2016[leftover=round_robin,worksheet_decimals=0]")
+    assert (both.leftover, both.worksheet_decimals) == ("round_robin", 0)
+    assert alloc({"A": 12, "B": 9, "C": 9}, 30, 2, rs=four).delegates == alloc({"A": 12, "B": 9, "C": 9}, 30, 2).delegates
+    for bad in ("x", "-1", "13", "4.0", "٤", ""):
+        with pytest.raises(CaucusMathError, match="worksheet_decimals"):
+            get_rule_set(f"idp-2020[worksheet_decimals={bad}]")
+
+
+def test_every_option_the_readme_names_is_accepted() -> None:
+    """The README's table of [OPEN] points names the options ``--rule-set`` takes; each must parse."""
+    from pathlib import Path
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in readme.splitlines() if line.startswith("| ") and "(RULES" not in line and "§" in line]
+    options = [m.group(1) for line in rows if (m := re.match(r"\|[^|]*\| `(\w+)`", line))]
+    assert "worksheet_decimals" in options and "leftover" in options, options
+    values = {"worksheet_decimals": "4", "recompute_threshold_at_final": "True", "leftover": "lots",
+              "realign_ties": "lots", "one_delegate_no_majority": "unawarded"}
+    for option in options:
+        assert getattr(get_rule_set(f"idp-2020[{option}={values[option]}]"), option) is not None, option

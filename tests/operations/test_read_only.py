@@ -144,7 +144,7 @@ def test_data_files_are_private(ops: ModuleType, workspace: Workspace) -> None:
     """The log, the stores, the feed, the intake's state: 0600 (credentials and keys were already)."""
     ops.ok(ops.run(["open", "1", "--json", "--attendance", "3", "--token", workspace.official_token], cwd=workspace.root), 0, 1)
     for name in ("log.sqlite3", "store.sqlite3", "results.sqlite3", "checkpoints.sqlite3", "credentials.json",
-                 "intake/embedded/state.json"):
+                 "intake/embedded/state.json", "credentials.json.lock", "intake/embedded/intake.lock"):
         path = workspace.data / name
         assert path.exists(), name
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, f"{name}: {oct(path.stat().st_mode)}"

@@ -71,3 +71,30 @@ def test_roles(tmp_path: Path) -> None:
         assert denied is not None and denied.code == "FORBIDDEN" and "official" in denied.message
     with pytest.raises(ValueError):
         store.issue("chair")
+
+
+def test_lock_files_beside_secrets_are_private(tmp_path: Path) -> None:
+    """The credential store's lock and the intake's lock are the owner's only, whatever the umask; a
+    lock file an older version left readable by others is made private on its next use."""
+    import os
+
+    from ledger.files import lock_beside
+    from producers.intake_lock import DirectoryLock
+
+    old = os.umask(0o022)
+    try:
+        store = CredentialStore(tmp_path / "credentials.json")
+        store.issue("official", name="Pat")
+        lock = tmp_path / "credentials.json.lock"
+        assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+        lock.chmod(0o644)
+        with lock_beside(tmp_path / "credentials.json"):
+            pass
+        assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+        intake = DirectoryLock(tmp_path / "intake")
+        with intake.held():
+            pass
+        intake.close()
+        assert stat.S_IMODE((tmp_path / "intake" / "intake.lock").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

@@ -1,0 +1,125 @@
+"""Audit findings about how records reached the log, not what they say: written without the intake, or
+dated before records the log already held.
+
+Why: the §12 checks read the results, and a result an official appended directly (``caucus log
+append``, ``caucus simulate write``) looks like any other to them, under whatever actor the official
+typed. Its record's ``caucus-writer`` header names who wrote it, so the audit lists every such record
+(``DIRECT_WRITE``: info when the actor is the writer, warn when the event names someone else). And
+``recorded_at`` orders history for as-of reads and the trail: an event whose ``recorded_at`` lies
+before that of records appended earlier, by more than ``TOLERANCE``, rewrote the past
+(``RECORDED_OUT_OF_ORDER``: warn for a direct write; info for the intake's, whose only such records
+are spooled while the log was out of reach and forwarded later). Appended earlier means by the log's
+own append time where it keeps one (``timestamp_ms`` > 0), across partitions, and by offset within a
+partition always. The importer's records are left out of both: it writes the published releases'
+own times into a log of today, and anyone can check them against the releases.
+
+The checks read the log itself, the whole of it, whatever the audit's source (the projection, a cut
+of the log): a backdated record matters precisely to a read as of an earlier time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from ledger.codec import Codec, default_codec
+from ledger.events import Event
+from ledger.log.port import EventLog, StoredRecord
+from ledger.record_headers import is_direct_writer, writer_of
+from projections.audit.checks import AuditFinding
+from projections.tally import ElectionContext
+
+__all__ = ["RECORD_CODES", "TOLERANCE", "record_findings", "log_record_findings"]
+
+RECORD_CODES: tuple[str, ...] = ("DIRECT_WRITE", "RECORDED_OUT_OF_ORDER")
+
+TOLERANCE = timedelta(seconds=60)
+"""Clocks of the machines that wrote a log differ a little: a record dated this much before the newest
+one appended earlier is not a finding."""
+
+
+def log_record_findings(log: EventLog, ctx: ElectionContext, codec: Codec | None = None) -> list[AuditFinding]:
+    """The findings of ``record_findings`` over every record ``log`` holds now."""
+    codec = codec or default_codec()
+    marks = log.high_watermarks()
+    records = [r for r in log.read({}) if r.position.offset < marks.get(r.position.partition, 0)]
+    return record_findings(((r, codec.decode(r.value)) for r in records), ctx)
+
+
+def record_findings(records: Iterable[tuple[StoredRecord, Event[Any]]], ctx: ElectionContext) -> list[AuditFinding]:
+    """``DIRECT_WRITE`` and ``RECORDED_OUT_OF_ORDER`` findings for the events of ``ctx``'s election.
+
+    A record is held to the records before it in its partition and to those the log appended at a
+    strictly earlier time: records appended in the same millisecond (one batch) have no order across
+    partitions."""
+    ordered = sorted(records, key=lambda item: (max(item[0].timestamp_ms, 0), item[0].position))
+    by_partition: dict[int, datetime] = {}
+    earlier: datetime | None = None  # the newest recorded_at appended before the current millisecond
+    this_ms: datetime | None = None  # ... and within it
+    ms = -1
+    found: list[AuditFinding] = []
+    for rec, event in ordered:
+        if rec.timestamp_ms > 0 and rec.timestamp_ms != ms:
+            ms, earlier = rec.timestamp_ms, _newer(earlier, this_ms)
+            this_ms = None
+        env = event.envelope
+        writer = writer_of(rec.headers)
+        imported = writer.startswith("importer:")
+        before = _newer(by_partition.get(rec.position.partition), earlier if rec.timestamp_ms > 0 else None)
+        if env.election_id == ctx.election_id and not imported:
+            found.extend(_findings_of(ctx, rec, event, writer, before))
+        if not imported:
+            by_partition[rec.position.partition] = _newer(by_partition.get(rec.position.partition), env.recorded_at) \
+                or env.recorded_at
+            if rec.timestamp_ms > 0:
+                this_ms = _newer(this_ms, env.recorded_at)
+    return found
+
+
+def _newer(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _findings_of(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], writer: str,
+                 before: datetime | None) -> list[AuditFinding]:
+    env = event.envelope
+    found: list[AuditFinding] = []
+    if is_direct_writer(writer):
+        severity = "info" if writer == env.actor else "warn"
+        found.append(_finding(ctx, rec, event, "DIRECT_WRITE", severity, "the intake", writer,
+                              f"{event.type} {event.event_id} was written to the log directly by {writer}, not "
+                              f"through the intake; its actor {env.actor!r} is what the writer gave"))
+    if before is not None and env.recorded_at < before - TOLERANCE:
+        severity = "warn" if is_direct_writer(writer) else "info"
+        found.append(_finding(ctx, rec, event, "RECORDED_OUT_OF_ORDER", severity,
+                              f"at or after {before.isoformat()}", env.recorded_at.isoformat(),
+                              f"{event.type} {event.event_id} at {rec.position} is recorded at "
+                              f"{env.recorded_at.isoformat()}, before {before.isoformat()}, the newest record "
+                              f"appended ahead of it: reads as of a time in between see it, though it was not "
+                              f"in the log then (written by {writer or 'an unnamed writer'})"))
+    return found
+
+
+def _finding(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], code: str, severity: str, expected: str,
+             reported: str, message: str) -> AuditFinding:
+    unit = ctx.units.get(event.unit_id)
+    county_id = unit.county_id if unit is not None else None
+    county = ctx.counties.get(county_id or "")
+    return AuditFinding(
+        unit_id=event.unit_id,
+        unit_name=unit.name if unit is not None else None,
+        county_id=county_id,
+        county_name=county.name if county is not None else county_id,
+        satellite=unit.is_satellite if unit is not None else False,
+        status=f"record {rec.position}",
+        result_event_id=event.event_id,
+        code=code,
+        severity=severity,
+        message=message,
+        candidate=None,
+        expected=expected,
+        reported=reported,
+        likely_cause="a direct write (caucus log append or caucus simulate write)" if code == "DIRECT_WRITE" or
+        is_direct_writer(writer_of(rec.headers)) else "an event spooled while the log was out of reach, forwarded later",
+    )

@@ -1,0 +1,82 @@
+"""Which process is building a projection set, and whether it still is.
+
+Why: a set is created ``building`` and stays so until its replay promotes it or finishes. A replay
+killed outright (``kill -9``, a machine that lost power) cannot say it stopped, so its set stayed
+``building`` forever and looked like work in progress; and two replays of one projection at once each
+retired the set the other had just promoted, each reporting the same set retired. So a replay records
+its host, process id and process start time in the set's params (``builder``; only a replay that is
+to promote its set: a ``--no-promote`` or as-of set stays building when it is done); a building set whose
+builder is gone is ``abandoned`` (``caucus projections``), and the next replay drops it. A replay
+whose builder is alive on this host, or on a host this one cannot look at, holds the projection:
+another replay refuses to start beside it, and of two that started at the same moment the one with
+the higher set id steps back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from projections.stores.port import SetInfo
+
+__all__ = ["builder_params", "builder_of", "builder_gone", "shown_state", "describe_builder"]
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux ``/proc``): a pid reused by another
+    process has another start time. None where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat.rpartition(")")[2].split()[19])  # field 22; the name in parentheses may hold spaces
+    except (IndexError, ValueError):
+        return None
+
+
+def builder_params() -> dict[str, Any]:
+    """This process as a set's builder, for the set's params."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": _start_ticks(pid)}
+
+
+def builder_of(info: SetInfo) -> dict[str, Any] | None:
+    """The builder a set's params name, or None (sets made before builders were recorded, or by ``caucus project``)."""
+    try:
+        params = json.loads(info.params or "{}")
+    except ValueError:
+        return None
+    builder = params.get("builder") if isinstance(params, dict) else None
+    return builder if isinstance(builder, dict) and isinstance(builder.get("pid"), int) else None
+
+
+def builder_gone(info: SetInfo) -> bool:
+    """Whether ``info`` is a building set whose builder is known to be gone: it ran on this host and
+    its process is no longer there (or the pid now belongs to a process started at another time)."""
+    builder = builder_of(info)
+    if info.state != "building" or builder is None or builder.get("host") != socket.gethostname():
+        return False
+    pid = int(builder["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # another user's live process
+    started = builder.get("start")
+    now = _start_ticks(pid)
+    return started is not None and now is not None and now != started
+
+
+def shown_state(info: SetInfo) -> str:
+    """The state to show: ``abandoned`` for a building set whose builder is gone, else the stored state."""
+    return "abandoned" if builder_gone(info) else info.state
+
+
+def describe_builder(info: SetInfo) -> str:
+    builder = builder_of(info) or {}
+    return f"pid {builder.get('pid', '?')} on {builder.get('host', '?')}"

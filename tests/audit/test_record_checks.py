@@ -1,0 +1,75 @@
+"""The audit lists records written without the intake (``DIRECT_WRITE``) and records dated before what
+the log already held (``RECORDED_OUT_OF_ORDER``): a forged, backdated second result once left the
+audit clean while it replaced a unit's result and showed in reads as of before it was appended."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ledger.journal import Journal
+from ledger.log.sqlite import SqliteLog
+from ledger.render import event_from_json
+from producers.credentials import CredentialStore
+
+ELECTION = {
+    "election_id": "e", "name": "E", "rule_set": "idp-2020", "idempotency_key": "def-e", "candidates": ["A", "B"],
+    "counties": [{"county_id": "lee", "name": "Lee", "sde_ratio": "21/150"}],
+    "units": [{"unit_id": "P3", "name": "P3", "county_id": "lee", "delegates": 6},
+              {"unit_id": "P4", "name": "P4", "county_id": "lee", "delegates": 3}],
+}  # fmt: skip
+
+
+def _caucus(data_dir: Path, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CAUCUS_DATA_DIR": str(data_dir), "CAUCUS_TOKEN": token}
+    env.pop("CAUCUS_KAFKA", None)
+    return subprocess.run([sys.executable, "-c", "from ledger.cli import main; main()", *args], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def _report(unit: str, key: str, at: datetime) -> dict[str, Any]:
+    return {
+        "actor": f"chair:{unit}#deadbeef", "channel": "app", "election_id": "e", "event_id": str(uuid.uuid4()),
+        "idempotency_key": key, "occurred_at": at.isoformat(), "recorded_at": at.isoformat(),
+        "payload": {"reporter": "chair", "warnings": [], "result": {
+            "attendance": 60, "delegates_reported": None, "final_alignment": {"B": 60}, "first_alignment": {"B": 60},
+            "worksheet_digest": None}},
+        "schema_version": 1, "type": "ResultReported", "unit_id": unit,
+    }  # fmt: skip
+
+
+def _record_findings(data: Path, *args: str) -> list[tuple[str, str, str]]:
+    done = _caucus(data, "audit", "--json", *args)
+    assert done.returncode in (0, 1), done.stderr
+    return sorted((f["code"], f["severity"], f["unit_id"]) for f in json.loads(done.stdout)["findings"]
+                  if f["code"] in ("DIRECT_WRITE", "RECORDED_OUT_OF_ORDER"))
+
+
+def test_direct_and_backdated_records_are_flagged(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _, token = CredentialStore(data / "credentials.json").issue("official", name="Bob")
+    (tmp_path / "el.json").write_text(json.dumps(ELECTION))
+    for args in (["define", str(tmp_path / "el.json")],
+                 ["report", "--unit", "P3", "--attendance", "60", "--first", "A=60", "--final", "A=60", "--key", "p3"]):
+        assert _caucus(data, *args, token=token).returncode == 0
+    assert _record_findings(data, "--log") == []  # the intake's own records: nothing to say
+    # an official's direct write under a chair's name, accepted by `log append` (it is not backdated)
+    direct = tmp_path / "direct.jsonl"
+    direct.write_text(json.dumps(_report("P4", "direct-p4", datetime.now(UTC))) + "\n")
+    done = _caucus(data, "log", "append", str(direct), token=token)
+    assert done.returncode == 0, done.stderr
+    assert _record_findings(data, "--log") == [("DIRECT_WRITE", "warn", "P4")]
+    # a record written past `log append`'s checks (a hand-made log): a second P3 result, six hours back
+    forged = event_from_json(_report("P3", "forged-p3", datetime.now(UTC) - timedelta(hours=6)))
+    Journal(SqliteLog(data / "log.sqlite3"), writer="official:Mallory#0badc0de").append(forged)
+    expected = [("DIRECT_WRITE", "warn", "P3"), ("DIRECT_WRITE", "warn", "P4"), ("RECORDED_OUT_OF_ORDER", "warn", "P3")]
+    assert _record_findings(data, "--log") == expected
+    assert _caucus(data, "project", "--until-caught-up").returncode == 0
+    assert _record_findings(data) == expected  # the projection's audit reads the log for these too
+    assert _record_findings(data, "--code", "RECORDED_OUT_OF_ORDER") == [("RECORDED_OUT_OF_ORDER", "warn", "P3")]

@@ -1,0 +1,133 @@
+"""``caucus log append`` writes what an official hands it, but not what the intake would refuse of the
+log as it stands, and not an event backdated before the log's newest record: a forged second result,
+dated before the genuine one, once replaced the result and looked genuine to the trail and the audit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from producers.credentials import CredentialStore
+
+ELECTION = {
+    "election_id": "e", "name": "E", "rule_set": "idp-2020", "idempotency_key": "def-e", "candidates": ["A", "B"],
+    "counties": [{"county_id": "lee", "name": "Lee", "sde_ratio": "21/150"}],
+    "units": [{"unit_id": "P3", "name": "P3", "county_id": "lee", "delegates": 6},
+              {"unit_id": "P4", "name": "P4", "county_id": "lee", "delegates": 3}],
+}  # fmt: skip
+
+
+def _caucus(data_dir: Path, *args: str, token: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CAUCUS_DATA_DIR": str(data_dir), "CAUCUS_TOKEN": token}
+    env.pop("CAUCUS_KAFKA", None)
+    return subprocess.run([sys.executable, "-c", "from ledger.cli import main; main()", *args], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def _forged(unit: str, key: str, recorded_at: datetime, **payload: Any) -> dict[str, Any]:
+    return {
+        "actor": f"chair:{unit}#deadbeef", "channel": "app", "election_id": "e", "event_id": str(uuid.uuid4()),
+        "idempotency_key": key, "occurred_at": recorded_at.isoformat(), "recorded_at": recorded_at.isoformat(),
+        "payload": payload or {"reporter": "chair", "warnings": [], "result": {
+            "attendance": 60, "delegates_reported": None, "final_alignment": {"B": 60}, "first_alignment": {"B": 60},
+            "worksheet_digest": None}},
+        "schema_version": 1, "type": "ResultReported", "unit_id": unit,
+    }  # fmt: skip
+
+
+@pytest.fixture
+def reported(tmp_path: Path) -> tuple[Path, str]:
+    """A data directory with the election defined and P3 reported through the intake; an official's token."""
+    data = tmp_path / "data"
+    _, token = CredentialStore(data / "credentials.json").issue("official", name="Bob")
+    (tmp_path / "el.json").write_text(json.dumps(ELECTION))
+    for args in (["define", str(tmp_path / "el.json")],
+                 ["report", "--unit", "P3", "--attendance", "60", "--first", "A=60", "--final", "A=60", "--key", "p3"]):
+        done = _caucus(data, *args, token=token)
+        assert done.returncode == 0, done.stderr
+    return data, token
+
+
+def _append(data: Path, token: str, tmp_path: Path, *events: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    source = tmp_path / f"{uuid.uuid4()}.jsonl"
+    source.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return _caucus(data, "log", "append", str(source), "--json", token=token)
+
+
+def _log_size(data: Path) -> int:
+    return int(json.loads(_caucus(data, "log", "info", "--json").stdout)["records"])
+
+
+def test_a_forged_second_result_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:
+    data, token = reported
+    before = _log_size(data)
+    now = datetime.now(UTC)
+    done = _append(data, token, tmp_path, _forged("P3", "forged-1", now))
+    assert done.returncode == 1 and "unit_id" in done.stderr and "ALREADY_REPORTED" in done.stderr, done.stderr
+    backdated = _append(data, token, tmp_path, _forged("P4", "forged-2", now - timedelta(hours=6)))
+    assert backdated.returncode == 1 and "recorded_at" in backdated.stderr and "RECORDED_OUT_OF_ORDER" in backdated.stderr
+    ahead = _append(data, token, tmp_path, _forged("P4", "forged-3", now + timedelta(hours=6)))
+    assert ahead.returncode == 1 and "RECORDED_IN_FUTURE" in ahead.stderr, ahead.stderr
+    # one refused line refuses the file: the good line before it is not appended either
+    mixed = _append(data, token, tmp_path, _forged("P4", "fine", now), _forged("P4", "second", now))
+    assert mixed.returncode == 1 and "line 2" in mixed.stderr and "ALREADY_REPORTED" in mixed.stderr, mixed.stderr
+    assert _log_size(data) == before
+    fine = _append(data, token, tmp_path, _forged("P4", "fine", now))
+    assert fine.returncode == 0, fine.stderr
+    assert _log_size(data) == before + 1
+
+
+def test_a_whole_log_restores_into_an_empty_one(reported: tuple[Path, str], tmp_path: Path) -> None:
+    data, token = reported
+    history = tmp_path / "history.jsonl"
+    history.write_text(_caucus(data, "log", "tail", "--json").stdout)
+    restored = tmp_path / "restored"
+    _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
+    for _ in range(2):  # the second time everything is there already: nothing new, nothing refused
+        done = _caucus(restored, "log", "append", str(history), "--json", token=other)
+        assert done.returncode == 0, done.stderr
+    assert _log_size(restored) == _log_size(data)
+
+
+def test_the_trail_names_who_wrote_a_direct_write(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """An official may append a report under a chair's actor; the trail shows the official beside it."""
+    data, token = reported
+    done = _append(data, token, tmp_path, _forged("P4", "direct-p4", datetime.now(UTC)))
+    assert done.returncode == 0, done.stderr
+    assert _caucus(data, "project", "--until-caught-up").returncode == 0
+    trail = json.loads(_caucus(data, "trail", "P4", "--json").stdout)
+    (entry,) = trail["events"]
+    assert entry["actor"] == "chair:P4#deadbeef" and entry["writer"].startswith("official:Bob#"), entry
+    text = " ".join(_caucus(data, "trail", "P4").stdout.split())  # the line may wrap to the terminal's width
+    assert "by chair:P4#deadbeef via app (written directly by official:Bob#" in text, text
+    genuine = json.loads(_caucus(data, "trail", "P3", "--json").stdout)["events"]
+    assert [e["writer"] for e in genuine] == ["system:intake"]
+    assert "written directly" not in _caucus(data, "trail", "P3").stdout
+
+
+def test_the_2020_history_restores_and_restores_again(tmp_path: Path) -> None:
+    """The importer's log holds what the intake would refuse (a second definition of the election, from
+    a later release) and times years before today: restored whole into an empty log it is accepted, and
+    appending it again writes nothing and refuses nothing."""
+    data = Path(__file__).resolve().parents[3] / "shared" / "data" / "iowa2020"
+    if not (data / "idp_apportionment.csv").is_file():
+        pytest.skip(f"the 2020 Iowa data is not at {data}")
+    source = tmp_path / "imported"
+    imported = _caucus(source, "import", "idp2020", "--data", str(data))
+    assert imported.returncode == 0, imported.stderr
+    history = tmp_path / "history.jsonl"
+    history.write_text(_caucus(source, "log", "tail", "-n", "0", "--json").stdout)
+    restored = tmp_path / "restored"
+    _, token = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
+    for _ in range(2):
+        done = _caucus(restored, "log", "append", str(history), "--json", token=token)
+        assert done.returncode == 0, done.stderr[:2000]
+    assert _log_size(restored) == _log_size(source) == len(history.read_text().splitlines())

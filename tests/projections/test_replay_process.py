@@ -1,0 +1,66 @@
+"""``caucus replay`` as a process: one killed with SIGKILL leaves its set building, which ``caucus
+projections`` shows as abandoned and the next replay drops; a replay started beside a running one
+refuses (two at once each retired the set the other had promoted, both reporting the same set retired)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ledger.journal import Journal
+from ledger.log.sqlite import SqliteLog
+
+CAUCUS = str(Path(sys.executable).parent / "caucus")
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_") or k == "CAUCUS_KEY_HOME"}
+
+
+def _run(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CAUCUS, "--data-dir", str(data), *args], env=_env(), capture_output=True, text=True, timeout=300)
+
+
+def _sets(data: Path) -> list[dict[str, Any]]:
+    done = _run(data, "projections", "--json")
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def _building(data: Path) -> list[dict[str, Any]]:
+    return [s for s in _sets(data) if s["state"] in ("building", "abandoned") and s["events"] > 0]
+
+
+def test_a_killed_replay_is_abandoned_and_a_second_replay_waits(support: ModuleType, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(support.election_log(1500, corrections=2))
+    assert _run(data, "project", "--until-caught-up", "-q").returncode == 0
+    slow = [CAUCUS, "--data-dir", str(data), "replay", "--batch-size", "5", "--catch-up-batch", "5", "-q", "--no-feed"]
+    proc = subprocess.Popen(slow, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        support.wait_for(lambda: bool(_building(data)), 120, "the replay to build a set")
+        (running,) = _building(data)
+        assert running["state"] == "building"  # its builder is alive
+        beside = _run(data, "replay", "--json", "-q", "--no-feed")
+        assert beside.returncode != 0 and "another replay" in beside.stderr, (beside.returncode, beside.stderr)
+        assert [s for s in _sets(data) if s["state"] == "serving"][0]["version"] == 1  # the refused one promoted nothing
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    (left,) = [s for s in _sets(data) if s["set_id"] == running["set_id"]]
+    assert left["state"] == "abandoned", left
+    done = _run(data, "replay", "--json", "-q", "--no-feed")
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["promoted"] and outcome["previous"]["version"] == 1 and outcome["previous"]["state"] == "retired"
+    assert any(f"set {running['set_id']}" in note and "dropped" in note for note in outcome["notes"]), outcome["notes"]
+    assert sorted(s["state"] for s in _sets(data)) == ["retired", "serving"]  # the abandoned set is gone

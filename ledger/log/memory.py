@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ledger.log.partitioning import partition_for
+from ledger.log.polling import follow_by_polling
 from ledger.log.port import (
     LogError,
     LogLostError,
@@ -140,20 +141,7 @@ class MemoryLog:
         stop: Callable[[], bool] | None = None,
         poll_interval: float = 0.2,
     ) -> Iterator[StoredRecord]:
-        position = {p: 0 for p in range(self.partitions)}
-        position.update(start or {})
-        while True:
-            got = False
-            for rec in self.read(position):
-                position[rec.position.partition] = rec.position.offset + 1
-                got = True
-                yield rec
-                if stop is not None and stop():
-                    return
-            if stop is not None and stop():
-                return
-            if not got:
-                time.sleep(poll_interval)
+        return follow_by_polling(self.read, self.partitions, start, stop, poll_interval)
 
     def close(self) -> None:
         """Nothing to release: the records stay for the next open of this name."""

@@ -36,6 +36,7 @@ from pathlib import Path
 import orjson
 
 from ledger.log.partitioning import partition_for
+from ledger.log.polling import follow_by_polling
 from ledger.log.port import (
     Headers,
     LogError,
@@ -345,20 +346,7 @@ class SqliteLog:
         stop: Callable[[], bool] | None = None,
         poll_interval: float = 0.2,
     ) -> Iterator[StoredRecord]:
-        position = {p: 0 for p in range(self._partitions)}
-        position.update(start or {})
-        while True:
-            got = False
-            for rec in self.read(position):
-                position[rec.position.partition] = rec.position.offset + 1
-                got = True
-                yield rec
-                if stop is not None and stop():
-                    return
-            if stop is not None and stop():
-                return
-            if not got:
-                time.sleep(poll_interval)
+        return follow_by_polling(self.read, self._partitions, start, stop, poll_interval)
 
     def close(self) -> None:
         with self._lock:

@@ -237,16 +237,23 @@ class WitnessDir:
             raise WitnessError(f"cannot write {self.records}: {exc}") from exc
         return done
 
-    def check(self, log_id: str | None, scan: LogScan) -> list[str]:
+    def check(self, log_id: str | None, scan: LogScan, pinned: Sequence[TrustedKey] = ()) -> list[str]:
         """Why the scanned log is not the one this witness cosigned (empty: it extends all of it)."""
-        return held_problems(self.witnessed(), self.public_key(), log_id, scan, str(self.path))
+        return held_problems(self.witnessed(), self.public_key(), log_id, scan, str(self.path), pinned)
 
 
 def held_problems(held: Sequence[Witnessed], witness_key: TrustedKey, log_id: str | None, scan: LogScan,
-                  where: str) -> list[str]:
+                  where: str, pinned: Sequence[TrustedKey] = ()) -> list[str]:
     """Why the scanned log is not the one a witness (``where``, its directory or URL) cosigned, given
-    what it holds and its public key (empty: the log extends all of it)."""
+    what it holds and its public key (empty: the log extends all of it).
+
+    ``pinned``: the witness keys the verifier obtained on its own. A witness is only evidence if it is
+    the party the verifier trusts: an operator who rewrote the log could also stand up a witness of
+    their own at the address, holding cosignatures of the rewrite under a key of their own."""
     problems: list[str] = []
+    if pinned and witness_key not in pinned:
+        return [f"the witness {where} answers with key {witness_key.key_id}, which is not a pinned witness key "
+                f"({', '.join(k.key_id for k in pinned)}): another witness than the one trusted"]
     if not held:
         return [f"the witness {where} holds no checkpoint yet"]
     for w in held:

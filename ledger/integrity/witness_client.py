@@ -8,6 +8,7 @@ witness checks it against its own roots, so an honest client cannot talk it into
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -102,6 +103,6 @@ class WitnessUrl:
             raise WitnessError(f"the witness at {self.url} sent a cosignature that does not verify with its key")
         return done
 
-    def check(self, log_id: str | None, scan: LogScan) -> list[str]:
+    def check(self, log_id: str | None, scan: LogScan, pinned: Sequence[TrustedKey] = ()) -> list[str]:
         """Why the scanned log is not the one this witness cosigned (empty: it extends all of it)."""
-        return held_problems(self.witnessed(), self.public_key(), log_id, scan, self.url)
+        return held_problems(self.witnessed(), self.public_key(), log_id, scan, self.url, pinned)

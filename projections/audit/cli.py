@@ -227,18 +227,24 @@ def verify_command(
         None, "--against", metavar="DIR|URL", help="A witness: its directory (`caucus witness`) or the URL of "
         "`caucus witness serve`. The log must also extend the last checkpoint that witness cosigned, and be the "
         "log it cosigned. Repeatable."),
+    witness_key: Optional[list[Path]] = typer.Option(
+        None, "--witness-key", metavar="PATH", help="A witness's public key (its `witness-key.pub`), obtained from "
+        "the witness itself, not from the operator. With it, every --against witness must answer with one of these "
+        "keys; otherwise a witness at the given place is trusted with the key it offers. Repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recompute the log's Merkle trees and check every signed checkpoint against them.
 
     Reports the first bad position (PARTITION:OFFSET) and what is wrong there. Exit 0: intact;
     1: tampering found (or, with --require-checkpoint, no checkpoint verified); 2: could not check."""
+    from ledger.integrity.keys import load_trusted_key
     from ledger.integrity.store import open_checkpoint_store
     from ledger.integrity.verify import IntegrityFinding, verify_log
 
     settings = settings_of(ctx)
     with operational():
         trusted = _trusted_keys(settings, public_key)
+        pinned = [load_trusted_key(p) for p in witness_key or []]
         store = open_checkpoint_store(settings, create=False)
         try:
             began = time.perf_counter()
@@ -246,7 +252,7 @@ def verify_command(
                 scan, report = verify_log(log, store, trusted)
                 log_id = log.log_id
             for target in against or []:
-                for problem in witness_cli.witness_problems(target, log_id, scan):
+                for problem in witness_cli.witness_problems(target, log_id, scan, pinned):
                     report.findings.append(IntegrityFinding("witness", f"{target}: {problem}"))
             elapsed = time.perf_counter() - began
             store_name = store.describe() if store is not None else "(none)"

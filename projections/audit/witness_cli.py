@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import typer
@@ -56,19 +57,20 @@ def _signer_keys(settings: Any, public_key: list[Path] | None) -> list[Any]:
     return [load_trusted_key(p) for p in paths]
 
 
-def witness_problems(target: str, log_id: str | None, scan: Any) -> list[str]:
+def witness_problems(target: str, log_id: str | None, scan: Any, pinned: Sequence[Any] = ()) -> list[str]:
     """Why the scanned log is not the one the witness at ``target`` (a directory or an http(s) URL)
-    cosigned; a witness that cannot be asked is exit 2."""
+    cosigned, and, with ``pinned`` keys, why it is not a witness the verifier trusts; a witness that
+    cannot be asked is exit 2."""
     from ledger.integrity.witness import WitnessDir, WitnessError
     from ledger.integrity.witness_client import WitnessUrl, is_witness_url
 
     try:
         if is_witness_url(target):
-            return WitnessUrl(target).check(log_id, scan)
+            return WitnessUrl(target).check(log_id, scan, pinned)
         path = Path(target)
         if not path.is_dir():
             raise fail(f"no witness directory {path} (`caucus witness DIR --public-key KEY` makes one)", OPERATIONAL)
-        return WitnessDir(path).check(log_id, scan)
+        return WitnessDir(path).check(log_id, scan, pinned)
     except WitnessError as exc:
         raise fail(str(exc), OPERATIONAL) from None
 

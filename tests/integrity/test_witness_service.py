@@ -128,3 +128,26 @@ def _offer(site: Site, held: dict[str, Any]) -> dict[str, Any]:
             "proofs": [[h.hex() for h in proof] for proof in proofs],
             "column_roots": [r.hex() for r in signed.column_roots], "column_signature": signed.column_signature.hex(),
             "column_proofs": [[h.hex() for h in proof] for proof in column_proofs]}
+
+
+def test_a_pinned_witness_key_unmasks_an_impostor_witness(
+    site: Site, witness: Served, serve_witness: Callable[..., Served], tmp_path: Path
+) -> None:
+    """The insider rewrites, re-signs with a new key and stands up a witness of their own that cosigns
+    the rewrite: asked by URL alone it vouches for the rewrite; with the real witness's key pinned it
+    is named as another witness."""
+    real_key = str(tmp_path / "newsroom" / "witness-key.pub")
+    site.run("verify", "--against", witness.url, "--witness-key", real_key)
+    site.rewrite()
+    site.env["CAUCUS_KEY_HOME"] = str(tmp_path / "new-keys")
+    site.run("checkpoint")
+    new_key = str(tmp_path / "new-keys" / "checkpoint-key.pub")
+    impostor = serve_witness(tmp_path / "impostor", new_key)
+    site.run("witness", impostor.url, "--public-key", new_key)
+    site.run("verify", "--public-key", new_key, "--against", impostor.url)  # unpinned: the impostor vouches
+    caught = site.run("verify", "--public-key", new_key, "--against", impostor.url, "--witness-key", real_key,
+                      "--json", code=1)
+    found = json.loads(caught.stdout)["findings"]
+    assert [f["kind"] for f in found] == ["witness"] and "not a pinned witness key" in found[0]["message"], found
+    missing = site.run("verify", "--against", witness.url, "--witness-key", str(tmp_path / "nowhere.pub"), code=2)
+    assert "nowhere.pub" in missing.stderr

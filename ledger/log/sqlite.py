@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -117,6 +118,8 @@ class SqliteLog:
         self.read_only = read_only
         self._lock = threading.RLock()
         self._ro: ReadOnlyDatabase | None = None
+        self._heads: dict[int, int] | None = None  # next offset per partition, see _heads_under_lock
+        self._heads_version = -1
         if (read_only or not create) and not self.path.is_file():
             raise _missing(self.path)
         try:
@@ -217,6 +220,10 @@ class SqliteLog:
         return self.append_batch([record])[0]
 
     def append_batch(self, records: Sequence[PendingRecord]) -> list[Position]:
+        """All or nothing, offsets contiguous per partition, an event id already in the log answered with
+        its position. The common batch holds no such id, so it is inserted straight away under a
+        savepoint: only when the unique event id refuses a row is the batch undone and placed again
+        around the positions the log already holds (a retry is rare; a lookup on every batch is not)."""
         if not records:
             return []
         if self.read_only:
@@ -226,34 +233,41 @@ class SqliteLog:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")  # waits up to the timeout for another writer's lock
             try:
-                known = self._existing(conn, [r.event_id for r in records])
-                heads: dict[int, int] = {}
-                rows = []
-                positions: list[Position] = []
-                for rec in records:
-                    if rec.event_id in known:
-                        positions.append(known[rec.event_id])
-                        continue
-                    part = partition_for(rec.key, self._partitions)
-                    if part not in heads:
-                        heads[part] = conn.execute(
-                            'SELECT COALESCE(MAX("offset") + 1, 0) FROM log_records WHERE partition = ?', (part,)
-                        ).fetchone()[0]
-                    pos = Position(part, heads[part])
-                    heads[part] += 1
-                    known[rec.event_id] = pos
-                    positions.append(pos)
-                    rows.append((part, pos.offset, rec.key, rec.event_id, rec.value, now_ms, _headers_blob(rec.headers)))
-                conn.executemany(
-                    'INSERT INTO log_records (partition, "offset", key, event_id, value, timestamp_ms, headers) '
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
+                heads = self._heads_under_lock(conn)
+                placed = _place(records, {}, heads, self._partitions, now_ms)
+                conn.execute("SAVEPOINT batch")
+                try:
+                    conn.executemany(_INSERT, placed.rows)
+                except sqlite3.IntegrityError as exc:
+                    if "event_id" not in str(exc):
+                        raise
+                    conn.execute("ROLLBACK TO batch")
+                    known = self._existing(conn, [r.event_id for r in records])
+                    placed = _place(records, known, heads, self._partitions, now_ms)
+                    conn.executemany(_INSERT, placed.rows)
                 conn.execute("COMMIT")
             except BaseException:
+                self._heads = None
                 self._rollback()
                 raise
-        return positions
+            self._heads = placed.heads
+        return placed.positions
+
+    def _heads_under_lock(self, conn: sqlite3.Connection) -> dict[int, int]:
+        """Each partition's next offset, read under the write lock. The file is shared by processes:
+        the heads kept from this connection's last append hold only while no other connection has
+        committed since, which ``PRAGMA data_version`` tells (it moves on another connection's commit,
+        never on this one's); otherwise one index seek per partition reads them again."""
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if self._heads is None or version != self._heads_version:
+            self._heads = {
+                part: conn.execute(
+                    'SELECT COALESCE(MAX("offset") + 1, 0) FROM log_records WHERE partition = ?', (part,)
+                ).fetchone()[0]
+                for part in range(self._partitions)
+            }
+            self._heads_version = version
+        return self._heads
 
     @staticmethod
     def _existing(conn: sqlite3.Connection, event_ids: list[str]) -> dict[str, Position]:
@@ -362,12 +376,42 @@ class SqliteLog:
         self.close()
 
 
+_INSERT = ('INSERT INTO log_records (partition, "offset", key, event_id, value, timestamp_ms, headers) '
+           "VALUES (?, ?, ?, ?, ?, ?, ?)")
+
+
+class _Placed(NamedTuple):
+    positions: list[Position]
+    rows: list[tuple[int, int, str, str, bytes, int, bytes | None]]
+    heads: dict[int, int]
+
+
+def _place(records: Sequence[PendingRecord], known: dict[str, Position], heads: dict[int, int],
+           partitions: int, now_ms: int) -> _Placed:
+    """Where each record goes: its known position, the position of its first copy in the batch, or the
+    next offset of its partition. ``known`` and ``heads`` are left as they were (a retry starts again)."""
+    known = dict(known)
+    after = dict(heads)
+    rows = []
+    positions: list[Position] = []
+    for rec in records:
+        pos = known.get(rec.event_id)
+        if pos is None:
+            part = partition_for(rec.key, partitions)
+            pos = known[rec.event_id] = Position(part, after[part])
+            after[part] += 1
+            rows.append((part, pos.offset, rec.key, rec.event_id, rec.value, now_ms, _headers_blob(rec.headers)))
+        positions.append(pos)
+    return _Placed(positions, rows, after)
+
+
 def _hint(exc: BaseException) -> str:
     """A file SQLite cannot make sense of (not an I/O or locking error) is most likely damaged."""
     damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
     return _DAMAGED if damaged else ""
 
 
+@lru_cache(maxsize=4096)
 def _headers_blob(headers: Headers) -> bytes | None:
     """The headers the value does not repeat, as one JSON object (header values are text)."""
     kept = tuple(item for item in headers if item[0] not in DERIVED)

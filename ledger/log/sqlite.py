@@ -392,16 +392,19 @@ def _place(records: Sequence[PendingRecord], known: dict[str, Position], heads: 
     next offset of its partition. ``known`` and ``heads`` are left as they were (a retry starts again)."""
     known = dict(known)
     after = dict(heads)
-    rows = []
+    rows: list[tuple[int, int, str, str, bytes, int, bytes | None]] = []
     positions: list[Position] = []
+    add_row, add_position, blob = rows.append, positions.append, _headers_blob  # one lookup, not one a record
     for rec in records:
-        pos = known.get(rec.event_id)
+        event_id = rec.event_id
+        pos = known.get(event_id)
         if pos is None:
             part = partition_for(rec.key, partitions)
-            pos = known[rec.event_id] = Position(part, after[part])
-            after[part] += 1
-            rows.append((part, pos.offset, rec.key, rec.event_id, rec.value, now_ms, _headers_blob(rec.headers)))
-        positions.append(pos)
+            offset = after[part]
+            after[part] = offset + 1
+            pos = known[event_id] = Position(part, offset)
+            add_row((part, offset, rec.key, event_id, rec.value, now_ms, blob(rec.headers)))
+        add_position(pos)
     return _Placed(positions, rows, after)
 
 

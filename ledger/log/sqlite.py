@@ -221,37 +221,40 @@ class SqliteLog:
 
     def append_batch(self, records: Sequence[PendingRecord]) -> list[Position]:
         """All or nothing, offsets contiguous per partition, an event id already in the log answered with
-        its position. The common batch holds no such id, so it is inserted straight away under a
-        savepoint: only when the unique event id refuses a row is the batch undone and placed again
-        around the positions the log already holds (a retry is rare; a lookup on every batch is not)."""
+        its position. The common batch holds no such id, so it is inserted straight away: only when the
+        unique event id refuses a row is the transaction rolled back and the batch placed again, under
+        the lock taken anew, around the positions the log holds (a retry is rare; a lookup on every
+        batch is not, and neither is a savepoint, whose journal copies every page the batch touches)."""
         if not records:
             return []
         if self.read_only:
             raise LogError(f"the log at {self.path} was opened read-only; nothing was appended")
         now_ms = int(time.time() * 1000)
         with self._lock, self._io("write"):
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")  # waits up to the timeout for another writer's lock
             try:
-                heads = self._heads_under_lock(conn)
-                placed = _place(records, {}, heads, self._partitions, now_ms)
-                conn.execute("SAVEPOINT batch")
-                try:
-                    conn.executemany(_INSERT, placed.rows)
-                except sqlite3.IntegrityError as exc:
-                    if "event_id" not in str(exc):
-                        raise
-                    conn.execute("ROLLBACK TO batch")
-                    known = self._existing(conn, [r.event_id for r in records])
-                    placed = _place(records, known, heads, self._partitions, now_ms)
-                    conn.executemany(_INSERT, placed.rows)
-                conn.execute("COMMIT")
-            except BaseException:
-                self._heads = None
-                self._rollback()
-                raise
-            self._heads = placed.heads
+                placed = self._insert(records, now_ms, look_up=False)
+            except sqlite3.IntegrityError as exc:
+                if "event_id" not in str(exc):
+                    raise
+                placed = self._insert(records, now_ms, look_up=True)
         return placed.positions
+
+    def _insert(self, records: Sequence[PendingRecord], now_ms: int, *, look_up: bool) -> _Placed:
+        """One transaction: place the records after each partition's head (and, with ``look_up``, at the
+        positions their ids already have), insert them, commit; nothing stays of one that fails."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")  # waits up to the timeout for another writer's lock
+        try:
+            known = self._existing(conn, [r.event_id for r in records]) if look_up else {}
+            placed = _place(records, known, self._heads_under_lock(conn), self._partitions, now_ms)
+            conn.executemany(_INSERT, placed.rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            self._heads = None
+            self._rollback()
+            raise
+        self._heads = placed.heads
+        return placed
 
     def _heads_under_lock(self, conn: sqlite3.Connection) -> dict[int, int]:
         """Each partition's next offset, read under the write lock. The file is shared by processes:

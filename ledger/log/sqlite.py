@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -117,6 +118,8 @@ class SqliteLog:
         self.read_only = read_only
         self._lock = threading.RLock()
         self._ro: ReadOnlyDatabase | None = None
+        self._heads: dict[int, int] | None = None  # next offset per partition, see _heads_under_lock
+        self._heads_version = -1
         if (read_only or not create) and not self.path.is_file():
             raise _missing(self.path)
         try:
@@ -217,43 +220,57 @@ class SqliteLog:
         return self.append_batch([record])[0]
 
     def append_batch(self, records: Sequence[PendingRecord]) -> list[Position]:
+        """All or nothing, offsets contiguous per partition, an event id already in the log answered with
+        its position. The common batch holds no such id, so it is inserted straight away: only when the
+        unique event id refuses a row is the transaction rolled back and the batch placed again, under
+        the lock taken anew, around the positions the log holds (a retry is rare; a lookup on every
+        batch is not, and neither is a savepoint, whose journal copies every page the batch touches)."""
         if not records:
             return []
         if self.read_only:
             raise LogError(f"the log at {self.path} was opened read-only; nothing was appended")
         now_ms = int(time.time() * 1000)
         with self._lock, self._io("write"):
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")  # waits up to the timeout for another writer's lock
             try:
-                known = self._existing(conn, [r.event_id for r in records])
-                heads: dict[int, int] = {}
-                rows = []
-                positions: list[Position] = []
-                for rec in records:
-                    if rec.event_id in known:
-                        positions.append(known[rec.event_id])
-                        continue
-                    part = partition_for(rec.key, self._partitions)
-                    if part not in heads:
-                        heads[part] = conn.execute(
-                            'SELECT COALESCE(MAX("offset") + 1, 0) FROM log_records WHERE partition = ?', (part,)
-                        ).fetchone()[0]
-                    pos = Position(part, heads[part])
-                    heads[part] += 1
-                    known[rec.event_id] = pos
-                    positions.append(pos)
-                    rows.append((part, pos.offset, rec.key, rec.event_id, rec.value, now_ms, _headers_blob(rec.headers)))
-                conn.executemany(
-                    'INSERT INTO log_records (partition, "offset", key, event_id, value, timestamp_ms, headers) '
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
-        return positions
+                placed = self._insert(records, now_ms, look_up=False)
+            except sqlite3.IntegrityError as exc:
+                if "event_id" not in str(exc):
+                    raise
+                placed = self._insert(records, now_ms, look_up=True)
+        return placed.positions
+
+    def _insert(self, records: Sequence[PendingRecord], now_ms: int, *, look_up: bool) -> _Placed:
+        """One transaction: place the records after each partition's head (and, with ``look_up``, at the
+        positions their ids already have), insert them, commit; nothing stays of one that fails."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")  # waits up to the timeout for another writer's lock
+        try:
+            known = self._existing(conn, [r.event_id for r in records]) if look_up else {}
+            placed = _place(records, known, self._heads_under_lock(conn), self._partitions, now_ms)
+            conn.executemany(_INSERT, placed.rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            self._heads = None
+            self._rollback()
+            raise
+        self._heads = placed.heads
+        return placed
+
+    def _heads_under_lock(self, conn: sqlite3.Connection) -> dict[int, int]:
+        """Each partition's next offset, read under the write lock. The file is shared by processes:
+        the heads kept from this connection's last append hold only while no other connection has
+        committed since, which ``PRAGMA data_version`` tells (it moves on another connection's commit,
+        never on this one's); otherwise one index seek per partition reads them again."""
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if self._heads is None or version != self._heads_version:
+            self._heads = {
+                part: conn.execute(
+                    'SELECT COALESCE(MAX("offset") + 1, 0) FROM log_records WHERE partition = ?', (part,)
+                ).fetchone()[0]
+                for part in range(self._partitions)
+            }
+            self._heads_version = version
+        return self._heads
 
     @staticmethod
     def _existing(conn: sqlite3.Connection, event_ids: list[str]) -> dict[str, Position]:
@@ -362,12 +379,45 @@ class SqliteLog:
         self.close()
 
 
+_INSERT = ('INSERT INTO log_records (partition, "offset", key, event_id, value, timestamp_ms, headers) '
+           "VALUES (?, ?, ?, ?, ?, ?, ?)")
+
+
+class _Placed(NamedTuple):
+    positions: list[Position]
+    rows: list[tuple[int, int, str, str, bytes, int, bytes | None]]
+    heads: dict[int, int]
+
+
+def _place(records: Sequence[PendingRecord], known: dict[str, Position], heads: dict[int, int],
+           partitions: int, now_ms: int) -> _Placed:
+    """Where each record goes: its known position, the position of its first copy in the batch, or the
+    next offset of its partition. ``known`` and ``heads`` are left as they were (a retry starts again)."""
+    known = dict(known)
+    after = dict(heads)
+    rows: list[tuple[int, int, str, str, bytes, int, bytes | None]] = []
+    positions: list[Position] = []
+    add_row, add_position, blob = rows.append, positions.append, _headers_blob  # one lookup, not one a record
+    for rec in records:
+        event_id = rec.event_id
+        pos = known.get(event_id)
+        if pos is None:
+            part = partition_for(rec.key, partitions)
+            offset = after[part]
+            after[part] = offset + 1
+            pos = known[event_id] = Position(part, offset)
+            add_row((part, offset, rec.key, event_id, rec.value, now_ms, blob(rec.headers)))
+        add_position(pos)
+    return _Placed(positions, rows, after)
+
+
 def _hint(exc: BaseException) -> str:
     """A file SQLite cannot make sense of (not an I/O or locking error) is most likely damaged."""
     damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
     return _DAMAGED if damaged else ""
 
 
+@lru_cache(maxsize=4096)
 def _headers_blob(headers: Headers) -> bytes | None:
     """The headers the value does not repeat, as one JSON object (header values are text)."""
     kept = tuple(item for item in headers if item[0] not in DERIVED)

@@ -517,3 +517,35 @@ def test_sqlite_reader_in_another_process_follows(tmp_path: Path) -> None:
             reader.kill()
     assert reader.returncode == 0
     assert sorted(tuple(p) for p in json.loads(out)) == sorted((p.partition, p.offset) for p in positions)
+
+
+def test_sqlite_writers_sharing_a_file_take_turns_without_gaps(tmp_path: Path) -> None:
+    """Each writer keeps its partitions' next offsets between appends; another writer's commit in
+    between must make it read them again, and a retry must find what the other one wrote."""
+    path = tmp_path / "log.sqlite3"
+    with SqliteLog(path, partitions=2) as one, SqliteLog(path) as two:
+        written: dict[str, Position] = {}
+        for turn in range(6):
+            writer = one if turn % 2 == 0 else two
+            batch = [record(f"unit-{i % 5}", turn) for i in range(7)]
+            for rec, pos in zip(batch, writer.append_batch(batch)):
+                written[rec.event_id] = pos
+        others = [record("unit-0", 99)]
+        shared = [PendingRecord("unit-1", eid, b"retried") for eid, pos in list(written.items())[7:10]]
+        retried = one.append_batch([*others, *shared])
+        assert retried[1:] == [written[r.event_id] for r in shared]
+        stored = list(two.read())
+    assert len(stored) == 6 * 7 + 1
+    for offsets in by_partition(stored).values():
+        assert offsets == list(range(len(offsets)))
+    assert {r.position for r in stored} >= set(written.values())
+
+
+def test_sqlite_append_that_fails_leaves_nothing_and_the_next_one_no_gap(tmp_path: Path) -> None:
+    with SqliteLog(tmp_path / "log.sqlite3", partitions=1) as log:
+        log.append_batch([record("unit-a", 0)])
+        broken = PendingRecord("unit-a", str(uuid.uuid4()), None)  # type: ignore[arg-type]
+        with pytest.raises(sqlite3.IntegrityError):
+            log.append_batch([record("unit-a", 1), broken])
+        assert log.append(record("unit-a", 2)) == Position(0, 1)
+        assert [r.value for r in log.read()] == [b"unit-a#0", b"unit-a#2"]

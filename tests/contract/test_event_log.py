@@ -1,5 +1,5 @@
 """The EventLog contract, run against every adapter: the embedded SQLite log, a Kafka topic on the
-session's Tansu broker and the in-memory log. Then what only one adapter can show: a broker that restarts empty, a broker that
+session's Tansu broker (through kafka-python, and through confluent-kafka when it is installed) and the in-memory log. Then what only one adapter can show: a broker that restarts empty, a broker that
 is gone, consumer groups (Kafka); triggers and several processes on one file (SQLite)."""
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ledger.log.port import (
 from ledger.log.sqlite import SqliteLog
 
 DEADLINE_S = 15.0
+CONFLUENT_MISSING = "confluent-kafka is not installed (pip install -e '.[confluent]')"
 
 
 def record(key: str, n: int = 0) -> PendingRecord:
@@ -52,7 +53,7 @@ def by_partition(records: list[StoredRecord]) -> dict[int, list[int]]:
     return offsets
 
 
-@pytest.fixture(params=["sqlite", "kafka", "memory"])
+@pytest.fixture(params=["sqlite", "kafka", "memory", "confluent"])
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., EventLog]]:
     """Opens the parametrised adapter; every call opens the same log (same file, topic or name)."""
     opened: list[EventLog] = []
@@ -71,9 +72,12 @@ def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callabl
     else:
         bootstrap = request.getfixturevalue("kafka_bootstrap")
         topic = request.getfixturevalue("unique_topic")
+        adapter: Callable[..., EventLog] = KafkaLog
+        if request.param == "confluent":
+            adapter = pytest.importorskip("ledger.log.kafka_confluent", reason=CONFLUENT_MISSING).ConfluentLog
 
         def make(partitions: int = 8) -> EventLog:
-            log = KafkaLog(bootstrap, topic, partitions=partitions, timeout=5)
+            log = adapter(bootstrap, topic, partitions=partitions, timeout=5)
             opened.append(log)
             return log
     yield make

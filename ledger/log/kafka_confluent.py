@@ -123,15 +123,19 @@ class ConfluentLog:
         })
 
     def _provision(self) -> None:
+        """Topics are created (or, for a reader, found) with the shared kafka-python admin code, bounded
+        by ``timeout`` so an unreachable broker fails fast."""
+        ms = int(self._timeout * 1000)
+        admin_options = {**self.client_options, "bootstrap_timeout_ms": ms, "request_timeout_ms": ms}
         try:
             if self.read_only:
-                found = topic_partitions(self.bootstrap, self.topic, client_options=self.client_options)
+                found = topic_partitions(self.bootstrap, self.topic, client_options=admin_options)
                 if found != self._partitions:
                     raise LogError(f"topic {self.topic!r} on {self.bootstrap} has {found} partitions, "
                                    f"not {self._partitions}")
             else:
                 provision_topic(self.bootstrap, self.topic, self._partitions, self.replication,
-                                client_options=self.client_options)
+                                client_options=admin_options)
         except TopicPartitionMismatch as exc:
             raise LogError(str(exc)) from exc
         except TopicError as exc:

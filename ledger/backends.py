@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ledger.log.port import EventLog, LogUnavailableError
+from ledger.log.port import EventLog, LogError, LogUnavailableError
 
 if TYPE_CHECKING:
     from ledger.config import Settings
@@ -104,9 +104,11 @@ class _KafkaLogs:
     """A Kafka topic (``settings.topic``) and the results topic beside it."""
 
     def open(self, settings: Settings, *, read_only: bool, topic: str | None) -> EventLog:
+        assert settings.kafka is not None
+        if settings.kafka_library == "confluent":
+            return _confluent_log(settings, read_only=read_only, topic=topic)
         from ledger.log.kafka import KafkaLog
 
-        assert settings.kafka is not None
         return KafkaLog(settings.kafka, topic or settings.topic, partitions=settings.partitions,
                         client_options=settings.kafka_options, read_only=read_only,
                         replication=settings.kafka_replication)
@@ -132,6 +134,19 @@ class _KafkaLogs:
 
     def intake_name(self, settings: Settings) -> str:
         return self.describe(settings)
+
+
+def _confluent_log(settings: Settings, *, read_only: bool, topic: str | None) -> EventLog:
+    """The same topic through confluent-kafka (optional: its absence is a user's error, named)."""
+    try:
+        from ledger.log.kafka_confluent import ConfluentLog
+    except ImportError as exc:
+        raise LogError(f"kafka_library = \"confluent\" needs confluent-kafka, which is not installed "
+                       f"(pip install 'caucus-ledger[confluent]'): {exc}") from exc
+    assert settings.kafka is not None
+    return ConfluentLog(settings.kafka, topic or settings.topic, partitions=settings.partitions,
+                        client_options=settings.kafka_options, read_only=read_only,
+                        replication=settings.kafka_replication)
 
 
 class _MemoryLogs:

@@ -42,6 +42,8 @@ class Settings:
     """kafka-python client properties for every client (security, SASL, TLS, pass-through ones)."""
     kafka_replication: int = 1
     """Replication factor of the topics the ledger creates."""
+    kafka_library: str = "kafka-python"
+    """The log's Kafka client: ``kafka-python`` or ``confluent`` (``ledger.backends``)."""
     file_mode: int = DEFAULT_FILE_MODE
     credentials: Path | None = None
     token: str | None = field(default=None, repr=False)

@@ -68,7 +68,8 @@ FLAGS = {
 
 _SECTIONS: dict[str, dict[str, str]] = {
     "kafka": {"bootstrap": "kafka", "topic": "topic", "results_topic": "results_topic", "partitions": "partitions",
-              "client": "kafka_client", "replication": "kafka_replication"},
+              "client": "kafka_client", "replication": "kafka_replication",
+              "library": "kafka_library"},
     "logging": {"level": "log_level", "format": "log_format"},
     "checkpoint": {"key": "checkpoint_key", "public_key": "checkpoint_public_key"},
 }
@@ -93,6 +94,8 @@ class CaucusSettings(BaseSettings):
         None, description="memory: the log and the projection store in this process's memory (tests, `caucus demo`); unset: as kafka and database say.")
     partitions: int = Field(8, ge=1, le=10_000, description="Partitions when a log is created.")
     kafka_replication: int = Field(1, ge=1, le=32, description="Replication factor of the topics the ledger creates.")
+    kafka_library: Literal["kafka-python", "confluent"] = Field(
+        "kafka-python", description="Kafka client of the log: kafka-python, or confluent (librdkafka; pip install caucus-ledger[confluent]; consumer groups stay on kafka-python).")
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] | None = Field(
         None, description="How clients talk to the brokers.")
     kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"] | None = Field(
@@ -217,7 +220,7 @@ class CaucusSettings(BaseSettings):
         return Settings(
             data_dir=self.data_dir, kafka=self.kafka, topic=self.topic, results_topic=self.results_topic,
             database=self.database, backend=self.backend, partitions=self.partitions, kafka_options=self.kafka_options(),
-            kafka_replication=self.kafka_replication, file_mode=int(self.file_mode, 8), credentials=self.credentials,
+            kafka_replication=self.kafka_replication, kafka_library=self.kafka_library, file_mode=int(self.file_mode, 8), credentials=self.credentials,
             token=self.token.get_secret_value() if self.token else None,
             intake_token=self.intake_token.get_secret_value() if self.intake_token else None,
             checkpoint_key=self.checkpoint_key, checkpoint_public_key=self.checkpoint_public_key,

@@ -9,6 +9,7 @@ is read by a runner through ``EmbeddedSource``, which needs only the ``EventLog`
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ledger.backends import backends_for
 from ledger.config import Settings
@@ -46,8 +47,10 @@ GroupSource = Callable[[Settings, str, int, int, float], Source]
 
 def _kafka_group(settings: Settings, group: str, batch_size: int, session_timeout_ms: int, no_partition_timeout: float) -> Source:
     # Polls return up to ``batch_size`` records; the consumer may hand out more at once when the
-    # runner gathers a catch-up batch (``ProjectionRunner.catch_up_batch``).
-    return KafkaGroupSource(backends_for(settings).open_log(), group, session_timeout_ms=session_timeout_ms,
+    # runner gathers a catch-up batch (``ProjectionRunner.catch_up_batch``). Consumer groups are
+    # kafka-python's whatever ``kafka_library`` says: the confluent adapter reads and appends only.
+    kafka_python = replace(settings, kafka_library="kafka-python")
+    return KafkaGroupSource(backends_for(kafka_python).open_log(), group, session_timeout_ms=session_timeout_ms,
                             max_poll_records=max(batch_size, 2000), no_partition_timeout=no_partition_timeout)
 
 

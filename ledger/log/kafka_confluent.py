@@ -80,10 +80,14 @@ def librdkafka_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _stored(msg: Message) -> StoredRecord:
-    key = msg.key()
-    headers = tuple((k, v if v is not None else b"") for k, v in (msg.headers() or ()))
-    return StoredRecord(Position(msg.partition(), msg.offset()), key.decode("utf-8") if key else "",
-                        msg.value() or b"", msg.timestamp()[1], headers)
+    """A fetched record (never an error event, which always has a partition and an offset) as the port's."""
+    part, offset, key = msg.partition(), msg.offset(), msg.key()
+    assert part is not None and offset is not None
+    raw = msg.headers() or ()
+    pairs = raw.items() if isinstance(raw, dict) else raw  # a consumer hands out a list of pairs
+    headers = tuple((k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in pairs)
+    return StoredRecord(Position(part, offset), key.decode("utf-8") if isinstance(key, bytes) else (key or ""),
+                        bytes(msg.value() or b""), msg.timestamp()[1], headers)
 
 
 class ConfluentLog:
@@ -171,18 +175,19 @@ class ConfluentLog:
             begin[part] = offset
         return begin
 
-    def _consume(self, consumer: Consumer, wait_s: float) -> list[Message]:
+    def _consume(self, consumer: Consumer, wait_s: float) -> list[StoredRecord]:
         """A batch of records; a fetch beyond the log end (a real Kafka's answer to a lost log) is
         LogLostError, an unreachable broker LogUnavailableError."""
         out = []
         for msg in consumer.consume(_CONSUME_BATCH, wait_s):
             err = msg.error()
             if err is None:
-                out.append(msg)
+                out.append(_stored(msg))
             elif err.code() in _OUT_OF_RANGE:
-                part = msg.partition() if msg.partition() is not None else 0
-                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, part), cached=True)
-                raise LogLostError(part, consumer.position([TopicPartition(self.topic, part)])[0].offset, max(high, 0))
+                part = msg.partition() or 0
+                tp = TopicPartition(self.topic, part)
+                _low, high = consumer.get_watermark_offsets(tp, cached=True)
+                raise LogLostError(part, consumer.position([tp])[0].offset, max(high, 0))
             elif err.code() in _UNREACHABLE:
                 raise self._unavailable("fetch", err)
             else:
@@ -198,13 +203,13 @@ class ConfluentLog:
                 marks[part] = high
         return marks
 
-    def _open(self, begin: dict[int, int], wait_ms: int) -> tuple[Consumer, dict[int, int], list[Message]]:
+    def _open(self, begin: dict[int, int], wait_ms: int) -> tuple[Consumer, dict[int, int], list[StoredRecord]]:
         """A consumer assigned at ``begin``, every partition's watermark (from fetches) and the records
         fetched meanwhile; LogLostError if a start lies beyond its partition's watermark."""
         consumer = self._consumer(wait_ms)
         try:
             consumer.assign([TopicPartition(self.topic, p, o) for p, o in begin.items()])
-            kept: list[Message] = []
+            kept: list[StoredRecord] = []
             deadline = time.monotonic() + self._timeout
             while True:
                 kept += self._consume(consumer, 0.005)
@@ -238,14 +243,14 @@ class ConfluentLog:
             emitted = 0
             progress_at = time.monotonic()
             while todo:
-                for msg in pending:
-                    part, offset = msg.partition(), msg.offset()
+                for rec in pending:
+                    part, offset = rec.position.partition, rec.position.offset
                     if part not in todo or offset < position[part]:
                         continue
                     if offset >= marks[part]:  # appended after the call began
                         todo.discard(part)
                         continue
-                    yield _stored(msg)
+                    yield rec
                     position[part] = offset + 1
                     emitted += 1
                     if max_records is not None and emitted >= max_records:
@@ -290,11 +295,12 @@ class ConfluentLog:
         try:
             position = dict(begin)
             while True:
-                for msg in pending:
-                    if msg.offset() < position[msg.partition()]:
+                for rec in pending:
+                    part, offset = rec.position.partition, rec.position.offset
+                    if offset < position[part]:
                         continue
-                    yield _stored(msg)
-                    position[msg.partition()] = msg.offset() + 1
+                    yield rec
+                    position[part] = offset + 1
                     if stop is not None and stop():
                         return
                 if stop is not None and stop():
@@ -342,10 +348,11 @@ class ConfluentLog:
 
         def delivered(i: int) -> Callable[[KafkaError | None, Message], None]:
             def report(err: KafkaError | None, msg: Message) -> None:
-                if err is None:
-                    positions[i] = Position(msg.partition(), msg.offset())
+                part, offset = msg.partition(), msg.offset()
+                if err is None and part is not None and offset is not None:
+                    positions[i] = Position(part, offset)
                 else:
-                    failed.append((i, err))
+                    failed.append((i, err or KafkaError(KafkaError._FAIL)))  # noqa: SLF001
             return report
 
         for i in indices:

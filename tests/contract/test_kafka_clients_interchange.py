@@ -12,7 +12,11 @@ import pytest
 from infra.broker import free_port
 from ledger.log.kafka import KafkaLog
 from ledger.log.partitioning import partition_for
+from ledger.config import open_log
 from ledger.log.port import LogMissingError, LogUnavailableError, PendingRecord, StoredRecord
+from ledger.settings import SettingsError, load_settings
+from projections.backends import group_source
+from projections.sources import KafkaGroupSource
 
 confluent = pytest.importorskip("ledger.log.kafka_confluent",
                                 reason="confluent-kafka is not installed (pip install -e '.[confluent]')")
@@ -67,3 +71,23 @@ def test_confluent_unreachable_broker_fails_fast_naming_the_address() -> None:
     with pytest.raises(LogUnavailableError, match=address):
         confluent.ConfluentLog(address, "caucus.events", timeout=1)
     assert time.monotonic() - began < 5
+
+
+def test_the_client_is_a_setting_and_groups_stay_on_kafka_python(kafka_bootstrap: str, unique_topic: str) -> None:
+    env = {"CAUCUS_KAFKA": kafka_bootstrap, "CAUCUS_TOPIC": unique_topic, "CAUCUS_KAFKA_LIBRARY": "confluent"}
+    settings = load_settings(env=env).settings
+    assert load_settings(env={"CAUCUS_KAFKA": kafka_bootstrap}).settings.kafka_library == "kafka-python"
+    with pytest.raises(SettingsError, match="kafka_library"):
+        load_settings(env={**env, "CAUCUS_KAFKA_LIBRARY": "librdkafka"})
+    log = open_log(settings)
+    try:
+        assert isinstance(log, confluent.ConfluentLog)
+        placed = log.append(batch("setting", 1)[0])
+    finally:
+        log.close()
+    source = group_source(settings, f"g-{unique_topic}", batch_size=100, session_timeout_ms=2000, no_partition_timeout=1)
+    try:
+        assert isinstance(source, KafkaGroupSource) and isinstance(source.log, KafkaLog)
+        assert [r.position for r in source.log.read()] == [placed]
+    finally:
+        source.close()

@@ -4,6 +4,8 @@ Why: choosing between the embedded log and Kafka (and tuning either) needs numbe
 on one machine, with records shaped like the real ones. Every event is a ResultReported of a precinct
 with six candidates (about 200 bytes encoded), keyed by one of ``--units`` precincts.
 
+Adapters: the embedded log, Kafka through kafka-python and, when confluent-kafka is installed
+(``pip install -e '.[confluent]'``), Kafka through confluent-kafka (librdkafka), each on a topic of its own.
 Measured per adapter: append in batches (``append_batch``, records already encoded), read of the whole
 log (``read``), and read plus decode (what a projection does). Encoding is measured once, on its own.
 Without ``--kafka`` the script starts its own Tansu broker (``infra.broker``) and stops it afterwards.
@@ -33,6 +35,11 @@ from ledger.events import Channel, Event, Result, ResultReported, new_event
 from ledger.log.kafka import KafkaLog
 from ledger.log.port import EventLog, PendingRecord
 from ledger.log.sqlite import SqliteLog
+
+try:
+    from ledger.log.kafka_confluent import ConfluentLog
+except ImportError:  # the optional client: its column is left out, saying so
+    ConfluentLog = None  # type: ignore[assignment,misc]
 
 CANDIDATES = ("biden", "buttigieg", "klobuchar", "sanders", "warren", "yang")
 
@@ -117,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
             "sqlite": lambda: SqliteLog(tmp / f"log-{uuid.uuid4().hex[:8]}.sqlite3", partitions=args.partitions),
             "kafka": lambda: KafkaLog(bootstrap, f"bench-{uuid.uuid4().hex[:8]}", partitions=args.partitions, timeout=30),
         }
+        if ConfluentLog is not None:
+            adapters["confluent"] = lambda: ConfluentLog(bootstrap, f"bench-{uuid.uuid4().hex[:8]}",
+                                                         partitions=args.partitions, timeout=30)
+        else:
+            print("confluent-kafka is not installed: no confluent column (pip install -e '.[confluent]')")
         for round_ in range(1, args.repeat + 1):  # adapters interleaved, so a busy spell hits both alike
             for name, open_log in adapters.items():
                 print(f"round {round_}/{args.repeat}: {name} ...", flush=True)
@@ -130,10 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.events} events, {mean_size:.0f} B mean, batches of {args.batch}, {args.partitions} partitions, "
           f"best of {args.repeat}; "
           f"Python {platform.python_version()}, kafka-python {kafka.__version__}; kafka: {where}")
-    print(f"{'events/s':<20}{'sqlite':>12}{'kafka':>12}{'kafka/sqlite':>14}")
+    if ConfluentLog is not None:
+        import confluent_kafka
+
+        print(f"confluent-kafka {confluent_kafka.version()}, librdkafka {confluent_kafka.libversion()[0]}")
+    names = list(results)
+    ratios = [("kafka", "sqlite")] + ([("confluent", "kafka")] if "confluent" in results else [])
+    print(f"{'events/s':<20}" + "".join(f"{n:>12}" for n in names) + "".join(f"{a + '/' + b:>16}" for a, b in ratios))
     for row in results["sqlite"]:
-        s, k = results["sqlite"][row], results["kafka"][row]
-        print(f"{row:<20}{s:>12,.0f}{k:>12,.0f}{k / s:>14.2f}")
+        print(f"{row:<20}" + "".join(f"{results[n][row]:>12,.0f}" for n in names)
+              + "".join(f"{results[a][row] / results[b][row]:>16.2f}" for a, b in ratios))
     print(f"{'encode (codec only)':<20}{encode_rate:>12,.0f}  (same for both: done once, before appending)")
     return 0
 

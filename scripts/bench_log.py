@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in results["sqlite"]:
         print(f"{row:<20}" + "".join(f"{results[n][row]:>12,.0f}" for n in names)
               + "".join(f"{results[a][row] / results[b][row]:>16.2f}" for a, b in ratios))
-    print(f"{'encode (codec only)':<20}{encode_rate:>12,.0f}  (same for both: done once, before appending)")
+    print(f"{'encode (codec only)':<20}{encode_rate:>12,.0f}  (the same for every adapter: done once, before appending)")
     return 0
 
 

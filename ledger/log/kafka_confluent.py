@@ -79,15 +79,22 @@ def librdkafka_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _stored(msg: Message) -> StoredRecord:
-    """A fetched record (never an error event, which always has a partition and an offset) as the port's."""
-    part, offset, key = msg.partition(), msg.offset(), msg.key()
-    assert part is not None and offset is not None
-    raw = msg.headers() or ()
+def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
     pairs = raw.items() if isinstance(raw, dict) else raw  # a consumer hands out a list of pairs
-    headers = tuple((k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in pairs)
-    return StoredRecord(Position(part, offset), key.decode("utf-8") if isinstance(key, bytes) else (key or ""),
-                        bytes(msg.value() or b""), msg.timestamp()[1], headers)
+    return tuple((k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in pairs)
+
+
+def _stored(msg: Message) -> StoredRecord:
+    """A fetched record (never an error event) as the port's. It runs once per record read, and was most
+    of a read's time, so it does no more than it must: no headers to convert is the common case."""
+    key, raw = msg.key(), msg.headers()
+    return StoredRecord(
+        Position(msg.partition(), msg.offset()),  # type: ignore[arg-type]  # set on every record fetched
+        key.decode("utf-8") if isinstance(key, bytes) else (key or ""),
+        msg.value() or b"",  # type: ignore[arg-type]  # bytes: no deserializer is configured
+        msg.timestamp()[1],
+        () if raw is None else _headers(raw),
+    )
 
 
 class ConfluentLog:

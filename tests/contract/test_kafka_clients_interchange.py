@@ -13,7 +13,7 @@ from infra.broker import free_port
 from ledger.log.kafka import KafkaLog
 from ledger.log.partitioning import partition_for
 from ledger.config import open_log
-from ledger.log.port import LogMissingError, LogUnavailableError, PendingRecord, StoredRecord
+from ledger.log.port import LogError, LogMissingError, LogUnavailableError, PendingRecord, StoredRecord
 from ledger.settings import SettingsError, load_settings
 from projections.backends import group_source
 from projections.sources import KafkaGroupSource
@@ -91,3 +91,15 @@ def test_the_client_is_a_setting_and_groups_stay_on_kafka_python(kafka_bootstrap
         assert [r.position for r in source.log.read()] == [placed]
     finally:
         source.close()
+
+
+def test_the_settings_client_properties_reach_librdkafka_by_its_names() -> None:
+    env = {"CAUCUS_KAFKA": "broker:9093", "CAUCUS_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+           "CAUCUS_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "CAUCUS_KAFKA_SASL_USERNAME": "caucus",
+           "CAUCUS_KAFKA_SASL_PASSWORD": "secret"}
+    options = load_settings(env=env).settings.kafka_options
+    assert confluent.librdkafka_options(options) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "caucus",
+        "sasl.password": "secret"}
+    with pytest.raises(LogError, match="request_timeout_ms"):  # refused by name, never dropped silently
+        confluent.librdkafka_options({**options, "request_timeout_ms": 30000})

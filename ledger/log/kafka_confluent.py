@@ -15,8 +15,10 @@ The development broker's quirks (DESIGN.md) are met the same way: high watermark
 responses (``get_watermark_offsets(cached=True)``; ListOffsets answers wrongly on Tansu), topics are
 created explicitly before any client names them, appends are deduped by event id (``RecentIds``).
 What it does not do: re-create a topic or replace the idempotent producer after a broker restart
-(``_topic_guard.py``, ``_producer.py`` of the kafka-python adapter), and consumer groups: the
-projection runner's group source stays on kafka-python.
+(``_topic_guard.py``, ``_producer.py`` of the kafka-python adapter): after the memory-only test broker
+restarts, this instance's reads and appends fail with LogUnavailableError, and a newly opened one
+reports the lost log (LogLostError) and appends again. Nor consumer groups: the projection runner's
+group source stays on kafka-python (``projections/backends.py``).
 """
 
 from __future__ import annotations

@@ -259,8 +259,9 @@ def _reported(site: Site, units: list[str]) -> set[str]:
 def watch(site: Site, sent: dict[str, float], seen: dict[str, float], stop: threading.Event) -> None:
     """Note when each sent unit first reads ``reported`` in the store (polled every 5 ms)."""
     while not stop.is_set() or len(seen) < len(sent):
-        now = time.monotonic()
-        for unit in _reported(site, list(sent)) - set(seen):
+        reported = _reported(site, list(sent))
+        now = time.monotonic()  # after the query: a unit sent while it ran may be in its answer
+        for unit in reported - set(seen):
             if unit in sent:
                 seen[unit] = now
         if stop.is_set() and time.monotonic() > stop_deadline[0]:

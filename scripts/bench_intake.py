@@ -104,8 +104,9 @@ class Site:
 
 def _spawn(site: Site, args: list[str], name: str) -> subprocess.Popen[bytes]:
     out = open(site.data_dir / f"{name}.out", "wb")
+    # cwd: not this checkout, whose directory ``-c`` would put before PYTHONPATH (``--compare``)
     return subprocess.Popen([sys.executable, "-c", "from ledger.cli import main; main()", *args],
-                            env=site.env, stdout=out, stderr=subprocess.STDOUT)
+                            env=site.env, stdout=out, stderr=subprocess.STDOUT, cwd=site.data_dir)
 
 
 def _wait_up(url: str, process: subprocess.Popen[bytes], what: str) -> None:

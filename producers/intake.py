@@ -192,6 +192,7 @@ class Intake:
         journal = self._journal_or_none(force=force)
         if journal is None:
             return False
+        began = time.monotonic()
         try:
             vanished = read_on(journal, self.state, verify=not self._verified)
         except LogUnavailableError as exc:
@@ -210,9 +211,9 @@ class Intake:
                        "`caucus intake rebuild` to accept the log as it now is")
             at = self.state.positions[vanished]
             raise LogLostError(vanished, at, at - 1)
-        self.last_log_error = None
-        self._down_until = 0.0
+        self.last_log_error, self._down_until = None, 0.0
         self._verified = True
+        self._lock.read_began(began)
         return True
 
     def _lost(self, why: str) -> None:
@@ -246,6 +247,7 @@ class Intake:
 
     def _applied(self, event: Event[Any], position: Position) -> None:
         """Our own append: apply it directly if nothing else was written before it, else read up to it."""
+        self._lock.wrote()
         if self.state.positions.get(position.partition, 0) == position.offset:
             self.state.apply(event, position)
             return
@@ -338,20 +340,22 @@ class Intake:
                 return FlushReport(0, 0, 0, waiting, self.last_log_error)
             return self._forward(force=True)
 
-    def _refresh(self) -> None:
+    def _refresh(self, arrived: float | None = None) -> None:
+        """Catch up, unless one that began after the command ``arrived`` covers it (``intake_lock``)."""
         if not self._take_rebuilt_state():
             raise LogError(f"the log was lost: {self.log_lost}")
         if self.spool.stamp != self._overlay_stamp:
             self._rebuild_overlay()  # another process (a CLI beside the service) changed the spool
-        online = self._catch_up()
+        online = (arrived is not None and self._verified and self._lock.covers(arrived)) or self._catch_up()
         if online and self.spool.pending():
             self._forward()
 
     # -- commands ---------------------------------------------------------------------------------------
 
     def submit(self, submission: Submission) -> Outcome:
+        arrived = time.monotonic()
         with self._locked():
-            self._refresh()
+            self._refresh(arrived)
             return self._submit(submission)
 
     def _submit(self, sub: Submission) -> Outcome:

@@ -1,10 +1,18 @@
 """One writer per intake directory: a thread lock within the process and an ``flock`` across processes
 on the same machine, so the HTTP service and CLI invocations over the same data directory take turns
-(each catches up inside the lock, so none judges against stale state)."""
+(each catches up inside the lock, so none judges against stale state).
+
+Catching up costs a read of the log (a fetch round trip on Kafka) even when nothing is new. Commands
+that queued on the lock while one catch-up ran may share it: whatever was written before they arrived
+was in the log when it began. Except what another process's intake wrote while they waited, after
+that catch-up: so every intake marks a file beside the lock (``intake.written``) after each append,
+and a command shares a catch-up only if the mark is still the one this intake last saw (``covers``).
+"""
 
 from __future__ import annotations
 
 import fcntl
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +23,8 @@ from ledger.files import open_private_lock
 
 __all__ = ["DirectoryLock"]
 
+_MARK_BYTES = 16
+
 
 class DirectoryLock:
     def __init__(self, workdir: Path) -> None:
@@ -22,6 +32,9 @@ class DirectoryLock:
         self.thread_lock = threading.RLock()
         """Held alone for what only this process shares (the snapshot picture, closing)."""
         self._file: Any = None
+        self._marks: int | None = None
+        self._seen = b""
+        self._read_from = float("-inf")
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -35,8 +48,32 @@ class DirectoryLock:
             finally:
                 fcntl.flock(self._file, fcntl.LOCK_UN)
 
+    # -- sharing a catch-up (call these while ``held``) --------------------------------------------------
+
+    def _mark_file(self) -> int:
+        if self._marks is None:
+            self._marks = os.open(self.workdir / "intake.written", os.O_RDWR | os.O_CREAT, 0o600)
+        return self._marks
+
+    def read_began(self, at: float) -> None:
+        """A catch-up that began at ``at`` (monotonic) read the log to its end."""
+        self._read_from = at
+        self._seen = os.pread(self._mark_file(), _MARK_BYTES, 0)
+
+    def wrote(self) -> None:
+        """This intake appended to the log: other processes' intakes must read on before deciding."""
+        self._seen = os.urandom(_MARK_BYTES)
+        os.pwrite(self._mark_file(), self._seen, 0)
+
+    def covers(self, arrived: float) -> bool:
+        """Whether a command that ``arrived`` (monotonic) may decide without catching up again."""
+        return self._read_from >= arrived and os.pread(self._mark_file(), _MARK_BYTES, 0) == self._seen
+
     def close(self) -> None:
         with self.thread_lock:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+            if self._marks is not None:
+                os.close(self._marks)
+                self._marks = None

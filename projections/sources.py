@@ -16,6 +16,16 @@ store's positions: so the cluster's own lag tools (``kafka-consumer-groups``, Bu
 see the runners. The copy is never read back (Tansu drops commit metadata, and the store's positions
 are the ones committed with the view); a failed commit is logged and forgotten.
 
+A fast first start (``static_start``): joining a group takes about a second on Tansu even with a short
+session (half the session timeout with a long one, 5 s at the default 10 s), and reports sent meanwhile
+would wait that long for the tally. So the source first reads every partition through a consumer of
+its own, assigned by hand from the store's positions, while the group consumer joins on a thread of
+its own (a join needs long polls: short ones restart it); the group's first assignment is only noted
+there, and the runner's thread hands over at its next poll (every partition revoked, the assigned ones
+started again from the store). A runner already in the group may read the same partitions meanwhile: the store's exactly-once
+rules (``projections.exactly_once``: ``CHECK_UNDER_LOCK``, ``BELOW_STORED_POSITION``) make that
+harmless, as after any rebalance.
+
 Liveness: a consumer group left broken (members killed without leaving, on a broker that never
 expires them) can leave a runner without any partition, waiting forever. With
 ``no_partition_timeout`` the source rejoins once with a new consumer after holding no partition for
@@ -25,6 +35,7 @@ that long, and if that does not help either raises ``NoPartitionsError`` saying 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -152,6 +163,7 @@ class KafkaGroupSource:
         fetch_max_wait_ms: int = 200,
         quiet_check: float = 10.0,
         no_partition_timeout: float = 0.0,
+        static_start: bool = True,
     ) -> None:
         self.log = log
         self.topic: str = log.topic
@@ -173,6 +185,11 @@ class KafkaGroupSource:
         self._listener: AssignmentListener | None = None
         self._mirrored: dict[int, int] = {}
         self.mirror_failures = 0
+        self._static_start = static_start
+        self._joining: Any = None  # the group consumer while the static one reads (module docstring)
+        self._joined: set[int] | None = None  # its first assignment, noted by the joining thread
+        self._join_thread: threading.Thread | None = None
+        self._closing = threading.Event()
 
     def without_partitions_for(self) -> float | None:
         """Seconds this runner has held no partition (since it started or lost its last), or None."""
@@ -181,14 +198,72 @@ class KafkaGroupSource:
     def start(self, listener: AssignmentListener) -> None:
         self._listener = listener
         self._without_since = time.monotonic()
+        if self._static_start:
+            self._start_static(listener)
         self._join(listener)
+
+    def _start_static(self, listener: AssignmentListener) -> None:
+        from kafka import TopicPartition
+
+        consumer = self.log.consumer(**self._overrides)
+        parts = set(range(self.log.partitions))
+        consumer.assign([TopicPartition(self.topic, p) for p in sorted(parts)])
+        start = listener.assigned(parts)
+        for p in parts:
+            consumer.seek(TopicPartition(self.topic, p), start.get(p, 0))
+        self._consumer, self._owned, self._ready, self._without_since = consumer, parts, True, None
+        log.info("reading partitions %s while joining group %s", sorted(parts), self.group_id)
+
+    def _join_in_background(self, consumer: Any) -> None:
+        from kafka import errors as kafka_errors
+
+        def run() -> None:
+            while self._joined is None and not self._closing.is_set():
+                try:
+                    consumer.poll(timeout_ms=200, max_records=1)
+                except kafka_errors.NoOffsetForPartitionError:
+                    pass  # assigned, not yet positioned: the runner's thread seeks at the hand-over
+                except Exception:  # noqa: BLE001 -- the runner's thread meets the error on its own polls
+                    log.debug("joining group %s failed", self.group_id, exc_info=True)
+                    return
+
+        self._join_thread = threading.Thread(target=run, name=f"join-{self.group_id}", daemon=True)
+        self._join_thread.start()
+
+    def _end_static(self, listener: AssignmentListener) -> None:
+        """The group has assigned partitions: stop reading through the static consumer, start the
+        assigned partitions of the group consumer from the store."""
+        from kafka import TopicPartition
+
+        if self._join_thread is not None:
+            self._join_thread.join()
+        static, self._consumer, self._joining = self._consumer, self._joining, None
+        parts, self._owned = self._owned, set()
+        if parts:
+            listener.revoked(parts)
+        try:
+            static.close(autocommit=False)
+        except Exception:  # noqa: BLE001 -- its reads are over either way
+            log.debug("closing the static consumer failed", exc_info=True)
+        assigned, self._joined = self._joined or set(), None
+        log.info("group %s assigned partitions %s", self.group_id, sorted(assigned))
+        self._owned = set(assigned)
+        if assigned:
+            start = listener.assigned(assigned)
+            for p in assigned:
+                self._consumer.seek(TopicPartition(self.topic, p), start.get(p, 0))
+        else:
+            self._without_since = time.monotonic()
 
     def _join(self, listener: AssignmentListener) -> None:
         from kafka import TopicPartition
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
         consumer = self.log.consumer(group_id=self.group_id, **self._overrides)
-        self._consumer = consumer
+        if self._consumer is not None and self._static_start and not self._rejoined:
+            self._joining = consumer
+        else:
+            self._consumer = consumer
         source = self
 
         class _Listener(ConsumerRebalanceListener):
@@ -205,6 +280,9 @@ class KafkaGroupSource:
 
             def on_partitions_assigned(self, assigned: Any) -> None:
                 parts = {tp.partition for tp in assigned if tp.topic == source.topic}
+                if source._joining is consumer:  # on the joining thread: only note it (module docstring)
+                    source._joined = parts
+                    return
                 source._owned |= parts
                 source._ready = True
                 if parts:
@@ -216,6 +294,8 @@ class KafkaGroupSource:
                         consumer.seek(TopicPartition(source.topic, p), start.get(p, 0))
 
         consumer.subscribe([self.topic], listener=_Listener())
+        if self._joining is consumer:
+            self._join_in_background(consumer)
 
     @property
     def ready(self) -> bool:
@@ -233,6 +313,8 @@ class KafkaGroupSource:
         from kafka import errors as kafka_errors
 
         try:
+            if self._joined is not None and self._listener is not None:
+                self._end_static(self._listener)
             batches = self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
         except kafka_errors.OffsetOutOfRangeError as exc:
             # A real Kafka refuses to fetch beyond the log end: the log was lost or rewound.
@@ -290,8 +372,8 @@ class KafkaGroupSource:
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata
 
-        if self._consumer is None:
-            return
+        if self._consumer is None or self._joining is not None:
+            return  # the static consumer is in no group
         offsets = {
             TopicPartition(self.topic, p): OffsetAndMetadata(off, "", -1)
             for p, off in positions.items()
@@ -344,9 +426,13 @@ class KafkaGroupSource:
         return out
 
     def close(self) -> None:
+        self._closing.set()
+        if self._join_thread is not None:
+            self._join_thread.join(timeout=5)
         try:
-            if self._consumer is not None:
-                self._consumer.close(autocommit=False)
+            for consumer in (self._joining, self._consumer):
+                if consumer is not None:
+                    consumer.close(autocommit=False)
         finally:
-            self._consumer = None
+            self._consumer = self._joining = None
             self.log.close()

@@ -11,8 +11,9 @@ that says how to remove it on a real Kafka (the package docstring lists them).
 - Every wait is bounded by ``timeout``: an unreachable broker is a LogUnavailableError naming the
   bootstrap address, so a command line never hangs.
 
-Readers use manual assignment and keep their own positions (the port's contract), and a consumer lives
-only as long as a read. For a projection runner in a consumer group, ``consumer(group_id=...)`` and
+Readers use manual assignment and keep their own positions (the port's contract). ``read`` borrows one
+consumer kept for the log's lifetime (``_reader``: a read costs a fetch, not a new client); ``follow``
+and a read that finds it busy make their own. For a projection runner in a consumer group, ``consumer(group_id=...)`` and
 ``SeekToStored`` give a consumer configured the same way, positioned from the runner's store on every
 rebalance.
 """
@@ -30,6 +31,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 
 from ledger.log.kafka._client import UNREACHABLE_ERRORS, Endpoint, normalise_options, options_for
 from ledger.log.kafka._producer import ReplaceableProducer
+from ledger.log.kafka._reader import KEPT_WAIT_MS, KeptReader, fresh
 from ledger.log.kafka._recent_ids import RecentIds
 from ledger.log.kafka._topic_guard import TopicGuard
 from ledger.log.kafka._watermarks import SNAPSHOT_WAIT_MS, Watermarks, snapshot
@@ -104,6 +106,7 @@ class KafkaLog:
         self._watermarks = Watermarks()
         self._producer: ReplaceableProducer | None = None
         self._topics: TopicGuard | None = None
+        self._reader = KeptReader(lambda: self._new_consumer(fetch_max_wait_ms=KEPT_WAIT_MS))
         try:
             if not read_only:
                 self._producer = ReplaceableProducer(
@@ -170,6 +173,7 @@ class KafkaLog:
         self._topics.ensure()
 
     def _drop_producer(self) -> None:
+        self._reader.drop()  # it names the topic in metadata requests too
         if self._producer is not None:
             self._producer.drop()
 
@@ -285,8 +289,15 @@ class KafkaLog:
             begin[part] = offset
         return begin
 
-    def _open_reader(self, begin: dict[int, int], wait_ms: int) -> tuple[KafkaConsumer, dict[int, int], list[ConsumerRecord]]:
-        consumer = self.consumer(fetch_max_wait_ms=wait_ms)
+    def _open_reader(
+        self, begin: dict[int, int], wait_ms: int, kept: KafkaConsumer | None = None
+    ) -> tuple[KafkaConsumer, dict[int, int], list[ConsumerRecord]]:
+        if kept is None:
+            consumer = self.consumer(fetch_max_wait_ms=wait_ms)
+        else:
+            self._ensure_topic()
+            consumer = kept
+            fresh(self._endpoint, consumer, self._tps)
         try:
             before = self._watermarks.reached()
             marks, first = snapshot(self._endpoint, consumer, begin, keep=True)
@@ -295,12 +306,18 @@ class KafkaLog:
                 if begin[part] > marks[part]:
                     raise LogLostError(part, begin[part], marks[part])
         except BaseException:
-            consumer.close()
+            if kept is None:
+                consumer.close()
             raise
         return consumer, marks, first
+
     def read(self, start: Offsets | None = None, *, max_records: int | None = None) -> Iterator[StoredRecord]:
         begin = self._begin(start)
-        consumer, marks, pending = self._open_reader(begin, SNAPSHOT_WAIT_MS)
+        with self._reader.borrowed() as kept:
+            yield from self._read(begin, kept, max_records)
+
+    def _read(self, begin: dict[int, int], kept: KafkaConsumer | None, max_records: int | None) -> Iterator[StoredRecord]:
+        consumer, marks, pending = self._open_reader(begin, SNAPSHOT_WAIT_MS, kept)
         try:
             position = dict(begin)
             todo = {p for p in range(self._partitions) if position[p] < marks[p]}
@@ -338,7 +355,8 @@ class KafkaLog:
                         f"{self._timeout:g} s (partitions {sorted(todo)} not read up to {marks})"
                     )
         finally:
-            consumer.close()
+            if kept is None:
+                consumer.close()
 
     def follow(
         self,
@@ -428,6 +446,7 @@ class KafkaLog:
     def close(self) -> None:
         producer, topics = self._producer, self._topics
         self._producer = self._topics = None
+        self._reader.drop()
         if producer is not None:
             producer.close()
         if topics is not None:

@@ -29,7 +29,7 @@ __all__ = ["SNAPSHOT_WAIT_MS", "Watermarks", "snapshot"]
 SNAPSHOT_WAIT_MS = 10
 """fetch_max_wait_ms while taking a snapshot. Tansu ignores fetch_min_bytes=0 (it waits the full
 fetch_max_wait_ms when no data is new) and never answers a fetch whose max wait is 0."""
-_SNAPSHOT_POLL_MS = 5
+_SNAPSHOT_POLL_MS = 1  # poll returns only at its timeout when a fetch brought no records
 
 
 class Watermarks:
@@ -76,7 +76,8 @@ def snapshot(
     rather than fetched twice. Partitions are never paused: kafka-python 3.0 loses track of a
     partition paused while its fetched records are partly drained, and never fetches it again."""
     tps = [TopicPartition(endpoint.topic, p) for p in begin]
-    consumer.assign(tps)
+    if set(consumer.assignment()) != set(tps):  # a kept reader is assigned already (``_reader``)
+        consumer.assign(tps)
     for tp in tps:
         consumer.seek(tp, begin[tp.partition])
     marks: dict[int, int] = {}

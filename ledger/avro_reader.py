@@ -66,6 +66,7 @@ class _Writer:
         self.constants: dict[str, Any] = {}
         self.count = 0
         self.expanding: set[str] = set()
+        self.skipping = False  # past the head of a head-only reader: check, build nothing
 
     def name(self, prefix: str) -> str:
         self.count += 1
@@ -94,6 +95,10 @@ class _Writer:
         self.emit(indent, f"{b} = data[pos]")
         self.emit(indent, f"if {b} < 128 and not {b} & 1: {n} = {b} >> 1; pos += 1")
         self.emit(indent, f"else: {n}, pos = _length(data, pos)")
+        if self.skipping:  # a skipped string is still checked to be UTF-8, as reading it would
+            self.emit(indent, f"{'data[pos:pos + ' + n + '].decode(); ' if decode else ''}pos += {n}")
+            self.emit(indent, f"{target} = None")
+            return
         self.emit(indent, f"{target} = data[pos:pos + {n}]{'.decode()' if decode else ''}; pos += {n}")
 
     def value(self, schema: Any, indent: int) -> str:
@@ -141,7 +146,7 @@ class _Writer:
             raise NotCompiled(f"logical type {schema['logicalType']!r}")
         raw = self.primitive("long", indent)
         out = self.name("t")
-        self.emit(indent, f"{out} = _EPOCH + _timedelta(microseconds={raw})")
+        self.emit(indent, f"{out} = None" if self.skipping else f"{out} = _EPOCH + _timedelta(microseconds={raw})")
         return out
 
     def named_type(self, schema: Mapping[str, Any], indent: int) -> str:
@@ -153,7 +158,9 @@ class _Writer:
             if schema["type"] == "record":
                 fields = [(f["name"], self.value(f["type"], indent)) for f in schema["fields"]]
                 out = self.name("r")
-                if full in self.build:
+                if self.skipping:
+                    self.emit(indent, f"{out} = None")
+                elif full in self.build:
                     self.emit(indent, f"{out} = {self.constant(self.build[full])}({', '.join(v for _, v in fields)})")
                 else:
                     self.emit(indent, f"{out} = {{{', '.join(f'{k!r}: {v}' for k, v in fields)}}}")
@@ -197,7 +204,11 @@ class _Writer:
         self.emit(indent + 2, f"{count} = -{count}")
         self.varint(indent + 2, skip)
         self.emit(indent + 1, f"for _ in range({count}):")
-        if is_map:
+        if self.skipping:
+            if is_map:
+                self.primitive("string", indent + 2)
+            self.value(items, indent + 2)
+        elif is_map:
             key = self.primitive("string", indent + 2)
             self.emit(indent + 2, f"{out}[{key}] = {self.value(items, indent + 2)}")
         else:
@@ -207,18 +218,30 @@ class _Writer:
 
 
 def compile_reader(
-    parsed: Mapping[str, Any], *, start: int = 0, build: Mapping[str, Callable[..., Any]] | None = None
+    parsed: Mapping[str, Any], *, start: int = 0, build: Mapping[str, Callable[..., Any]] | None = None,
+    head_only: bool = False,
 ) -> Callable[[bytes], Any]:
     """A function reading one record of ``parsed`` (a fastavro-parsed record schema) from ``start`` to
     the end of the bytes; raises ``Unreadable`` (or IndexError, UnicodeDecodeError...) on what it
     does not accept, ``NotCompiled`` here for schemas it leaves to fastavro.
 
     ``build`` names the types made by a function instead of a dict: a record's builder is called
-    with its field values in schema order, an enum's once per symbol when the reader is compiled."""
+    with its field values in schema order, an enum's once per symbol when the reader is compiled.
+
+    ``head_only``: return only the record's first field (an event's envelope); the other fields are
+    walked and checked as a full read checks them (lengths, UTF-8, enum and union indexes, the end
+    of the record), so the reader refuses exactly what the full reader refuses, but nothing is built."""
     if not isinstance(parsed, Mapping) or parsed.get("type") != "record":
         raise NotCompiled("only record schemas are compiled")
     writer = _Writer(parsed.get("__named_schemas", {}), build or {})
-    body = writer.value(dict(parsed), 1)
+    if head_only:
+        first, *rest = parsed["fields"]
+        body = writer.value(first["type"], 1)
+        writer.skipping = True
+        for field in rest:
+            writer.value(field["type"], 1)
+    else:
+        body = writer.value(dict(parsed), 1)
     source = "\n".join(
         [f"def read(data):", f"    pos = {start}", *writer.lines,
          "    if pos != len(data): raise Unreadable('length')", f"    return {body}"]

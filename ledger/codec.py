@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -22,6 +23,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from ledger.avro_reader import NotCompiled, compile_reader
+from ledger.deferred_event import DeferredEvent
 from ledger.event_build import builders_for
 from ledger.events import PAYLOAD_TYPES, Channel, Envelope, Event, Payload
 
@@ -102,6 +104,7 @@ class Codec:
         self._writers: dict[str, SchemaInfo] = {}
         self._readers: dict[str, SchemaInfo] = {}
         self._compiled: dict[bytes, Callable[[bytes], Event[Any]] | None] = {}  # by marker + fingerprint
+        self._heads: dict[bytes, tuple[str, Callable[[bytes], Envelope]] | None] = {}  # the same, envelope only
         for (type_name, version), schema in sorted(schemas.items()):
             self.register(type_name, version, schema)
 
@@ -125,6 +128,7 @@ class Codec:
         if reader or (reader is None and (type_name not in self._readers or version >= self._readers[type_name].version)):
             self._readers[type_name] = info
         self._compiled.clear()
+        self._heads.clear()
         return info
 
     def use_reader(self, type_name: str, version: int) -> None:
@@ -133,6 +137,7 @@ class Codec:
             if info.type == type_name and info.version == version:
                 self._readers[type_name] = info
                 self._compiled.clear()
+                self._heads.clear()
                 return
         raise CodecError(f"no schema {type_name} v{version} is registered")
 
@@ -223,6 +228,34 @@ class Codec:
                 pass
         return self.decode_generic(data)
 
+    def decode_deferred(self, data: bytes, types: AbstractSet[str]) -> Event[Any]:
+        """The event a record holds, as ``decode`` gives it, except that an event of one of ``types``
+        decodes its payload when the payload is first read (``ledger.deferred_event``). The whole
+        record is checked now all the same, so a record ``decode`` refuses is refused here."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        head = data[:10]
+        entry = self._heads[head] if head in self._heads else self._compile_head(head)
+        if entry is not None and entry[0] in types:
+            try:
+                envelope = entry[1](data)
+            except Exception:  # noqa: BLE001 - decode refuses it by name
+                return self.decode(data)
+            return DeferredEvent.of(envelope, entry[0], data, self.decode)
+        return self.decode(data)
+
+    def _compile_head(self, head: bytes) -> tuple[str, Callable[[bytes], Envelope]] | None:
+        """The envelope-only reader for records starting with ``head``, where ``decode`` has a
+        compiled reader for them (the same schemas, the same checks)."""
+        entry: tuple[str, Callable[[bytes], Envelope]] | None = None
+        if (self._compiled[head] if head in self._compiled else self._compile(head)) is not None:
+            writer = self._by_fingerprint[head[2:]]
+            build = builders_for(writer.type, self._payload_types[writer.type], writer.parsed)
+            entry = (writer.type, compile_reader(writer.parsed, start=10, build=build, head_only=True))
+        if len(head) == 10 and len(self._heads) < 1024:
+            self._heads[head] = entry
+        return entry
+
     def _compile(self, head: bytes) -> Callable[[bytes], Event[Any]] | None:
         """The compiled reader for records starting with ``head`` (marker and fingerprint), or None
         where the generic path reads them: an unknown head, a writer resolved to another reader
@@ -236,7 +269,7 @@ class Codec:
                     read = compile_reader(writer.parsed, start=10, build=build)
                 except NotCompiled:
                     read = None
-        if len(head) == 10 and len(self._compiled) < 1024:
+        if len(head) == 10 and len(self._compiled) < 1024:  # junk heads are not remembered without end
             self._compiled[head] = read
         return read
 

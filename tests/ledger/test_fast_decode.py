@@ -134,7 +134,10 @@ def test_damaged_records_get_the_generic_paths_answer(ev: Event[Any], data: st.D
         bad = good[: data.draw(st.integers(10, len(good) - 1))]
     else:
         bad = good + data.draw(st.binary(min_size=1, max_size=4))
+    from projections.batch_fold import DEFERRED
+
     assert outcome(codec.decode, bad) == outcome(codec.decode_generic, bad)
+    assert outcome(lambda d: codec.decode_deferred(d, DEFERRED), bad) == outcome(codec.decode_generic, bad)
 
 
 def test_a_reader_on_an_older_catalogue_reads_through_the_generic_path() -> None:
@@ -163,3 +166,66 @@ def test_every_event_type_is_compiled() -> None:
     codec = default_codec()
     compiled = {info.type for info in codec.schemas() if codec._compile(b"\xc3\x01" + info.fingerprint) is not None}
     assert compiled == set(PAYLOAD_TYPES)
+
+
+# ------------------------------------------------------------------------------------- folds alike
+candidates = st.sampled_from(["a", "b", "c", "d"])
+unit_payloads: st.SearchStrategy[Payload] = st.one_of(
+    st.builds(UnitOpened, st.none() | st.integers(0, 500)),
+    st.builds(ResultReported, st.builds(Result, st.dictionaries(candidates, st.integers(0, 200)),
+                                        st.dictionaries(candidates, st.integers(0, 200)), st.none() | st.integers(0, 900)),
+              text),
+    st.builds(ResultCorrected, st.builds(Result, st.dictionaries(candidates, st.integers(0, 200)),
+                                         st.dictionaries(candidates, st.integers(0, 200))),
+              st.uuids().map(str), text, text, st.sampled_from(CorrectionStage)),
+    st.builds(TieBroken, st.lists(candidates, min_size=2, max_size=3, unique=True).map(tuple), st.integers(1, 2),
+              st.lists(candidates, max_size=2, unique=True).map(tuple), st.sampled_from(TieMethod), text),
+    st.builds(SubmissionRejected, text, text, problems, text),
+    st.builds(ResultsCertified, text),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(unit_payloads, times), min_size=1, max_size=25), st.data())
+def test_a_fold_of_deferred_events_is_byte_for_byte_the_fold_of_decoded_ones(
+    history: list[tuple[Payload, datetime]], data: st.DataObject
+) -> None:
+    """The batch folder decodes results with their payload deferred; the unit's state it folds is
+    the state the generic path folds, to the byte, however the events are cut into runs."""
+    from projections.batch_fold import DEFERRED
+    from projections.reducers import UnitFold
+
+    codec = default_codec()
+    records = [codec.encode(new_event(p, election_id="e", unit_id="u", actor="x", channel=Channel.APP, recorded_at=at))
+               for p, at in history]
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(records) - 1)), max_size=4)))
+    generic, deferred = UnitFold(None), UnitFold(None)
+    for run in [records[a:b] for a, b in zip([0, *cuts], [*cuts, len(records)], strict=True) if records[a:b]]:
+        generic.add([codec.decode_generic(r) for r in run])
+        deferred.add([codec.decode_deferred(r, DEFERRED) for r in run])
+    assert deferred.state().dumps() == generic.state().dumps()
+
+
+def test_a_deferred_event_is_the_event() -> None:
+    from projections.batch_fold import DEFERRED
+
+    codec = default_codec()
+    ev = new_event(ResultReported(Result({"b": 2, "a": 1}, {"a": 3}), "r"), election_id="e", unit_id="u", actor="x",
+                   channel=Channel.PHONE)
+    data = codec.encode(ev)
+    lazy = codec.decode_deferred(data, DEFERRED)
+    assert type(lazy) is not Event and lazy.type == "ResultReported"
+    assert lazy == ev and ev == lazy and repr(lazy) == repr(ev)
+    damaged = data[:-1] + b"\x7f"
+    try:
+        codec.decode(damaged)
+    except CodecError as exc:
+        refused = str(exc)
+    else:
+        raise AssertionError("the damaged record decoded")
+    try:
+        codec.decode_deferred(damaged, DEFERRED)
+    except CodecError as exc:
+        assert str(exc) == refused
+    else:
+        raise AssertionError("a damaged record was deferred instead of refused")

@@ -11,7 +11,9 @@ review / recanvass / recount) with an occasional TieBroken. Appended with ``appe
 
 Per backend and size, each measurement runs in a fresh process (its peak RSS is its own):
 
-* ceiling: read the whole log and decode every record (``EventLog.read`` + ``Codec.decode``);
+* ceiling: read the whole log and decode every record (``EventLog.read`` + ``Codec.decode``, the compiled
+  reader); beside it, in the same round, the same read with the generic path (``Codec.decode_generic``:
+  fastavro and the dataclasses' constructors, the decoder before the compiled one), and their ratio;
 * rebuild: ``caucus project --until-caught-up --no-feed --catch-up-batch 200000`` into an empty store: Kafka into a
   temporary PostgreSQL database, the embedded SQLite log into an embedded SQLite store.
 
@@ -143,7 +145,8 @@ def _peak_rss_mb() -> float:
 
 def child_ceiling(args: argparse.Namespace) -> dict[str, Any]:
     """Read the whole log and decode every record; nothing else."""
-    decode = default_codec().decode
+    codec = default_codec()
+    decode = codec.decode_generic if args.decode == "generic" else codec.decode
     log = _open_log(args)
     began = time.perf_counter()
     first_at: float | None = None
@@ -211,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--log", help=argparse.SUPPRESS)
+    parser.add_argument("--decode", default="compiled", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child == "ceiling":
         print(json.dumps(child_ceiling(args)))
@@ -240,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
                     log.close()
                     print(f"  appended in {wrote:,.1f} s ({size / wrote:,.0f}/s)", flush=True)
 
-                    def ceiling_run() -> dict[str, Any]:
-                        return run_child("ceiling", ["--kafka", broker.bootstrap, "--topic", topic, "--partitions", str(args.partitions)])
+                    def ceiling_run(decode: str) -> dict[str, Any]:
+                        return run_child("ceiling", ["--kafka", broker.bootstrap, "--topic", topic, "--partitions",
+                                                     str(args.partitions), "--decode", decode])
 
                     def rebuild_run() -> dict[str, Any]:
                         with temporary_database("bench", server) as dsn:
@@ -258,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                     log.close()
                     print(f"  appended in {wrote:,.1f} s ({size / wrote:,.0f}/s)", flush=True)
 
-                    def ceiling_run() -> dict[str, Any]:
-                        return run_child("ceiling", ["--log", str(data / "log.sqlite3")])
+                    def ceiling_run(decode: str) -> dict[str, Any]:
+                        return run_child("ceiling", ["--log", str(data / "log.sqlite3"), "--decode", decode])
 
                     def rebuild_run() -> dict[str, Any]:
                         for suffix in ("", "-wal", "-shm"):
@@ -267,28 +272,34 @@ def main(argv: list[str] | None = None) -> int:
                         return run_project(["--data-dir", str(data)], args.batch, catch_up)
 
                     label = "SQLite log -> SQLite store"
-                ceilings, rebuilds = [], []
+                ceilings, generics, rebuilds = [], [], []
                 for round_ in range(1, args.repeat + 1):
-                    ceilings.append(ceiling_run())
-                    print(f"  round {round_}: ceiling {ceilings[-1]['events_per_s']:,.0f}/s; rebuild ...", flush=True)
+                    generics.append(ceiling_run("generic"))
+                    ceilings.append(ceiling_run("compiled"))
+                    print(f"  round {round_}: ceiling {ceilings[-1]['events_per_s']:,.0f}/s "
+                          f"(generic decode {generics[-1]['events_per_s']:,.0f}/s); rebuild ...", flush=True)
                     rebuilds.append(rebuild_run())
                     print(f"  round {round_}: rebuild {rebuilds[-1]['events_per_s']:,.0f}/s", flush=True)
                 ceiling = max(ceilings, key=lambda c: c["events_per_s"])
+                generic = max(generics, key=lambda c: c["events_per_s"])
                 rebuild = max(rebuilds, key=lambda r: r["events_per_s"])
                 if not ceiling["events"] == rebuild["events"] == size:
                     raise SystemExit(f"{label}: wrote {size}, read {ceiling['events']}, projected {rebuild['events']}")
                 ratio = rebuild["events_per_s"] / ceiling["events_per_s"]
                 print(f"  rebuild {rebuild['events_per_s']:,.0f}/s = {ratio:.0%} of the ceiling", flush=True)
-                rows.append({"size": size, "backend": label, "ceiling": ceiling, "rebuild": rebuild, "ratio": ratio})
+                rows.append({"size": size, "backend": label, "ceiling": ceiling, "generic": generic, "rebuild": rebuild,
+                             "ratio": ratio, "speedup": ceiling["events_per_s"] / generic["events_per_s"]})
 
     print()
     print(f"{args.units} units, batches of {args.batch}, {args.partitions} partitions; Python {platform.python_version()} "
           f"on {platform.machine()}, {os.cpu_count()} CPUs")
-    head = f"{'events':>10}  {'backend':<27}{'ceiling/s':>11}{'rebuild/s':>11}{'ratio':>7}{'RSS read':>10}{'RSS proj':>10}{'wall s':>8}"
+    print("ceiling: read + compiled decode; generic: read + fastavro decode (before); ratio: rebuild / ceiling")
+    head = (f"{'events':>10}  {'backend':<27}{'generic/s':>11}{'ceiling/s':>11}{'x':>6}{'rebuild/s':>11}{'ratio':>7}"
+            f"{'RSS read':>10}{'RSS proj':>10}{'wall s':>8}")
     print(head)
     for r in rows:
-        print(f"{r['size']:>10,}  {r['backend']:<27}{r['ceiling']['events_per_s']:>11,.0f}{r['rebuild']['events_per_s']:>11,.0f}"
-              f"{r['ratio']:>7.0%}{r['ceiling']['peak_rss_mb']:>8.0f}MB{r['rebuild']['peak_rss_mb']:>8.0f}MB{r['rebuild']['seconds']:>8.1f}")
+        print(f"{r['size']:>10,}  {r['backend']:<27}{r['generic']['events_per_s']:>11,.0f}{r['ceiling']['events_per_s']:>11,.0f}"
+              f"{r['speedup']:>6.2f}{r['rebuild']['events_per_s']:>11,.0f}{r['ratio']:>7.0%}{r['ceiling']['peak_rss_mb']:>8.0f}MB{r['rebuild']['peak_rss_mb']:>8.0f}MB{r['rebuild']['seconds']:>8.1f}")
     print(json.dumps(rows, default=float))
     return 0
 

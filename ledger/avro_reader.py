@@ -34,18 +34,49 @@ class Unreadable(ValueError):
 
 
 def _long(data: bytes, pos: int) -> tuple[int, int]:
-    """A varint of more than one byte (the inlined code handles one byte)."""
-    n = 0
-    shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return (n >> 1) ^ -(n & 1), pos
-        if shift > 70:
-            raise Unreadable("varint too long")
+    """A varint the inlined code does not finish (three bytes or more: every event's two timestamps
+    take eight), unrolled: a loop's counter and test cost as much as the bits."""
+    b = data[pos]
+    n = b & 0x7F
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 1
+    b = data[pos + 1]
+    n |= (b & 0x7F) << 7
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 2
+    b = data[pos + 2]
+    n |= (b & 0x7F) << 14
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 3
+    b = data[pos + 3]
+    n |= (b & 0x7F) << 21
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 4
+    b = data[pos + 4]
+    n |= (b & 0x7F) << 28
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 5
+    b = data[pos + 5]
+    n |= (b & 0x7F) << 35
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 6
+    b = data[pos + 6]
+    n |= (b & 0x7F) << 42
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 7
+    b = data[pos + 7]
+    n |= (b & 0x7F) << 49
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 8
+    b = data[pos + 8]
+    n |= (b & 0x7F) << 56
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 9
+    b = data[pos + 9]
+    n |= (b & 0x7F) << 63
+    if b < 0x80:
+        return (n >> 1) ^ -(n & 1), pos + 10
+    raise Unreadable("varint longer than ten bytes")
 
 
 def _length(data: bytes, pos: int) -> tuple[int, int]:

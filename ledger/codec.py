@@ -4,14 +4,15 @@ Every record is ``C3 01`` + the writer schema's 8-byte CRC-64-AVRO fingerprint (
 Avro body. A consumer therefore never needs to be told which schema wrote a record: it looks the
 fingerprint up, and fastavro resolves that writer schema to the consumer's reader schema, so events
 written by an older or newer producer still decode. Schemas are parsed once, when the catalogue is
-loaded; the hot path is a dictionary lookup and one ``schemaless_reader`` call.
+loaded; the hot path is a dictionary lookup and one call of a reader compiled for the writer schema.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -21,6 +22,9 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from ledger.avro_reader import NotCompiled, compile_reader
+from ledger.deferred_event import DeferredEvent
+from ledger.event_build import builders_for
 from ledger.events import PAYLOAD_TYPES, Channel, Envelope, Event, Payload
 
 __all__ = ["MAGIC", "CodecError", "SchemaInfo", "Codec", "default_codec", "load_catalogue"]
@@ -99,6 +103,8 @@ class Codec:
         self._reversed_fingerprint: dict[bytes, SchemaInfo] = {}
         self._writers: dict[str, SchemaInfo] = {}
         self._readers: dict[str, SchemaInfo] = {}
+        self._compiled: dict[bytes, Callable[[bytes], Event[Any]] | None] = {}  # by marker + fingerprint
+        self._heads: dict[bytes, tuple[str, Callable[[bytes], Envelope]] | None] = {}  # the same, envelope only
         for (type_name, version), schema in sorted(schemas.items()):
             self.register(type_name, version, schema)
 
@@ -121,6 +127,8 @@ class Codec:
             self._writers[type_name] = info
         if reader or (reader is None and (type_name not in self._readers or version >= self._readers[type_name].version)):
             self._readers[type_name] = info
+        self._compiled.clear()
+        self._heads.clear()
         return info
 
     def use_reader(self, type_name: str, version: int) -> None:
@@ -128,6 +136,8 @@ class Codec:
         for info in self._by_fingerprint.values():
             if info.type == type_name and info.version == version:
                 self._readers[type_name] = info
+                self._compiled.clear()
+                self._heads.clear()
                 return
         raise CodecError(f"no schema {type_name} v{version} is registered")
 
@@ -203,6 +213,69 @@ class Codec:
         return self.encode_record(payload.TYPE, record)
 
     def decode(self, data: bytes) -> Event[Any]:
+        """The event a record holds. Records whose writer schema is the reader schema are read by a
+        reader compiled for that schema (``ledger.avro_reader``) straight into the event's classes
+        (``ledger.event_build``); anything it does not accept, and every other record, takes the
+        generic path (``decode_generic``), which gives the same event or names what is wrong."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        head = data[:10]
+        read = self._compiled[head] if head in self._compiled else self._compile(head)
+        if read is not None:
+            try:
+                return read(data)
+            except Exception:  # noqa: BLE001 - the generic path says what is wrong, or reads it
+                pass
+        return self.decode_generic(data)
+
+    def decode_deferred(self, data: bytes, types: AbstractSet[str]) -> Event[Any]:
+        """The event a record holds, as ``decode`` gives it, except that an event of one of ``types``
+        decodes its payload when the payload is first read (``ledger.deferred_event``). The whole
+        record is checked now all the same, so a record ``decode`` refuses is refused here."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        head = data[:10]
+        entry = self._heads[head] if head in self._heads else self._compile_head(head)
+        if entry is not None and entry[0] in types:
+            try:
+                envelope = entry[1](data)
+            except Exception:  # noqa: BLE001 - decode refuses it by name
+                return self.decode(data)
+            return DeferredEvent.of(envelope, entry[0], data, self.decode)
+        return self.decode(data)
+
+    def _compile_head(self, head: bytes) -> tuple[str, Callable[[bytes], Envelope]] | None:
+        """The envelope-only reader for records starting with ``head``, where ``decode`` has a
+        compiled reader for them (the same schemas, the same checks)."""
+        entry: tuple[str, Callable[[bytes], Envelope]] | None = None
+        if (self._compiled[head] if head in self._compiled else self._compile(head)) is not None:
+            writer = self._by_fingerprint[head[2:]]
+            build = builders_for(writer.type, self._payload_types[writer.type], writer.parsed)
+            entry = (writer.type, compile_reader(writer.parsed, start=10, build=build, head_only=True))
+        if len(head) == 10 and len(self._heads) < 1024:
+            self._heads[head] = entry
+        return entry
+
+    def _compile(self, head: bytes) -> Callable[[bytes], Event[Any]] | None:
+        """The compiled reader for records starting with ``head`` (marker and fingerprint), or None
+        where the generic path reads them: an unknown head, a writer resolved to another reader
+        version, a schema the compiler leaves to fastavro. Compiled once per head."""
+        writer = self._by_fingerprint.get(head[2:]) if head[:2] == MAGIC else None
+        read: Callable[[bytes], Event[Any]] | None = None
+        if writer is not None and self._readers.get(writer.type) is writer:
+            build = builders_for(writer.type, self._payload_types[writer.type], writer.parsed)
+            if build is not None:
+                try:
+                    read = compile_reader(writer.parsed, start=10, build=build)
+                except NotCompiled:
+                    read = None
+        if len(head) == 10 and len(self._compiled) < 1024:  # junk heads are not remembered without end
+            self._compiled[head] = read
+        return read
+
+    def decode_generic(self, data: bytes) -> Event[Any]:
+        """fastavro's generic reader and the dataclasses' constructors: every writer version, and
+        the errors that name what is wrong with a record."""
         writer, _reader, record = self.decode_record(data)
         try:
             env = record["envelope"]

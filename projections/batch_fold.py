@@ -17,7 +17,8 @@ election: bounded by the number of units, not by the number of events. The cache
 runner says a batch committed (``committed``; ``exactly_once.MOVE_AFTER_COMMIT``) and are dropped per
 partition when it is reassigned or someone else moved it (``forget``).
 
-Speed (a rebuild runs the decode loop once per event): the event index is written while the next
+Speed (a rebuild runs the decode loop once per event): results are decoded with their payload
+deferred (``DEFERRED``; only a unit's standing result is built), the event index is written while the next
 chunk is decoded (``FoldTx.index_begin``: the adapters overlap the I/O on a thread of their own), index
 rows are built with ``tuple.__new__``, and a unit's events of the whole batch go into one ``UnitFold``.
 """
@@ -31,7 +32,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ledger.codec import Codec, CodecError
-from ledger.events import Event
+from ledger.events import Event, ResultCorrected, ResultReported
 from ledger.log.port import StoredRecord
 from ledger.timestamps import iso_text
 from projections.reducers import ElectionState, UnitFold, UnitState, apply_election
@@ -50,6 +51,10 @@ __all__ = ["FoldError", "FoldTx", "BatchFolder", "FoldedBatch", "Chunk", "tally_
 
 DEFAULT_CHUNK = 2000
 """Records decoded and folded at a time within a batch."""
+
+DEFERRED = frozenset({ResultReported.TYPE, ResultCorrected.TYPE})
+"""The events decoded with their payload deferred (``Codec.decode_deferred``): a unit's fold reads the
+payload of the last of them only, and a rebuild is mostly these."""
 
 
 class FoldError(RuntimeError):
@@ -230,13 +235,13 @@ class BatchFolder:
         elections: list[Event[Any]] = []
         newest: datetime | None = None
         done: set[str] = set()
-        decode, seen, add_row, add_election = self.codec.decode, done.add, rows.append, elections.append
+        decode, seen, add_row, add_election = self.codec.decode_deferred, done.add, rows.append, elections.append
         new_row = tuple.__new__  # an EventRow without its Python-level __new__ (NamedTuple)
         duplicates = 0
         rec: StoredRecord | None = None
         try:
             for rec in records:
-                ev = decode(rec.value)
+                ev = decode(rec.value, DEFERRED)
                 env = ev.envelope
                 event_id, at = env.event_id, env.recorded_at
                 pos = rec.position
@@ -247,7 +252,7 @@ class BatchFolder:
                     continue
                 seen(event_id)
                 eid, uid = env.election_id, env.unit_id
-                add_row(new_row(EventRow, (event_id, uid or f"election:{eid}", eid, p, pos.offset, ev.payload.TYPE, iso_text(at))))
+                add_row(new_row(EventRow, (event_id, uid or f"election:{eid}", eid, p, pos.offset, ev.type, iso_text(at))))
                 if newest is None or at > newest:
                     newest = at
                 if not uid:  # an election-wide event (``is_election_event``)

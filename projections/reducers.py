@@ -203,6 +203,9 @@ def apply_unit_events(state: UnitState | None, events: Sequence[Event[Any]]) -> 
     return UnitFold(state).add(events).state()
 
 
+_RESULT_TYPES = frozenset({ResultReported.TYPE, ResultCorrected.TYPE})
+
+
 class UnitFold:
     """A unit's events folded run after run, its state built once at the end.
 
@@ -235,11 +238,14 @@ class UnitFold:
         result_event, certified, has_result = self._result_event, self._certified, self._has_result
         ties, rejected = self._ties, self._rejected
         for event in events:
-            p = event.payload
-            if isinstance(p, (ResultCorrected, ResultReported)):
+            if event.type in _RESULT_TYPES:
                 # A new result replaces whatever stood before, correction or certification included.
+                # Told by its type alone: a deferred event (``ledger.deferred_event``) decodes its
+                # payload only if it is still the standing result when it is read.
                 result_event, certified, has_result = event, None, True
-            elif isinstance(p, UnitOpened):
+                continue
+            p = event.payload
+            if isinstance(p, UnitOpened):
                 # RULES §2: a unit opens before it reports. An opening recorded after a result (written
                 # past the intake) would silently change the T of that result; it is ignored, and the
                 # trail says so (``projections.trail.open_outcome``).

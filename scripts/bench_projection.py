@@ -11,11 +11,16 @@ review / recanvass / recount) with an occasional TieBroken. Appended with ``appe
 
 Per backend and size, each measurement runs in a fresh process (its peak RSS is its own):
 
-* ceiling: read the whole log and decode every record (``EventLog.read`` + ``Codec.decode``);
+* ceiling: read the whole log and decode every record (``EventLog.read`` + ``Codec.decode``, the compiled
+  reader); in the same process, each chunk of records is also decoded by the generic path
+  (``Codec.decode_generic``: fastavro and the dataclasses' constructors, the decoder before the compiled
+  one) and the batch folder's (``decode_deferred``), in turn, so their ratio is measured side by side;
 * rebuild: ``caucus project --until-caught-up --no-feed --catch-up-batch 200000`` into an empty store: Kafka into a
   temporary PostgreSQL database, the embedded SQLite log into an embedded SQLite store.
 
-Both rates count from the first record read, so process start-up and the Kafka group join are left
+Rates are also given per CPU second of each process (``time.process_time``; the rebuild's from
+``wait4``, its I/O thread and start-up included), since on a machine shared with other work a process's
+wall time says how much CPU it was given more than how fast it is. Both wall rates count from the first record read, so process start-up and the Kafka group join are left
 out of both, and the rebuild's reading of the log (its first catch-up batch included) is counted. The script starts its own Tansu broker (``infra.broker``) and uses
 the local PostgreSQL (``infra.postgres``, a throwaway database per run).
 
@@ -26,6 +31,7 @@ the local PostgreSQL (``infra.postgres``, a throwaway database per run).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -44,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.codec import default_codec
+from projections.batch_fold import DEFERRED
 from ledger.events import (
     Channel,
     CorrectionStage,
@@ -141,23 +148,43 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+DECODERS = ("generic", "compiled", "deferred")
+
+
 def child_ceiling(args: argparse.Namespace) -> dict[str, Any]:
-    """Read the whole log and decode every record; nothing else."""
-    decode = default_codec().decode
+    """Read the whole log and decode every record, nothing else, with each decoder in turn on the same
+    chunk of records (the order turning every chunk), so a busy spell on the machine hits them alike:
+    per decoder, events/s = events / (time reading + time decoding with it)."""
+    codec = default_codec()
+    decoders = {"generic": codec.decode_generic, "compiled": codec.decode,
+                "deferred": lambda data: codec.decode_deferred(data, DEFERRED)}
     log = _open_log(args)
-    began = time.perf_counter()
-    first_at: float | None = None
-    n = 0
-    for rec in log.read():
-        if first_at is None:
-            first_at = time.perf_counter()
-        decode(rec.value)
-        n += 1
-    end = time.perf_counter()
+    records = iter(log.read())
+    read_s = read_cpu = 0.0
+    spent = dict.fromkeys(DECODERS, 0.0)
+    cpu = dict.fromkeys(DECODERS, 0.0)
+    n = turn = 0
+    while True:
+        began, began_cpu = time.perf_counter(), time.process_time()
+        chunk = [rec.value for rec in itertools.islice(records, 20_000)]
+        read_s += time.perf_counter() - began
+        read_cpu += time.process_time() - began_cpu
+        if not chunk:
+            break
+        n += len(chunk)
+        turn += 1
+        for name in DECODERS[turn % 3:] + DECODERS[: turn % 3]:
+            decode = decoders[name]
+            began, began_cpu = time.perf_counter(), time.process_time()
+            for value in chunk:
+                decode(value)
+            spent[name] += time.perf_counter() - began
+            cpu[name] += time.process_time() - began_cpu
     log.close()
-    span = end - (first_at or began)
-    return {"events": n, "seconds": round(end - began, 3), "events_per_s": n / span if span else 0.0,
-            "peak_rss_mb": _peak_rss_mb()}
+    rates = {name: n / (read_s + spent[name]) for name in DECODERS}
+    cpu_rates = {name: n / (read_cpu + cpu[name]) for name in DECODERS}
+    return {"events": n, "seconds": round(read_s + spent["compiled"], 3), "events_per_s": rates["compiled"],
+            "rates": rates, "cpu_rates": cpu_rates, "peak_rss_mb": _peak_rss_mb()}
 
 
 def _open_log(args: argparse.Namespace) -> EventLog:
@@ -192,7 +219,9 @@ def run_project(base: list[str], batch: int, extra: list[str]) -> dict[str, Any]
         if proc.returncode != 0:
             raise SystemExit(f"caucus project failed ({proc.returncode}):\n{err.read()}")
         summary = json.loads(out.read())
+    cpu_s = usage.ru_utime + usage.ru_stime  # start-up included: this rate errs low
     return {"events": summary["applied"], "seconds": round(wall, 3), "events_per_s": summary["events_per_s"],
+            "cpu_s": round(cpu_s, 3), "events_per_cpu_s": summary["applied"] / cpu_s if cpu_s else 0.0,
             "batches": summary["batches"], "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
@@ -241,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  appended in {wrote:,.1f} s ({size / wrote:,.0f}/s)", flush=True)
 
                     def ceiling_run() -> dict[str, Any]:
-                        return run_child("ceiling", ["--kafka", broker.bootstrap, "--topic", topic, "--partitions", str(args.partitions)])
+                        return run_child("ceiling", ["--kafka", broker.bootstrap, "--topic", topic, "--partitions",
+                                                     str(args.partitions)])
 
                     def rebuild_run() -> dict[str, Any]:
                         with temporary_database("bench", server) as dsn:
@@ -270,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
                 ceilings, rebuilds = [], []
                 for round_ in range(1, args.repeat + 1):
                     ceilings.append(ceiling_run())
-                    print(f"  round {round_}: ceiling {ceilings[-1]['events_per_s']:,.0f}/s; rebuild ...", flush=True)
+                    rates = ceilings[-1]["rates"]
+                    print(f"  round {round_}: ceiling {rates['compiled']:,.0f}/s (generic decode {rates['generic']:,.0f}/s, "
+                          f"deferred {rates['deferred']:,.0f}/s); rebuild ...", flush=True)
                     rebuilds.append(rebuild_run())
                     print(f"  round {round_}: rebuild {rebuilds[-1]['events_per_s']:,.0f}/s", flush=True)
                 ceiling = max(ceilings, key=lambda c: c["events_per_s"])
@@ -278,17 +310,25 @@ def main(argv: list[str] | None = None) -> int:
                 if not ceiling["events"] == rebuild["events"] == size:
                     raise SystemExit(f"{label}: wrote {size}, read {ceiling['events']}, projected {rebuild['events']}")
                 ratio = rebuild["events_per_s"] / ceiling["events_per_s"]
-                print(f"  rebuild {rebuild['events_per_s']:,.0f}/s = {ratio:.0%} of the ceiling", flush=True)
-                rows.append({"size": size, "backend": label, "ceiling": ceiling, "rebuild": rebuild, "ratio": ratio})
+                cpu_ratio = rebuild["events_per_cpu_s"] / ceiling["cpu_rates"]["compiled"]
+                print(f"  rebuild {rebuild['events_per_s']:,.0f}/s = {ratio:.0%} of the ceiling; per CPU second "
+                      f"{rebuild['events_per_cpu_s']:,.0f} = {cpu_ratio:.0%} of the ceiling's "
+                      f"{ceiling['cpu_rates']['compiled']:,.0f}", flush=True)
+                rows.append({"size": size, "backend": label, "ceiling": ceiling, "rebuild": rebuild, "ratio": ratio,
+                             "cpu_ratio": cpu_ratio,
+                             "speedup": ceiling["rates"]["compiled"] / ceiling["rates"]["generic"]})
 
     print()
     print(f"{args.units} units, batches of {args.batch}, {args.partitions} partitions; Python {platform.python_version()} "
           f"on {platform.machine()}, {os.cpu_count()} CPUs")
-    head = f"{'events':>10}  {'backend':<27}{'ceiling/s':>11}{'rebuild/s':>11}{'ratio':>7}{'RSS read':>10}{'RSS proj':>10}{'wall s':>8}"
+    print("ceiling: read + compiled decode; generic: read + fastavro decode (before); ratio: rebuild / ceiling "
+          "(wall; cpu: per CPU second of each process, which a machine shared with other work does not skew)")
+    head = (f"{'events':>10}  {'backend':<27}{'generic/s':>11}{'ceiling/s':>11}{'x':>6}{'rebuild/s':>11}{'ratio':>7}{'cpu':>6}"
+            f"{'RSS read':>10}{'RSS proj':>10}{'wall s':>8}")
     print(head)
     for r in rows:
-        print(f"{r['size']:>10,}  {r['backend']:<27}{r['ceiling']['events_per_s']:>11,.0f}{r['rebuild']['events_per_s']:>11,.0f}"
-              f"{r['ratio']:>7.0%}{r['ceiling']['peak_rss_mb']:>8.0f}MB{r['rebuild']['peak_rss_mb']:>8.0f}MB{r['rebuild']['seconds']:>8.1f}")
+        print(f"{r['size']:>10,}  {r['backend']:<27}{r['ceiling']['rates']['generic']:>11,.0f}{r['ceiling']['events_per_s']:>11,.0f}"
+              f"{r['speedup']:>6.2f}{r['rebuild']['events_per_s']:>11,.0f}{r['ratio']:>7.0%}{r['cpu_ratio']:>6.0%}{r['ceiling']['peak_rss_mb']:>8.0f}MB{r['rebuild']['peak_rss_mb']:>8.0f}MB{r['rebuild']['seconds']:>8.1f}")
     print(json.dumps(rows, default=float))
     return 0
 

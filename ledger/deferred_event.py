@@ -1,0 +1,63 @@
+"""An event whose payload is decoded when it is first read.
+
+Why: a rebuild folds hundreds of results per unit and reads the payload of only the one that stands
+at the end of a batch (``projections.reducers.UnitFold``); building the others (two alignment maps,
+a dozen candidates each) was most of a rebuild's time. The record has been checked in full when the
+event is made (``Codec.decode_deferred``), so decoding the payload later refuses nothing.
+
+It is an ``Event`` in every way a reader can tell (same envelope, same ``type``, same payload when
+read), and it keeps its record's bytes until then: a fold holds at most two events per unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ledger.events import Envelope, Event, Payload
+
+__all__ = ["DeferredEvent"]
+
+_slot = Event.__dict__["payload"]
+_set_envelope = Event.__dict__["envelope"].__set__
+
+
+class DeferredEvent(Event[Any]):
+    __slots__ = ("_type", "_data", "_decode")
+
+    _type: str
+    _data: bytes
+    _decode: Callable[[bytes], Event[Any]]
+
+    @classmethod
+    def of(cls, envelope: Envelope, type_name: str, data: bytes, decode: Callable[[bytes], Event[Any]]) -> DeferredEvent:
+        event = object.__new__(cls)
+        _set_envelope(event, envelope)
+        object.__setattr__(event, "_type", type_name)
+        object.__setattr__(event, "_data", data)
+        object.__setattr__(event, "_decode", decode)
+        return event
+
+    @property  # type: ignore[override]
+    def payload(self) -> Payload:
+        try:
+            payload: Payload = _slot.__get__(self, Event)
+        except AttributeError:
+            payload = self._decode(self._data).payload
+            _slot.__set__(self, payload)
+        return payload
+
+    @property
+    def type(self) -> str:
+        return self._type
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return (self.envelope, self.payload) == (other.envelope, other.payload)
+
+    def __hash__(self) -> int:
+        return hash((self.envelope, self.payload))
+
+    def __repr__(self) -> str:
+        return f"Event(envelope={self.envelope!r}, payload={self.payload!r})"

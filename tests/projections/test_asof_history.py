@@ -1,8 +1,8 @@
 """As-of tallies from the projection's unit history (``projections.asof_store``) equal the log's replay
 (``projections.asof.tally_as_of``, the reference) on random histories: two elections sharing unit ids,
 corrections, refusals, tosses, repeated records, certification; projected in random batch sizes (so
-batches straddle the cuts); cut at random times and positions. Both stores; where the history cannot
-answer, the view says so and replays."""
+batches straddle the cuts); cut at random times and positions. SQLite and PostgreSQL on the embedded
+log, PostgreSQL on Kafka; where the history cannot answer, the view says so and replays."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.events import ResultsCertified, TieBroken, TieMethod
+from ledger.codec import default_codec
 from ledger.journal import Journal
+from ledger.log.port import EventLog, PendingRecord
 from ledger.log.sqlite import SqliteLog
 from projections.asof import AsOfTally, Cut, tally_as_of
 from projections.asof_store import history_tally
@@ -43,9 +45,15 @@ def _history(support: ModuleType, rnd: random.Random) -> list[Any]:
     events.append(support.ev(TieBroken(contenders=("Alvarez", "Baker"), seats=1, winners=("Baker",), method=TieMethod.COIN,
                                        caller="chair"), unit_id=toss_unit, at=late + timedelta(minutes=1)))
     events.append(support.ev(ResultsCertified(authority="party"), election_id="e2", at=late + timedelta(minutes=2)))
-    for _ in range(rnd.randint(0, 3)):  # a producer's retry landing again later
-        events.insert(rnd.randint(events.index(dup := rnd.choice(events)) + 1, len(events)), dup)
     return events
+
+
+def _append(log: EventLog, events: list[Any], rnd: random.Random) -> None:
+    """The events, then a few of them again as records of their own (a producer's retry landing twice)."""
+    Journal(log).append_batch(events)
+    codec = default_codec()
+    again = rnd.sample(events, rnd.randint(1, 3))
+    log.append_batch([PendingRecord(e.key, f"retry-{i}-{e.event_id}", codec.encode(e)) for i, e in enumerate(again)])
 
 
 def _project(store: ProjectionStore, log: SqliteLog, batch: int) -> SetInfo:
@@ -59,6 +67,7 @@ def _same(got: AsOfTally | str, want: AsOfTally, *, positions: bool) -> None:
     assert got.context.election_id == want.context.election_id
     assert {u: t.dumps() for u, t in got.units.items()} == {u: t.dumps() for u, t in want.units.items()}
     assert {e: s.dumps() for e, s in got.state.elections.items()} == {e: s.dumps() for e, s in want.state.elections.items()}
+    assert {k: s.dumps() for k, s in got.state.units.items()} == {k: s.dumps() for k, s in want.state.units.items()}
     if positions:
         assert got.positions == want.positions
 
@@ -69,30 +78,58 @@ def test_history_answers_as_the_replay(support: ModuleType, open_store: Open, tm
     rnd = random.Random(seed)
     log = SqliteLog(tmp_path / f"log-{uuid.uuid4().hex}.sqlite3", partitions=4)
     events = _history(support, rnd)
-    Journal(log).append_batch(events)
+    _append(log, events, rnd)
     store = open_store()
     try:
         info = _project(store, log, batch)
-        marks = log.high_watermarks()
-        times = sorted({e.recorded_at for e in events})
-        for _ in range(6):
-            election = rnd.choice(["e1", "e2"])
-            at = rnd.choice(times) + rnd.choice([timedelta(0), timedelta(seconds=-1), timedelta(seconds=1)])
-            cuts = [(Cut(at=at), False), (Cut(ends={p: rnd.randint(0, m) for p, m in marks.items()}), True),
-                    (Cut(ends={0: rnd.randint(0, marks.get(0, 0))}, rest=rnd.choice([0, None])), True)]
-            for cut, exact_positions in cuts:
-                try:
-                    want = tally_as_of(SqliteLog(log.path), cut, election_id=election)
-                except Exception as exc:  # noqa: BLE001 (nothing of that election inside the cut): both refuse
-                    try:
-                        history_tally(store, info, log, cut, election_id=election)
-                    except Exception as again:  # noqa: BLE001
-                        assert type(again) is type(exc) and str(again) == str(exc)
-                        continue
-                    raise AssertionError(f"the history answered where the replay refused: {exc}") from None
-                _same(history_tally(store, info, log, cut, election_id=election), want, positions=exact_positions)
+        _compare_at_random_cuts(store, info, log, events, rnd, 6)
     finally:
         store.close()
+
+
+def _compare_at_random_cuts(store: ProjectionStore, info: SetInfo, log: EventLog, events: list[Any], rnd: random.Random,
+                            rounds: int) -> None:
+    marks = log.high_watermarks()
+    times = sorted({e.recorded_at for e in events})
+    for _ in range(rounds):
+        election = rnd.choice(["e1", "e2"])
+        at = rnd.choice(times) + rnd.choice([timedelta(0), timedelta(seconds=-1), timedelta(seconds=1)])
+        cuts = [(Cut(at=at), False), (Cut(ends={p: rnd.randint(0, m) for p, m in marks.items()}), True),
+                (Cut(ends={0: rnd.randint(0, marks.get(0, 0))}, rest=rnd.choice([0, None])), True)]
+        for cut, exact_positions in cuts:
+            try:
+                want = tally_as_of(log, cut, election_id=election)
+            except Exception as exc:  # noqa: BLE001 (nothing of that election inside the cut): both refuse
+                try:
+                    history_tally(store, info, log, cut, election_id=election)
+                except Exception as again:  # noqa: BLE001
+                    assert type(again) is type(exc) and str(again) == str(exc)
+                    continue
+                raise AssertionError(f"the history answered where the replay refused: {exc}") from None
+            _same(history_tally(store, info, log, cut, election_id=election), want, positions=exact_positions)
+
+
+def test_history_answers_as_the_replay_on_kafka_and_postgres(support: ModuleType, kafka_bootstrap: str, unique_topic: str,
+                                                             pg_dsn: str) -> None:
+    from ledger.log.kafka import KafkaLog, provision_topic
+    from projections.sources import KafkaGroupSource
+    from projections.stores.postgres import PostgresStore
+
+    rnd = random.Random(2020)
+    provision_topic(kafka_bootstrap, unique_topic, 4)
+    events = _history(support, rnd)
+    log = KafkaLog(kafka_bootstrap, unique_topic, partitions=4, session_timeout_ms=2000)
+    _append(log, events, rnd)
+    store = PostgresStore(pg_dsn)
+    try:
+        info = store.create_set(f"h{uuid.uuid4().hex[:8]}", source=f"log:{log.log_id}")
+        source = KafkaGroupSource(KafkaLog(kafka_bootstrap, unique_topic, partitions=4, session_timeout_ms=2000),
+                                  f"g-{unique_topic}", max_poll_records=7)
+        ProjectionRunner(store, info.set_id, source, batch_size=7, poll_timeout=0.1).run(until_caught_up=True)
+        _compare_at_random_cuts(store, info, log, events, rnd, 8)
+    finally:
+        store.close()
+        log.close()
 
 
 def test_a_history_that_cannot_answer_says_so_and_replays(support: ModuleType, open_store: Open, tmp_path: Path) -> None:
@@ -101,7 +138,7 @@ def test_a_history_that_cannot_answer_says_so_and_replays(support: ModuleType, o
     events.append(support.ev(TieBroken(contenders=("Alvarez", "Baker"), seats=1, winners=("Baker",), method=TieMethod.COIN,
                                        caller="chair"), unit_id=late.unit_id, at=late.recorded_at - timedelta(days=3)))
     log = SqliteLog(tmp_path / "log.sqlite3", partitions=4)
-    Journal(log).append_batch(events)
+    Journal(log).append_batch(events)  # no repeats here
     store = open_store()
     try:
         info = _project(store, log, 5)
@@ -115,5 +152,25 @@ def test_a_history_that_cannot_answer_says_so_and_replays(support: ModuleType, o
         assert "from the projection's history" in by_position.set.name
         other = store.create_set("other", source="log:another")
         assert history_tally(store, other, log, Cut(at=night)) == "the projection was built from another log"
+    finally:
+        store.close()
+
+
+def test_a_repeated_record_inside_a_straddled_batch_counts_once(support: ModuleType, open_store: Open, tmp_path: Path) -> None:
+    events = support.election_log(3, corrections=1)
+    log = SqliteLog(tmp_path / "log.sqlite3", partitions=4)
+    Journal(log).append_batch(events)
+    report = next(e for e in events if e.type == "ResultReported")
+    log.append_batch([PendingRecord(report.key, f"retry-{report.event_id}", default_codec().encode(report))])
+    toss = support.ev(TieBroken(contenders=("Alvarez", "Baker"), seats=1, winners=("Baker",), method=TieMethod.COIN,
+                                caller="chair"), unit_id=report.unit_id, at=support.T0 + timedelta(days=5))
+    last = Journal(log).append(toss)
+    store = open_store()
+    try:
+        info = _project(store, log, 10_000)  # one batch: every unit's entry straddles a cut inside the log
+        cut = Cut(ends={last.partition: last.offset}, rest=None)
+        want = tally_as_of(log, cut)
+        assert want.state.duplicates == 1
+        _same(history_tally(store, info, log, cut), want, positions=True)
     finally:
         store.close()

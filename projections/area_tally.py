@@ -7,10 +7,12 @@ sum of the displayed per-unit values, which is how the party published them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
+from math import lcm
+from operator import attrgetter, mul
 from typing import TYPE_CHECKING, Any
 
 from ledger.caucus_math import display_sde
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
     from projections.tally import UnitTally
 
 __all__ = ["AreaTally", "aggregate", "aggregate_counties"]
+
+_ZERO_SHOWN = Decimal("0.0000")
+_NUMERATOR = attrgetter("numerator")
+_DENOMINATOR = attrgetter("denominator")
 
 
 @dataclass
@@ -90,6 +96,55 @@ class AreaTally:
         }
 
 
+def _sum_into(area: AreaTally, tallies: Iterable[UnitTally]) -> None:
+    """``area.add(t)`` for every tally, with the same result (values, and the order of the keys), faster.
+
+    Why: a statewide sum visits every candidate of every unit (mostly zeros), and ``add`` does it in
+    Python, adding the SDEs as Fractions (a gcd each). Here the maps of the units are summed column by
+    column in C (``_add_columns``) and each candidate's SDEs as integer numerators over the least
+    common denominator of its column: exact, so equal to ``add``'s sums in any order.
+    """
+    units = [t for t in tallies if t.reporting]
+    area.units_reporting += len(units)
+    area.units_pending += sum(1 for t in units if t.pending)
+    area.units_with_problems += sum(1 for t in units if t.problems)
+    _add_columns(area.first, [t.first for t in units], 0, sum)
+    _add_columns(area.final, [t.final for t in units], 0, sum)
+    _add_columns(area.cds, [t.cds for t in units], 0, sum)
+    _add_columns(area.cds_computed, [t.cds_computed or {} for t in units], 0, sum)
+    _add_columns(area.cds_reported, [t.cds_reported or {} for t in units], 0, sum)
+    _add_columns(area.sde, [t.sde for t in units], Fraction(0), _exact_sum)
+    _add_columns(area.sde_display_sum, [t.sde_display for t in units], _ZERO_SHOWN, sum)
+
+
+def _add_columns(target: dict[str, Any], maps: list[Mapping[str, Any]], zero: Any,
+                 add_up: Callable[[tuple[Any, ...], Any], Any]) -> None:
+    """Add every map into ``target`` key by key, new keys in the order ``add`` meets them. Maps with
+    the same keys in the same order (as a rule every unit of an election) form one group whose
+    columns ``add_up`` sums; groups go in the order of their first map, so new keys do too."""
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    shapes = set(map(tuple, maps))
+    if len(shapes) == 1:
+        groups[shapes.pop()] = maps
+    for m in maps if len(groups) != 1 else ():
+        keys = tuple(m)
+        group = groups.get(keys)
+        if group is None:
+            groups[keys] = [m]
+        else:
+            group.append(m)
+    for keys, members in groups.items():
+        for c, column in zip(keys, zip(*[m.values() for m in members]), strict=True):
+            target[c] = target.get(c, zero) + add_up(column, zero)
+
+
+def _exact_sum(column: tuple[Fraction, ...], zero: Fraction) -> Fraction:
+    """The exact sum of Fractions, as numerators over their least common denominator (C loops)."""
+    dens = list(map(_DENOMINATOR, column))
+    common = lcm(*set(dens))
+    return zero + Fraction(sum(map(mul, map(_NUMERATOR, column), map(common.__floordiv__, dens))), common)
+
+
 def _empty(area: str, name: str, candidates: tuple[str, ...]) -> AreaTally:
     zero = dict.fromkeys(candidates, 0)
     return AreaTally(
@@ -116,9 +171,11 @@ def aggregate(
         area = _empty(county_id, county.name if county else county_id, ctx.candidates)
         area.units_defined = (sum(1 for u in ctx.units.values() if u.county_id == county_id)
                               if units_defined is None else units_defined)
-    for t in tallies:
-        if t.unit_id in ctx.units and (county_id is None or ctx.units[t.unit_id].county_id == county_id):
-            area.add(t)
+    units = ctx.units
+    if county_id is None:
+        _sum_into(area, (t for t in tallies if t.unit_id in units))
+    else:
+        _sum_into(area, (t for t in tallies if t.unit_id in units and units[t.unit_id].county_id == county_id))
     return area
 
 
@@ -128,8 +185,11 @@ def aggregate_counties(ctx: ElectionContext, tallies: Iterable[UnitTally]) -> di
     for u in ctx.units.values():
         if u.county_id in out:
             out[u.county_id].units_defined += 1
+    members: dict[str, list[UnitTally]] = {cid: [] for cid in out}
     for t in tallies:
         unit = ctx.units.get(t.unit_id)
         if unit is not None and unit.county_id in out:
-            out[unit.county_id].add(t)
+            members[unit.county_id].append(t)
+    for cid, area in out.items():
+        _sum_into(area, members[cid])
     return out

@@ -61,6 +61,7 @@ from projections.tally import (
 
 __all__ = [
     "AsOfError",
+    "check_cut",
     "Cut",
     "parse_time",
     "parse_positions",
@@ -208,6 +209,11 @@ class AsOfState:
             "newest_recorded_at": None if self.newest_recorded_at is None else self.newest_recorded_at.isoformat(),
             "units": len(self.units),
         }
+
+
+def check_cut(cut: Cut, marks: Mapping[int, int], partitions: int) -> None:
+    """Raise ``AsOfError`` for positions the log does not hold, as ``replay`` does."""
+    _start_offsets(cut, marks, partitions)
 
 
 def _start_offsets(cut: Cut, marks: Mapping[int, int], partitions: int) -> dict[int, int]:

@@ -46,6 +46,7 @@ from projections.stores.port import (
     UnitRow,
 )
 from projections.tally import ElectionContext, compute_unit_tally, context_key, election_context
+from projections.unit_history import RunBounds, history_rows
 
 __all__ = ["FoldError", "FoldTx", "BatchFolder", "FoldedBatch", "Chunk", "tally_row", "DEFAULT_CHUNK"]
 
@@ -117,6 +118,7 @@ class FoldedBatch:
     units: dict[UnitKey, tuple[int, UnitState]] = field(default_factory=dict)  # then the states they built
     elections: dict[str, ElectionState] = field(default_factory=dict)
     tally_hashes: dict[UnitKey, int] = field(default_factory=dict)
+    bounds: RunBounds = field(default_factory=RunBounds)  # where its events of each unit lie (the history)
 
 
 class BatchFolder:
@@ -181,6 +183,7 @@ class BatchFolder:
         changes.positions = list(positions.values())
         changes.elections = [ElectionRow(e, s.revision or "", s.dumps()) for e, s in elections.items()]
         changes.units = [UnitRow(st.unit_id, st.election_id, p, st.dumps()) for p, st in units.values()]
+        changes.history = history_rows(folded.bounds, changes.units, changes.elections)
 
         def context(eid: str) -> ElectionContext:
             state = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
@@ -279,6 +282,7 @@ class BatchFolder:
         if held:
             chunk = chunk.without(held)
             folded.duplicates += len(held)
+        folded.bounds.note(chunk.rows)
         folds, elections, cached = folded.folds, folded.elections, self._units
         for ev in chunk.elections:
             eid = ev.envelope.election_id

@@ -23,6 +23,7 @@ from typing import Any
 
 from ledger.log.port import EventLog
 from projections.asof import AsOfError, Cut, select_election, tally_as_of
+from projections.asof_store import history_tally
 from projections.reducers import ElectionState, UnitState
 from projections.stores.port import ProjectionStore, SetInfo, StoreReader
 from projections.tally import (
@@ -158,12 +159,17 @@ def view_as_of(
     if log is None:
         raise QueryError("--as-of replays the log, but no log was given")
     cut = as_of if isinstance(as_of, Cut) else Cut(at=as_of)
+    rules = rule_set or (info.rule_set if info else None)
     try:
-        at = tally_as_of(log, cut, election_id=election_id, rule_set=rule_set or (info.rule_set if info else None), unit=unit)
+        at = history_tally(store, info, log, cut, election_id=election_id, rule_set=rules, unit=unit)
+        how = "from the projection's history"
+        if isinstance(at, str):
+            how = f"replayed from the log: {at}"
+            at = tally_as_of(log, cut, election_id=election_id, rule_set=rules, unit=unit)
     except AsOfError as exc:
         raise QueryError(str(exc)) from exc
     stand_in = SetInfo(
-        set_id=0, name=f"{info.name if info else DEFAULT_SET} (replayed from the log)", version=0, state="as-of",
+        set_id=0, name=f"{info.name if info else DEFAULT_SET} ({how})", version=0, state="as-of",
         source="log", rule_set=at.context.rule_set_name, params=json.dumps(cut.to_json(), sort_keys=True),
         created_at=datetime.now(UTC).isoformat(), promoted_at=None,
     )

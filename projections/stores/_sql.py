@@ -7,7 +7,7 @@ rows are bulk-loaded (``executemany`` vs ``COPY``). Everything else is here, so 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -92,12 +92,34 @@ CREATE TABLE IF NOT EXISTS proj_events (
     PRIMARY KEY (set_id, event_id)
 );
 CREATE INDEX IF NOT EXISTS proj_events_by_unit ON proj_events (set_id, election_id, unit_key, part, log_offset);
+CREATE TABLE IF NOT EXISTS proj_unit_history (
+    set_id       {big} NOT NULL,
+    election_id  TEXT NOT NULL,
+    unit_id      TEXT NOT NULL,
+    part         INTEGER NOT NULL,
+    first_offset {big} NOT NULL,
+    last_offset  {big} NOT NULL,
+    low_at       TEXT NOT NULL,
+    high_at      TEXT NOT NULL,
+    in_order     INTEGER NOT NULL,
+    state        TEXT NOT NULL,
+    PRIMARY KEY (set_id, election_id, unit_id, last_offset)
+);
+CREATE INDEX IF NOT EXISTS proj_unit_history_by_time ON proj_unit_history (set_id, election_id, unit_id, high_at, last_offset);
+CREATE INDEX IF NOT EXISTS proj_unit_history_disorder ON proj_unit_history (set_id) WHERE in_order = 0;
+CREATE TABLE IF NOT EXISTS proj_history_sets (
+    set_id {big} PRIMARY KEY
+);
 """
 
 EVENT_COLUMNS = "set_id, event_id, unit_key, election_id, part, log_offset, type, recorded_at"
 """The event index's columns, in ``EventRow`` order after the set id."""
 
-DATA_TABLES = ("proj_positions", "proj_elections", "proj_unit_states", "proj_unit_tallies", "proj_events")
+DATA_TABLES = ("proj_positions", "proj_elections", "proj_unit_states", "proj_unit_tallies", "proj_events", "proj_unit_history",
+               "proj_history_sets")
+HISTORY_MARK = "INSERT INTO proj_history_sets (set_id) VALUES ({ph})"
+"""Run when a set is created: its history is kept from its first batch, so as-of reads may use it
+(a set created before the history existed has none, and as-of reads replay the log for it)."""
 
 SET_COLUMNS = "set_id, name, version, state, source, rule_set, params, created_at, promoted_at"
 
@@ -224,6 +246,67 @@ class SqlReader:
         rows = self._q(self._sql("SELECT COUNT(*) FROM proj_events WHERE set_id = ?"), (self.set_id,))
         return int(rows[0][0])
 
+    # -- the unit history, for as-of reads (``projections.asof_store``) -------------------------
+
+    def history_kept(self) -> bool:
+        """Whether this set has kept its history since its first batch."""
+        return bool(self._q(self._sql("SELECT 1 FROM proj_history_sets WHERE set_id = ?"), (self.set_id,)))
+
+    def history_disordered(self) -> bool:
+        """Whether some unit has an event recorded before one of its earlier events (a late spool)."""
+        return bool(self._q(self._sql("SELECT 1 FROM proj_unit_history WHERE set_id = ? AND in_order = 0 LIMIT 1"), (self.set_id,)))
+
+    def history_at_offsets(self, ends: Mapping[int, int], rest: int) -> list[tuple[Any, ...]]:
+        """Per unit and election: its last entry ending before the cut (offsets, per partition) and the
+        entry after it (see ``_HISTORY_CUT``)."""
+        end_sql = "CASE k.part " + "".join("WHEN ? THEN ? " for _ in ends) + "ELSE ? END"
+        end_params: list[Any] = [v for item in sorted(ends.items()) for v in item] + [rest]
+        chosen = f"(SELECT MAX(last_offset) FROM proj_unit_history h WHERE {_SAME_KEY} AND h.last_offset < {end_sql})"
+        return self._history_cut(chosen, [self.set_id, *end_params])
+
+    def history_at_time(self, at: str) -> list[tuple[Any, ...]]:
+        """The same for a time: the last entry whose events (and every earlier one's) were recorded by ``at``."""
+        chosen = (f"(SELECT last_offset FROM proj_unit_history h WHERE {_SAME_KEY} AND h.high_at <= ? "
+                  "ORDER BY h.high_at DESC, h.last_offset DESC LIMIT 1)")
+        return self._history_cut(chosen, [self.set_id, at])
+
+    def history_first_offsets(self, event_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Where each event was first applied (partition, offset), as the index holds it."""
+        ids = list(dict.fromkeys(event_ids))
+        if not ids:
+            return {}
+        rows = self._q_in(self._sql("SELECT event_id, part, log_offset FROM proj_events WHERE set_id = ? AND event_id {in}"),
+                          [self.set_id], ids, "event_id")
+        return {e: (int(p), int(o)) for e, p, o in rows}
+
+    def _history_cut(self, chosen: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        sid = self.set_id
+        return self._q(self._sql(_HISTORY_CUT.format(chosen=chosen)), [sid, sid, *params, sid, sid, sid])
+
+
+_SAME_KEY = "h.set_id = ? AND h.election_id = k.election_id AND h.unit_id = k.unit_id"
+_HISTORY_CUT = """
+WITH keys AS (
+    SELECT election_id, unit_id, part FROM proj_unit_states WHERE set_id = ?
+    UNION ALL
+    SELECT DISTINCT e.election_id, '', h.part FROM proj_elections e JOIN proj_unit_history h
+        ON h.set_id = e.set_id AND h.election_id = e.election_id AND h.unit_id = '' WHERE e.set_id = ?
+), chosen AS (
+    SELECT k.election_id, k.unit_id, k.part, {chosen} AS chosen FROM keys k
+), picked AS (
+    SELECT k.election_id, k.unit_id, k.part, k.chosen,
+        (SELECT MIN(last_offset) FROM proj_unit_history h WHERE h.set_id = ? AND h.election_id = k.election_id
+            AND h.unit_id = k.unit_id AND h.last_offset > COALESCE(k.chosen, -1)) AS nxt
+    FROM chosen k
+)
+SELECT p.election_id, p.unit_id, p.part, p.chosen, c.state, n.first_offset, n.last_offset, n.low_at
+FROM picked p
+LEFT JOIN proj_unit_history c ON c.set_id = ? AND c.election_id = p.election_id AND c.unit_id = p.unit_id AND c.last_offset = p.chosen
+LEFT JOIN proj_unit_history n ON n.set_id = ? AND n.election_id = p.election_id AND n.unit_id = p.unit_id AND n.last_offset = p.nxt
+"""
+"""Per unit (and election, unit id ''): the entry ``{chosen}`` picks (offset and state, or NULL) and the
+entry after it (first and last offset, earliest time), whose events may straddle the cut."""
+
 
 def upsert_statements(ph: str) -> dict[str, str]:
     """The upserts a batch needs, with the adapter's placeholder."""
@@ -251,6 +334,27 @@ def upsert_statements(ph: str) -> dict[str, str]:
             f"INSERT INTO proj_events ({EVENT_COLUMNS}) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
         ),
     }
+
+
+def history_insert(ph: str, greatest: str) -> str:
+    """A unit's (or an election's, unit id '') state after a batch, with where its events of the batch
+    lie: ``high_at`` is the latest recorded time of all its events so far, ``in_order`` whether none
+    of this batch's events was recorded before an earlier one (``projections.asof_store`` relies on both)."""
+    p = ph
+    prev = (f"(SELECT high_at FROM proj_unit_history WHERE set_id = {p} AND election_id = {p} AND unit_id = {p} "
+            "ORDER BY last_offset DESC LIMIT 1)")
+    return (
+        "INSERT INTO proj_unit_history (set_id, election_id, unit_id, part, first_offset, last_offset, low_at, high_at, "
+        f"in_order, state) SELECT {p}, {p}, {p}, {p}, {p}, {p}, {p}, {greatest}({p}, COALESCE(prev.high_at, '')), "
+        f"CASE WHEN {p} = 1 AND {p} >= COALESCE(prev.high_at, '') THEN 1 ELSE 0 END, {p} "
+        f"FROM (SELECT {prev} AS high_at) AS prev"
+    )
+
+
+def history_params(set_id: int, changes: Changes) -> list[tuple[Any, ...]]:
+    """The parameters of ``history_insert``, row by row."""
+    return [(set_id, h.election_id, h.unit_id, h.partition, h.first_offset, h.last_offset, h.low_at, h.high_at,
+             int(h.sorted), h.low_at, h.state, set_id, h.election_id, h.unit_id) for h in changes.history]
 
 
 def change_rows(set_id: int, changes: Changes) -> dict[str, list[tuple[Any, ...]]]:

@@ -40,6 +40,7 @@ __all__ = [
     "ElectionRow",
     "EventRow",
     "PositionRow",
+    "HistoryRow",
     "Changes",
     "StoreReader",
     "StoreTx",
@@ -122,6 +123,23 @@ class EventRow(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """A unit's state (an election's: ``unit_id`` '') after a batch, and where the batch's events of it
+    lie in its partition: offsets ``first_offset``..``last_offset``, recorded between ``low_at`` and
+    ``high_at`` (``sorted``: in that order). As-of reads pick, per unit, the last state inside a cut."""
+
+    election_id: str
+    unit_id: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    low_at: str
+    high_at: str
+    sorted: bool
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
 class PositionRow:
     partition: int
     next_offset: int
@@ -137,6 +155,7 @@ class Changes:
     elections: list[ElectionRow] = field(default_factory=list)
     events: list[EventRow] = field(default_factory=list)
     positions: list[PositionRow] = field(default_factory=list)
+    history: list[HistoryRow] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.units or self.tallies or self.elections or self.events or self.positions)

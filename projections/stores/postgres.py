@@ -23,8 +23,11 @@ from projections.stores._sql import (
     EVENT_COLUMNS,
     SCHEMA_VERSION,
     SET_COLUMNS,
+    HISTORY_MARK,
     SqlReader,
     change_rows,
+    history_insert,
+    history_params,
     now_text,
     schema_statements,
     set_info,
@@ -37,6 +40,7 @@ from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, Sto
 __all__ = ["PostgresStore"]
 
 _UPSERTS = upsert_statements("%s")
+_HISTORY = history_insert("%s", "GREATEST")
 _REBUILD = "drop its proj_* tables (or point --database at a new database) and run `caucus project --until-caught-up`"
 _SCHEMA_LOCK = 0x0CA0C05  # advisory lock key: two processes creating the schema at once
 # Per connection: a batch's new index rows are bulk-loaded here (no index, so cheap), then moved into
@@ -72,6 +76,8 @@ class _Tx(SqlReader):
             for kind in ("elections", "units", "tallies", "events", "positions"):
                 if rows[kind]:
                     cur.executemany(_UPSERTS[kind], rows[kind])
+            if changes.history:
+                cur.executemany(_HISTORY, history_params(self.set_id, changes))
 
     def index_new(self, rows: Sequence[EventRow]) -> set[str]:
         return self.index_begin(rows)()
@@ -191,6 +197,7 @@ class PostgresStore:
             (name, top + 1, source, rule_set, params, now_text()),
         ).fetchone()
         assert row is not None
+        self._conn.execute(HISTORY_MARK.format(ph="%s"), (int(row[0]),))
         return int(row[0])
 
     def create_set(self, name: str, *, source: str, rule_set: str | None = None, params: str = "{}") -> SetInfo:

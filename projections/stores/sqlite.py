@@ -37,8 +37,11 @@ from projections.stores._sql import (
     EVENT_COLUMNS,
     SCHEMA_VERSION,
     SET_COLUMNS,
+    HISTORY_MARK,
     SqlReader,
     change_rows,
+    history_insert,
+    history_params,
     now_text,
     schema_statements,
     set_info,
@@ -50,6 +53,7 @@ from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, Sto
 __all__ = ["SqliteStore"]
 
 _UPSERTS = upsert_statements("?")
+_HISTORY = history_insert("?", "MAX")
 # A chunk of event-index rows arrives as one JSON array of EventRow arrays (?2); ?1 is the set id.
 _REBUILD = "remove {path} (and its -wal/-shm files) and run `caucus project --until-caught-up` to rebuild it from the log"
 
@@ -80,6 +84,8 @@ class _Tx(SqlReader):
         for kind in ("elections", "units", "tallies", "events", "positions"):
             if rows[kind]:
                 self._conn.executemany(_UPSERTS[kind], rows[kind])
+        if changes.history:
+            self._conn.executemany(_HISTORY, history_params(self.set_id, changes))
 
     def index_new(self, rows: Sequence[EventRow]) -> set[str]:
         return self.index_begin(rows)()
@@ -204,6 +210,7 @@ class SqliteStore:
             (name, top + 1, source, rule_set, params, now_text()),
         )
         assert cur.lastrowid is not None
+        conn.execute(HISTORY_MARK.format(ph="?"), (cur.lastrowid,))
         return cur.lastrowid
 
     def ensure_serving(self, name: str, *, source: str, rule_set: str | None = None) -> SetInfo:

@@ -9,10 +9,21 @@ from __future__ import annotations
 
 from kafka.partitioner.default import murmur2
 
-__all__ = ["partition_for"]
+from ledger.log.port import PendingRecord
+
+__all__ = ["partition_for", "record_partition"]
 
 
 def partition_for(key: str, partitions: int) -> int:
     if partitions < 1:
         raise ValueError(f"partitions must be at least 1, got {partitions}")
     return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+
+
+def record_partition(record: PendingRecord, partitions: int) -> int:
+    """The partition a record goes to: the one it names, else its key's."""
+    if record.partition is None:
+        return partition_for(record.key, partitions)
+    if not 0 <= record.partition < partitions:
+        raise ValueError(f"partition {record.partition} does not exist; the log has {partitions}")
+    return record.partition

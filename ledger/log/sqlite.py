@@ -35,7 +35,7 @@ from pathlib import Path
 
 import orjson
 
-from ledger.log.partitioning import partition_for
+from ledger.log.partitioning import record_partition
 from ledger.log.polling import follow_by_polling
 from ledger.log.port import (
     Headers,
@@ -234,7 +234,7 @@ class SqliteLog:
                     if rec.event_id in known:
                         positions.append(known[rec.event_id])
                         continue
-                    part = partition_for(rec.key, self._partitions)
+                    part = record_partition(rec, self._partitions)
                     if part not in heads:
                         heads[part] = conn.execute(
                             'SELECT COALESCE(MAX("offset") + 1, 0) FROM log_records WHERE partition = ?', (part,)

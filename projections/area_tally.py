@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AreaTally", "aggregate", "aggregate_counties"]
 
+_ZERO = Decimal("0.0000")
+
 
 @dataclass
 class AreaTally:
@@ -66,11 +68,14 @@ class AreaTally:
                                (self.cds_computed, t.cds_computed or {}), (self.cds_reported, t.cds_reported or {})):
             for c, n in source.items():
                 target[c] = target.get(c, 0) + sign * n
+        # Adding or subtracting, never multiplying by the sign: a Fraction product costs as much as the sum.
+        sdes, shown = self.sde, self.sde_display_sum
         if sde:
             for c, v in t.sde.items():
-                self.sde[c] = self.sde.get(c, Fraction(0)) + sign * v
-        for c, shown in t.sde_display.items():
-            self.sde_display_sum[c] = self.sde_display_sum.get(c, Decimal("0.0000")) + sign * shown
+                was = sdes.get(c)
+                sdes[c] = (v if sign > 0 else -v) if was is None else (was + v if sign > 0 else was - v)
+        for c, d in t.sde_display.items():
+            shown[c] = (shown.get(c, _ZERO) + d) if sign > 0 else (shown.get(c, _ZERO) - d)
 
     def to_json(self) -> dict[str, Any]:
         return {

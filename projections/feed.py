@@ -39,8 +39,10 @@ Why publishing cannot break the view, and why a subscriber still sees every fina
 
 Cost: unit tallies are cached (one per unit) and refreshed from the store only for the units a batch
 changed; the whole set is re-read only when another runner committed to it meanwhile. While the
-runner is behind the log, changes are coalesced and published every ``catch_up_interval`` seconds;
-once it has caught up, after every batch.
+runner is behind the log, changes are coalesced and published every ``catch_up_interval`` seconds,
+or less often when publishing takes long (``CATCH_UP_SHARE``): a unit that changes in many of the
+batches of a catch-up is then published a few times, not once per publish; once it has caught up,
+after every batch.
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ __all__ = [
 ]
 
 FEED_WRITER = "projections:results-feed"
+
+CATCH_UP_SHARE = 0.2
+"""While the runner is behind, publishing waits until its last publish took at most this share of
+the time since the one before, so the feed slows a catch-up by at most about a quarter."""
 
 
 def open_results_log(settings: Settings, *, read_only: bool = False) -> EventLog:
@@ -153,6 +159,7 @@ class FeedPublisher:
         self._runner: Any = None
         self._pending = _Pending(everything=True)
         self._last_flush = float("-inf")
+        self._flush_took = 0.0  # seconds the last publish took
         self._retry = False  # the last publish failed
         self._tallies: dict[str, dict[str, UnitTally]] = {}  # election id -> unit id -> tally
         self._contexts: dict[str, ElectionContext] = {}
@@ -180,16 +187,23 @@ class FeedPublisher:
             self._pending.everything = True  # definition or certification: every area's sums may move
         if self._expected is not None:
             self._expected.update({p: o for p, o in positions.items() if o})
-        if self._caught_up(positions) or self._clock() - self._last_flush >= self.catch_up_interval:
+        if self._caught_up(positions) or self._clock() - self._last_flush >= self._coalesce():
             self.flush()
 
     def tick(self) -> None:
         """Between batches (a progress report): retry a failed publish after a second, publish what a
         runner behind the log coalesced every ``catch_up_interval`` (each publish re-sends every county
         its units touched, so publishing more often while far behind only repeats them)."""
-        due = min(1.0, self.catch_up_interval) if self._retry else self.catch_up_interval
+        due = min(1.0, self.catch_up_interval) if self._retry else self._coalesce()
         if self._pending and self._clock() - self._last_flush >= due:
             self.flush()
+
+    def _coalesce(self) -> float:
+        """How long to coalesce changes while behind: ``catch_up_interval``, longer after a slow publish
+        (0: publish after every batch, however long it takes)."""
+        if self.catch_up_interval <= 0:
+            return 0.0
+        return max(self.catch_up_interval, self._flush_took / CATCH_UP_SHARE)
 
     def publish_all(self) -> int:
         """Publish every tally of the set, whatever the latest view holds."""
@@ -230,7 +244,7 @@ class FeedPublisher:
         Failures leave the keys pending (and are reported to ``on_error``), never raised."""
         if not self._pending:
             return 0
-        self._last_flush = self._clock()
+        self._last_flush = began = self._clock()
         try:
             if self.only_serving:
                 serving = self.store.serving(self.info.name)
@@ -256,6 +270,7 @@ class FeedPublisher:
             return 0
         self._pending = _Pending()
         self._retry = False
+        self._flush_took = self._clock() - began
         self.stats.flushes += 1
         self.stats.published += len(events)
         return len(events)

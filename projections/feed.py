@@ -252,10 +252,13 @@ class FeedPublisher:
                 if not self.stats.serving:
                     self._pending = _Pending()
                     return 0
-            events = self._events()
-            if events:
-                records = [self._record(e) for e in events]
-                keys = [latest_key(e) for e in events]
+            records: list[PendingRecord] = []
+            keys: list[str] = []
+            for event in self._events():  # encoded one by one: a catch-up's events are not all kept at once
+                records.append(self._record(event))
+                keys.append(latest_key(event))
+                self.stats.last_version = max(self.stats.last_version or 0, event.payload.stamp.version)
+            if records:
                 positions = self.log.append_batch(records)
                 if self.latest is not None:
                     self.latest.put(records, positions, keys)
@@ -272,15 +275,14 @@ class FeedPublisher:
         self._retry = False
         self._flush_took = self._clock() - began
         self.stats.flushes += 1
-        self.stats.published += len(events)
-        return len(events)
+        self.stats.published += len(records)
+        return len(records)
 
-    def _events(self) -> list[Event[Any]]:
+    def _events(self) -> Iterator[Event[Any]]:
         reload, before, positions = self._read_changes()
         changed = {key for key in before if key[1] in self._tallies.get(key[0], {})}
         stamp = FeedStamp.of(self.info.name, self.info.version, self.info.rule_set, positions)
         at = datetime.now(UTC)
-        out: list[Event[Any]] = []
         for eid, uid in sorted(changed):
             ctx = self._contexts.get(eid)
             if ctx is None or not ctx.defined or uid not in ctx.units:
@@ -288,16 +290,14 @@ class FeedPublisher:
             version = tally_version(self._election_events.get(eid, 0), self._unit_events.get(eid, {}).get(uid, 0))
             if self._holds(f"unit:{eid}:{uid}", stamp.at(version), eid, f"unit:{uid}"):
                 continue
-            out.append(unit_event(self._tallies[eid][uid], stamp.at(version), at, ctx.candidates))
+            yield unit_event(self._tallies[eid][uid], stamp.at(version), at, ctx.candidates)
         touched = {e for e, _ in changed}
         for eid in sorted(self._tallies):
             ctx = self._contexts.get(eid)
             if ctx is None or not ctx.defined or (eid not in touched and not reload):
                 continue
             mine = {uid: was for (e, uid), was in before.items() if e == eid}
-            out.extend(self._area_events(eid, ctx, reload, mine, stamp, at))
-        self.stats.last_version = max((e.payload.stamp.version for e in out), default=self.stats.last_version)
-        return out
+            yield from self._area_events(eid, ctx, reload, mine, stamp, at)
 
     def _read_changes(self) -> tuple[bool, dict[UnitKey, tuple[UnitTally | None, int]], dict[int, int]]:
         """Read what changed since the last publish (everything on a reload) into the kept tallies;

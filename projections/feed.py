@@ -39,10 +39,10 @@ Why publishing cannot break the view, and why a subscriber still sees every fina
 
 Cost: unit tallies are cached (one per unit) and refreshed from the store only for the units a batch
 changed; the whole set is re-read only when another runner committed to it meanwhile. While the
-runner is behind the log, changes are coalesced and published every ``catch_up_interval`` seconds,
-or less often when publishing takes long (``CATCH_UP_SHARE``): a unit that changes in many of the
-batches of a catch-up is then published a few times, not once per publish; once it has caught up,
-after every batch.
+runner is behind the log, changes are coalesced: published once ``catch_up_interval`` seconds have
+passed (more when publishing takes long: ``CATCH_UP_SHARE``) and a quarter of the units are pending
+(or ten intervals have passed), so a catch-up publishes each unit a few times whatever the machine's
+speed, not once per interval it spans; once it has caught up, after every batch.
 """
 
 from __future__ import annotations
@@ -187,16 +187,30 @@ class FeedPublisher:
             self._pending.everything = True  # definition or certification: every area's sums may move
         if self._expected is not None:
             self._expected.update({p: o for p, o in positions.items() if o})
-        if self._caught_up(positions) or self._clock() - self._last_flush >= self._coalesce():
+        if self._caught_up(positions) or self._behind_due():
             self.flush()
 
     def tick(self) -> None:
         """Between batches (a progress report): retry a failed publish after a second, publish what a
         runner behind the log coalesced every ``catch_up_interval`` (each publish re-sends every county
         its units touched, so publishing more often while far behind only repeats them)."""
-        due = min(1.0, self.catch_up_interval) if self._retry else self._coalesce()
-        if self._pending and self._clock() - self._last_flush >= due:
+        if self._retry:
+            due = self._clock() - self._last_flush >= min(1.0, self.catch_up_interval)
+        else:
+            due = self._behind_due()
+        if self._pending and due:
             self.flush()
+
+    def _behind_due(self) -> bool:
+        """While behind: publish once ``_coalesce`` has passed and a quarter of the units are pending
+        (or ten times ``catch_up_interval`` has), so that a catch-up publishes each unit a few times,
+        however slowly the machine runs, not once per interval it spans."""
+        waited = self._clock() - self._last_flush
+        if waited < self._coalesce():
+            return False
+        known = sum(len(t) for t in self._tallies.values())
+        return (self._pending.everything or len(self._pending.units) * 4 >= known
+                or waited >= 10 * self.catch_up_interval)
 
     def _coalesce(self) -> float:
         """How long to coalesce changes while behind: ``catch_up_interval``, longer after a slow publish

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kafka.partitioner.default import murmur2
 
-from ledger.log.port import PendingRecord
+from ledger.log.port import LogError, PendingRecord
 
 __all__ = ["partition_for", "record_partition"]
 
@@ -25,5 +25,5 @@ def record_partition(record: PendingRecord, partitions: int) -> int:
     if record.partition is None:
         return partition_for(record.key, partitions)
     if not 0 <= record.partition < partitions:
-        raise ValueError(f"partition {record.partition} does not exist; the log has {partitions}")
+        raise LogError(f"partition {record.partition} does not exist; the log has {partitions} (record {record.event_id})")
     return record.partition

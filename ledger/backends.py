@@ -23,12 +23,15 @@ from ledger.log.port import EventLog, LogError, LogUnavailableError
 
 if TYPE_CHECKING:
     from ledger.config import Settings
+    from ledger.log.latest import LatestView
     from ledger.integrity.store import CheckpointStore
 
-__all__ = ["Backends", "LogBackend", "backends_for", "LOG_BACKENDS", "RESULTS_LOG_FILE"]
+__all__ = ["Backends", "LogBackend", "backends_for", "LOG_BACKENDS", "RESULTS_LOG_FILE", "LATEST_SUFFIX"]
 
 RESULTS_LOG_FILE = "results.sqlite3"
 """The embedded results feed: a second SQLite log next to the event log."""
+LATEST_SUFFIX = ".latest"
+"""The results feed's latest view on Kafka: the topic ``<results topic>.latest``, compacted."""
 
 
 class LogBackend(Protocol):
@@ -39,6 +42,10 @@ class LogBackend(Protocol):
     def open_existing(self, settings: Settings, *, for_runner: bool) -> EventLog: ...
 
     def open_results(self, settings: Settings, *, read_only: bool) -> EventLog: ...
+
+    def open_results_latest(self, settings: Settings, *, read_only: bool) -> LatestView:
+        """The results feed's latest record per key (``ledger.log.latest``)."""
+        ...
 
     def describe(self, settings: Settings) -> str: ...
 
@@ -84,6 +91,11 @@ class _SqliteLogs:
             return SqliteLog(path, read_only=True)
         return SqliteLog(path, partitions=None if path.exists() else settings.partitions)
 
+    def open_results_latest(self, settings: Settings, *, read_only: bool) -> LatestView:
+        from ledger.log.sqlite_latest import SqliteLatest
+
+        return SqliteLatest(settings.data_dir / RESULTS_LOG_FILE, read_only=read_only)
+
     def describe(self, settings: Settings) -> str:
         return f"sqlite:{settings.log_path}"
 
@@ -103,21 +115,29 @@ class _SqliteLogs:
 class _KafkaLogs:
     """A Kafka topic (``settings.topic``) and the results topic beside it."""
 
-    def open(self, settings: Settings, *, read_only: bool, topic: str | None) -> EventLog:
+    def open(self, settings: Settings, *, read_only: bool, topic: str | None,
+             topic_configs: dict[str, str] | None = None) -> EventLog:
         assert settings.kafka is not None
         if settings.kafka_library == "confluent":
-            return _confluent_log(settings, read_only=read_only, topic=topic)
+            return _confluent_log(settings, read_only=read_only, topic=topic, topic_configs=topic_configs)
         from ledger.log.kafka import KafkaLog
 
         return KafkaLog(settings.kafka, topic or settings.topic, partitions=settings.partitions,
                         client_options=settings.kafka_options, read_only=read_only,
-                        replication=settings.kafka_replication)
+                        replication=settings.kafka_replication, topic_configs=topic_configs)
 
     def open_existing(self, settings: Settings, *, for_runner: bool) -> EventLog:
         return self.open(settings, read_only=not for_runner, topic=None)
 
     def open_results(self, settings: Settings, *, read_only: bool) -> EventLog:
         return self.open(settings, read_only=read_only, topic=settings.results_topic)
+
+    def open_results_latest(self, settings: Settings, *, read_only: bool) -> LatestView:
+        """A topic of its own, created compacted: the broker keeps the newest copy of each key."""
+        from ledger.log.latest import CopyLatest
+
+        return CopyLatest(self.open(settings, read_only=read_only, topic=settings.results_topic + LATEST_SUFFIX,
+                                    topic_configs={"cleanup.policy": "compact"}))
 
     def describe(self, settings: Settings) -> str:
         return f"kafka://{settings.kafka}/{settings.topic}"
@@ -136,7 +156,8 @@ class _KafkaLogs:
         return self.describe(settings)
 
 
-def _confluent_log(settings: Settings, *, read_only: bool, topic: str | None) -> EventLog:
+def _confluent_log(settings: Settings, *, read_only: bool, topic: str | None,
+                   topic_configs: dict[str, str] | None = None) -> EventLog:
     """The same topic through confluent-kafka (optional: its absence is a user's error, named)."""
     try:
         from ledger.log.kafka_confluent import ConfluentLog
@@ -146,7 +167,7 @@ def _confluent_log(settings: Settings, *, read_only: bool, topic: str | None) ->
     assert settings.kafka is not None
     return ConfluentLog(settings.kafka, topic or settings.topic, partitions=settings.partitions,
                         client_options=settings.kafka_options, read_only=read_only,
-                        replication=settings.kafka_replication)
+                        replication=settings.kafka_replication, topic_configs=topic_configs)
 
 
 class _MemoryLogs:
@@ -174,6 +195,11 @@ class _MemoryLogs:
 
         name = self._name(settings, settings.results_topic)
         return MemoryLog(name, read_only=True) if read_only else MemoryLog(name)
+
+    def open_results_latest(self, settings: Settings, *, read_only: bool) -> LatestView:
+        from ledger.log.latest import CopyLatest
+
+        return CopyLatest(self.open(settings, read_only=read_only, topic=settings.results_topic + LATEST_SUFFIX))
 
     def describe(self, settings: Settings) -> str:
         return f"memory:{self._name(settings, settings.topic)}"
@@ -261,6 +287,11 @@ class Backends:
     def open_results_log(self, *, read_only: bool = False) -> EventLog:
         """The results feed's log; ``read_only`` for subscribers (nothing is created)."""
         return self._logs.open_results(self.settings, read_only=read_only)
+
+    def open_results_latest(self, *, read_only: bool = False) -> LatestView:
+        """The results feed's latest record per key; ``read_only`` for subscribers (on Kafka a missing
+        topic is ``LogMissingError``; an embedded view that is not there reads as empty)."""
+        return self._logs.open_results_latest(self.settings, read_only=read_only)
 
     def describe_log(self) -> str:
         return self._logs.describe(self.settings)

@@ -6,6 +6,11 @@ publishing a night of N units cost N x batches. Here a unit that changed takes i
 its county's sums and the state's and puts its new one in: exact integers, Fractions and Decimals
 add and subtract without error in any order, so the sums equal those of ``area_tally.aggregate``
 over every unit, which the tests check.
+
+The state's exact SDEs are the exception: its Fractions carry the least common multiple of every
+county's denominators, so adding one unit's SDEs to them costs far more than adding them to its
+county's. They are moved by each changed county's difference since the state was last read
+(``state``): one large addition per county and candidate per publish, not per unit.
 """
 
 from __future__ import annotations
@@ -53,7 +58,10 @@ class ElectionSums:
         self.areas: dict[str, AreaTally] = {
             g: aggregate(ctx, (), None if g == LOOSE else g, units_defined=n) for g, n in members.items()}
         self.events: dict[str, int] = dict.fromkeys(members, 0)
-        self.total = aggregate(ctx, ())  # the state's sums, followed with the counties'
+        self.total = aggregate(ctx, ())  # the state's sums but its exact SDEs, followed with the counties'
+        self._state_sde: dict[str, Fraction] = {}  # the state's exact SDEs as of the last ``state()``
+        self._folded: dict[str, dict[str, Fraction]] = {g: {} for g in members}  # each group's, as then summed in
+        self._moved: set[str] = set(members)
 
     def group_of(self, unit_id: str) -> str | None:
         """The county whose sums count the unit (LOOSE for a county the definition does not list);
@@ -69,7 +77,7 @@ class ElectionSums:
             group = self.group_of(uid)
             if group is not None:
                 self.areas[group].add(t)
-                self.total.add(t)
+                self.total.add(t, sde=False)
         for uid, n in unit_events.items():
             group = self.group_of(uid)
             if group is not None:
@@ -80,13 +88,14 @@ class ElectionSums:
         group = self.group_of(unit_id)
         if group is None:
             return None
-        for area in (self.areas[group], self.total):
+        for area, sde in ((self.areas[group], True), (self.total, False)):
             if old is not None:
-                area.remove(old)
+                area.remove(old, sde=sde)
                 self._prune(area, old)
             if new is not None:
-                area.add(new)
+                area.add(new, sde=sde)
         self.events[group] += new_events - old_events
+        self._moved.add(group)
         return group
 
     def _prune(self, area: AreaTally, old: UnitTally) -> None:
@@ -105,8 +114,19 @@ class ElectionSums:
 
     def state(self) -> AreaTally:
         """The statewide sums (a copy: the caller may keep it while the sums move on)."""
+        for group in self._moved:
+            now, then = self.areas[group].sde, self._folded[group]
+            for c in now.keys() | then.keys():
+                change = now.get(c, Fraction(0)) - then.get(c, Fraction(0))
+                if change:
+                    self._state_sde[c] = self._state_sde.get(c, Fraction(0)) + change
+            self._folded[group] = dict(now)
+        self._moved.clear()
         total = aggregate(self.ctx, ())
         _merge(total, self.total)
+        # The names a sum over every unit would hold: the ballot's, and those some county still counts.
+        named = set(total.sde).union(*(area.sde for area in self.areas.values()))
+        total.sde = {c: self._state_sde.get(c, Fraction(0)) for c in [*total.sde, *sorted(named - set(total.sde))]}
         return total
 
     def state_events(self) -> int:

@@ -27,6 +27,7 @@ __all__ = ["AreaTally", "aggregate", "aggregate_counties"]
 _ZERO_SHOWN = Decimal("0.0000")
 _NUMERATOR = attrgetter("numerator")
 _DENOMINATOR = attrgetter("denominator")
+_ZERO = Decimal("0.0000")
 
 
 @dataclass
@@ -52,15 +53,17 @@ class AreaTally:
     def share_reporting(self) -> Fraction:
         return Fraction(self.units_reporting, self.units_defined) if self.units_defined else Fraction(0)
 
-    def add(self, t: UnitTally) -> None:
-        self._count(t, 1)
+    def add(self, t: UnitTally, *, sde: bool = True) -> None:
+        """Count a unit in; ``sde=False`` leaves the exact SDE sums alone (for a caller that sums them
+        another way: ``area_sums`` adds the state's from its counties')."""
+        self._count(t, 1, sde)
 
-    def remove(self, t: UnitTally) -> None:
+    def remove(self, t: UnitTally, *, sde: bool = True) -> None:
         """Take back what ``add(t)`` added (exact: integers, Fractions, Decimals), so sums can follow a
         unit whose tally changed without summing its area again."""
-        self._count(t, -1)
+        self._count(t, -1, sde)
 
-    def _count(self, t: UnitTally, sign: int) -> None:
+    def _count(self, t: UnitTally, sign: int, sde: bool = True) -> None:
         if not t.reporting:
             return
         self.units_reporting += sign
@@ -70,10 +73,14 @@ class AreaTally:
                                (self.cds_computed, t.cds_computed or {}), (self.cds_reported, t.cds_reported or {})):
             for c, n in source.items():
                 target[c] = target.get(c, 0) + sign * n
-        for c, v in t.sde.items():
-            self.sde[c] = self.sde.get(c, Fraction(0)) + sign * v
-        for c, shown in t.sde_display.items():
-            self.sde_display_sum[c] = self.sde_display_sum.get(c, Decimal("0.0000")) + sign * shown
+        # Adding or subtracting, never multiplying by the sign: a Fraction product costs as much as the sum.
+        sdes, shown = self.sde, self.sde_display_sum
+        if sde:
+            for c, v in t.sde.items():
+                was = sdes.get(c)
+                sdes[c] = (v if sign > 0 else -v) if was is None else (was + v if sign > 0 else was - v)
+        for c, d in t.sde_display.items():
+            shown[c] = (shown.get(c, _ZERO) + d) if sign > 0 else (shown.get(c, _ZERO) - d)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -12,10 +12,16 @@ Why publishing cannot break the view, and why a subscriber still sees every fina
   back from the store, in one snapshot, with the positions that snapshot reflects. A feed that is down
   cannot roll back, slow down or corrupt the view.
 * **At least once.** The keys a batch changed stay pending until an ``append_batch`` of their tallies
-  has been acknowledged (acks=all on Kafka, a committed transaction on SQLite). If publishing fails the
-  keys stay pending and are published, with whatever tally is current then, after the next batch (or
-  the next progress tick); a process that dies between commit and publish loses its pending keys, so a
-  publisher always starts by publishing the whole serving view (``publish_all``).
+  has been acknowledged (acks=all on Kafka, a committed transaction on SQLite) and the same records
+  are in the latest view (``projections.feed_latest``). If publishing fails the keys stay pending and
+  are published, with whatever tally is current then, after the next batch (or the next progress
+  tick). A process that dies between commit and publish loses its pending keys, so a publisher starts
+  by comparing the whole serving view with the latest view (``resume``): what the view lacks, or holds
+  at another version or from another projection set, is published; a restart with nothing new
+  publishes nothing.
+* **Latest view after the change stream.** Every record appended is then put in the latest view, a
+  copy per key (a compacted topic on Kafka, a table on the embedded backend: ``ledger.log.latest``),
+  so a subscriber can start from the current tallies and follow the change stream from there.
 * **Versions, so duplicates cost nothing.** Every tally carries ``version``
   (``feed_events.tally_version``): the events applied to its election, weighted 10^9, plus the events
   applied to the units it covers. Both counts only grow, so a version grows whenever the tally can have
@@ -33,8 +39,10 @@ Why publishing cannot break the view, and why a subscriber still sees every fina
 
 Cost: unit tallies are cached (one per unit) and refreshed from the store only for the units a batch
 changed; the whole set is re-read only when another runner committed to it meanwhile. While the
-runner is behind the log, changes are coalesced and published every ``catch_up_interval`` seconds;
-once it has caught up, after every batch.
+runner is behind the log, changes are coalesced: published once ``catch_up_interval`` seconds have
+passed (more when publishing takes long: ``CATCH_UP_SHARE``) and a quarter of the units are pending
+(or ten intervals have passed), so a catch-up publishes each unit a few times whatever the machine's
+speed, not once per interval it spans; once it has caught up, after every batch.
 """
 
 from __future__ import annotations
@@ -50,17 +58,33 @@ from typing import Any
 from ledger.backends import RESULTS_LOG_FILE, backends_for
 from ledger.config import Settings
 from ledger.events import Event
+from ledger.log.latest import LatestView
 from ledger.log.port import EventLog, LogError, PendingRecord
 from ledger.record_headers import event_headers
 from projections.area_sums import ElectionSums
-from projections.feed_events import FeedStamp, area_event, feed_codec, record_key, tally_version, unit_event
+from projections.feed_events import (
+    FeedStamp,
+    area_event,
+    feed_codec,
+    feed_event_id,
+    latest_key,
+    record_key,
+    tally_version,
+    unit_event,
+)
 from projections.reducers import ElectionState
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError, UnitKey
 from projections.tally import ElectionContext, UnitTally, election_context
 
-__all__ = ["RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPublisher", "FeedStats", "publishing"]
+__all__ = [
+    "RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPublisher", "FeedStats", "open_publisher", "publishing",
+]
 
 FEED_WRITER = "projections:results-feed"
+
+CATCH_UP_SHARE = 0.2
+"""While the runner is behind, publishing waits until its last publish took at most this share of
+the time since the one before, so the feed slows a catch-up by at most about a quarter."""
 
 
 def open_results_log(settings: Settings, *, read_only: bool = False) -> EventLog:
@@ -120,10 +144,12 @@ class FeedPublisher:
         catch_up_interval: float = 5.0,
         on_error: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        latest: LatestView | None = None,
     ) -> None:
         self.store = store
         self.info = info
         self.log = log
+        self.latest = latest
         self.only_serving = only_serving
         self.catch_up_interval = catch_up_interval
         self.on_error = on_error
@@ -133,6 +159,8 @@ class FeedPublisher:
         self._runner: Any = None
         self._pending = _Pending(everything=True)
         self._last_flush = float("-inf")
+        self._flush_took = 0.0  # seconds the last publish took
+        self._retry = False  # the last publish failed
         self._tallies: dict[str, dict[str, UnitTally]] = {}  # election id -> unit id -> tally
         self._contexts: dict[str, ElectionContext] = {}
         self._revisions: dict[str, str] = {}
@@ -140,6 +168,7 @@ class FeedPublisher:
         self._unit_events: dict[str, dict[str, int]] = {}  # election id -> unit id -> events applied
         self._sums: dict[str, ElectionSums] = {}
         self._expected: dict[int, int] | None = None  # positions of the last snapshot, plus our own commits since
+        self._published: dict[str, str] = {}  # latest key -> event id of the record the latest view holds
 
     # -- hooks --------------------------------------------------------------------------------
 
@@ -158,16 +187,55 @@ class FeedPublisher:
             self._pending.everything = True  # definition or certification: every area's sums may move
         if self._expected is not None:
             self._expected.update({p: o for p, o in positions.items() if o})
-        if self._caught_up(positions) or self._clock() - self._last_flush >= self.catch_up_interval:
+        if self._caught_up(positions) or self._behind_due():
             self.flush()
 
     def tick(self) -> None:
-        """Between batches (a progress report): retry a failed or coalesced publish when it is due."""
-        if self._pending and self._clock() - self._last_flush >= min(1.0, self.catch_up_interval):
+        """Between batches (a progress report): retry a failed publish after a second, publish what a
+        runner behind the log coalesced every ``catch_up_interval`` (each publish re-sends every county
+        its units touched, so publishing more often while far behind only repeats them)."""
+        if self._retry:
+            due = self._clock() - self._last_flush >= min(1.0, self.catch_up_interval)
+        else:
+            due = self._behind_due()
+        if self._pending and due:
             self.flush()
 
+    def _behind_due(self) -> bool:
+        """While behind: publish once ``_coalesce`` has passed and a quarter of the units are pending
+        (or ten times ``catch_up_interval`` has), so that a catch-up publishes each unit a few times,
+        however slowly the machine runs, not once per interval it spans."""
+        waited = self._clock() - self._last_flush
+        if waited < self._coalesce():
+            return False
+        known = sum(len(t) for t in self._tallies.values())
+        return (self._pending.everything or len(self._pending.units) * 4 >= known
+                or waited >= 10 * self.catch_up_interval)
+
+    def _coalesce(self) -> float:
+        """How long to coalesce changes while behind: ``catch_up_interval``, longer after a slow publish
+        (0: publish after every batch, however long it takes)."""
+        if self.catch_up_interval <= 0:
+            return 0.0
+        return max(self.catch_up_interval, self._flush_took / CATCH_UP_SHARE)
+
     def publish_all(self) -> int:
-        """Publish every tally of the set (on start, and after a replay switched sets)."""
+        """Publish every tally of the set, whatever the latest view holds."""
+        self._published.clear()
+        self._pending.everything = True
+        return self.flush()
+
+    def resume(self) -> int:
+        """On start: publish what the latest view lacks, or holds at another version or from another
+        set (what a publisher that died between commit and publish missed); nothing when it is up to
+        date. Without a readable latest view, everything."""
+        self._published.clear()
+        if self.latest is not None:
+            try:
+                self._published = {k: r.event_id for k, r in self.latest.snapshot().records.items()}
+            except (LogError, OSError) as exc:
+                if self.on_error is not None:
+                    self.on_error(f"cannot read the results feed's latest view, publishing the whole view: {exc}")
         self._pending.everything = True
         return self.flush()
 
@@ -190,7 +258,7 @@ class FeedPublisher:
         Failures leave the keys pending (and are reported to ``on_error``), never raised."""
         if not self._pending:
             return 0
-        self._last_flush = self._clock()
+        self._last_flush = began = self._clock()
         try:
             if self.only_serving:
                 serving = self.store.serving(self.info.name)
@@ -198,42 +266,52 @@ class FeedPublisher:
                 if not self.stats.serving:
                     self._pending = _Pending()
                     return 0
-            events = self._events()
-            if events:
-                self.log.append_batch([self._record(e) for e in events])
+            records: list[PendingRecord] = []
+            keys: list[str] = []
+            for event in self._events():  # encoded one by one: a catch-up's events are not all kept at once
+                records.append(self._record(event))
+                keys.append(latest_key(event))
+                self.stats.last_version = max(self.stats.last_version or 0, event.payload.stamp.version)
+            if records:
+                positions = self.log.append_batch(records)
+                if self.latest is not None:
+                    self.latest.put(records, positions, keys)
+                self._published.update(zip(keys, (r.event_id for r in records)))
         except (LogError, StoreError, OSError) as exc:
             self.stats.failures += 1
             self.stats.last_error = f"{type(exc).__name__}: {exc}"
             self._expected = None  # re-read everything next time
+            self._retry = True
             if self.on_error is not None:
                 self.on_error(f"publishing to the results feed failed (will retry after the next batch): {exc}")
             return 0
         self._pending = _Pending()
+        self._retry = False
+        self._flush_took = self._clock() - began
         self.stats.flushes += 1
-        self.stats.published += len(events)
-        return len(events)
+        self.stats.published += len(records)
+        return len(records)
 
-    def _events(self) -> list[Event[Any]]:
+    def _events(self) -> Iterator[Event[Any]]:
         reload, before, positions = self._read_changes()
         changed = {key for key in before if key[1] in self._tallies.get(key[0], {})}
         stamp = FeedStamp.of(self.info.name, self.info.version, self.info.rule_set, positions)
         at = datetime.now(UTC)
-        out: list[Event[Any]] = []
         for eid, uid in sorted(changed):
             ctx = self._contexts.get(eid)
             if ctx is None or not ctx.defined or uid not in ctx.units:
                 continue  # a unit no definition lists (refusals naming an unknown unit): counted in no tally
             version = tally_version(self._election_events.get(eid, 0), self._unit_events.get(eid, {}).get(uid, 0))
-            out.append(unit_event(self._tallies[eid][uid], stamp.at(version), at, ctx.candidates))
+            if self._holds(f"unit:{eid}:{uid}", stamp.at(version), eid, f"unit:{uid}"):
+                continue
+            yield unit_event(self._tallies[eid][uid], stamp.at(version), at, ctx.candidates)
         touched = {e for e, _ in changed}
         for eid in sorted(self._tallies):
             ctx = self._contexts.get(eid)
             if ctx is None or not ctx.defined or (eid not in touched and not reload):
                 continue
             mine = {uid: was for (e, uid), was in before.items() if e == eid}
-            out.extend(self._area_events(eid, ctx, reload, mine, stamp, at))
-        self.stats.last_version = max((e.payload.stamp.version for e in out), default=self.stats.last_version)
-        return out
+            yield from self._area_events(eid, ctx, reload, mine, stamp, at)
 
     def _read_changes(self) -> tuple[bool, dict[UnitKey, tuple[UnitTally | None, int]], dict[int, int]]:
         """Read what changed since the last publish (everything on a reload) into the kept tallies;
@@ -278,15 +356,45 @@ class FeedPublisher:
         out: list[Event[Any]] = []
         for cid in [c for c in ctx.counties if c in moved]:
             version = tally_version(e_events, sums.events[cid])
-            out.append(area_event(sums.areas[cid], stamp.at(version), at, election_id=eid, kind="county",
-                                  certified=ctx.certified, ballot=ctx.candidates))
+            if not self._holds(f"county:{eid}:{cid}", stamp.at(version), eid, f"county:{cid}"):
+                out.append(area_event(sums.areas[cid], stamp.at(version), at, election_id=eid, kind="county",
+                                      certified=ctx.certified, ballot=ctx.candidates))
         version = tally_version(e_events, sums.state_events())
-        out.append(area_event(sums.state(), stamp.at(version), at, election_id=eid, kind="state",
-                              certified=ctx.certified, ballot=ctx.candidates))
+        if not self._holds(f"state:{eid}", stamp.at(version), eid, f"state:{eid}"):
+            out.append(area_event(sums.state(), stamp.at(version), at, election_id=eid, kind="state",
+                                  certified=ctx.certified, ballot=ctx.candidates))
         return out
 
+    def _holds(self, key: str, stamp: FeedStamp, election_id: str, id_key: str) -> bool:
+        """Whether the latest view already holds this tally (same set, same version: the same id)."""
+        held = self._published.get(key)
+        return held is not None and held == feed_event_id(stamp, election_id, id_key)
+
     def close(self) -> None:
-        self.log.close()
+        try:
+            self.log.close()
+        finally:
+            if self.latest is not None:
+                self.latest.close()
+
+
+def open_publisher(settings: Settings, store: ProjectionStore, info: SetInfo, *,
+                   on_error: Callable[[str], None] | None = None) -> FeedPublisher | None:
+    """A publisher to the configured results log and its latest view; None (reported) when the log
+    cannot be opened. Without the latest view it still publishes, but a restart republishes all."""
+    try:
+        log = open_results_log(settings)
+    except (LogError, OSError) as exc:
+        if on_error is not None:
+            on_error(f"the results feed at {results_log_name(settings)} is unavailable, nothing will be published: {exc}")
+        return None
+    latest: LatestView | None = None
+    try:
+        latest = backends_for(settings).open_results_latest()
+    except (LogError, OSError) as exc:
+        if on_error is not None:
+            on_error(f"the results feed's latest view is unavailable, only changes will be published: {exc}")
+    return FeedPublisher(store, info, log, on_error=on_error, latest=latest)
 
 
 @contextmanager
@@ -294,21 +402,16 @@ def publishing(
     runner: Any, settings: Settings, store: ProjectionStore, info: SetInfo, *, enabled: bool = True,
     on_error: Callable[[str], None] | None = None,
 ) -> Iterator[FeedPublisher | None]:
-    """Attach a feed publisher to ``runner`` for the block: publish the whole view first, flush what is
-    pending at the end. A results log that cannot be opened is reported and the runner goes on."""
-    if not enabled:
+    """Attach a feed publisher to ``runner`` for the block: publish what the latest view lacks first
+    (``resume``), flush what is pending at the end. A results log that cannot be opened is reported and
+    the runner goes on."""
+    publisher = open_publisher(settings, store, info, on_error=on_error) if enabled else None
+    if publisher is None:
         yield None
         return
+    publisher.attach(runner)
     try:
-        log = open_results_log(settings)
-    except (LogError, OSError) as exc:
-        if on_error is not None:
-            on_error(f"the results feed at {results_log_name(settings)} is unavailable, nothing will be published: {exc}")
-        yield None
-        return
-    publisher = FeedPublisher(store, info, log, on_error=on_error).attach(runner)
-    try:
-        publisher.publish_all()
+        publisher.resume()
         yield publisher
         publisher.flush()
     finally:

@@ -5,6 +5,11 @@ read in no common order. Each line printed is newer than anything printed before
 or state (its ``version`` is higher), so a program reading the lines can simply keep the last one per
 ``kind`` and ``key``. Signed checkpoints of the event log come on the same feed (kind ``checkpoint``,
 one line each): a subscriber that keeps them can later hold the log to them.
+
+``--latest`` reads the feed's latest view instead (``ledger.log.latest``: one record per unit, county
+and state), so a subscriber that starts late gets the current tallies without reading every change;
+with ``--follow`` it goes on with the change stream from the position the view covers, so nothing
+published after the view was read is missed, and nothing older than what it printed is printed.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.cli_output import fail, settings_of
+from ledger.backends import backends_for
+from ledger.cli_output import JsonOption, fail, settings_of
 from ledger.codec import CodecError
 from ledger.events import Event
 from ledger.integrity.checkpoints import CheckpointFormatError
-from ledger.log.port import LogError, LogMissingError
+from ledger.log.port import EventLog, LogError, LogMissingError
 from projections.feed import open_results_log, results_log_name
 from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key, feed_version
 
@@ -90,6 +96,11 @@ def subscribe(
                                         "nothing repeated. A new group starts as --from / --from-beginning / now say."),
     start_at: Optional[str] = typer.Option(None, "--from", help="Start at this feed position (0:12,1:40: the next offset of "
                                            "each partition, as the read API's event ids give it)."),
+    latest: bool = typer.Option(False, "--latest", help="Print the latest tally of every unit, county and state once (from "
+                                "the feed's latest view) and exit; with --follow, then follow the changes from there."),
+    follow: bool = typer.Option(False, "--follow", help="With --latest: after the latest tallies, follow the change stream "
+                                "from where they stand (nothing missed, nothing older repeated)."),
+    as_json: bool = JsonOption,
 ) -> None:
     """Follow the results feed: one JSON line per new unit, county or state tally, and per signed
     checkpoint of the event log (kind checkpoint: its signed bytes, signature and key; not shown with
@@ -102,6 +113,10 @@ def subscribe(
     settings = settings_of(ctx)
     if from_beginning and start_at is not None:
         raise fail("choose one of --from-beginning and --from")
+    if latest and (from_beginning or start_at is not None or group is not None):
+        raise fail("--latest starts from the latest view: it does not go with --from-beginning, --from or --group")
+    if follow and not latest:
+        raise fail("--follow goes with --latest (without it, subscribe always follows)")
     try:
         given = parse_feed_position(start_at)
     except ValueError as exc:
@@ -127,6 +142,11 @@ def subscribe(
     positions: dict[int, int] | None = None
     try:
         start = keeper.start(dedupe) if keeper is not None else None
+        if latest:
+            start = _print_latest(settings, log, dedupe, lambda e: _wanted(e, unit, county, election, checkpoints_only))
+            printed = len(dedupe.seen)
+            if not follow or stop():
+                return
         if start is None:
             start = given if given is not None else (None if from_beginning else log.high_watermarks())
         positions = {p: 0 for p in range(log.partitions)} | dict(start or {})
@@ -160,6 +180,38 @@ def subscribe(
         if keeper is not None:
             keeper.close(positions)
         log.close()
+
+
+def _print_latest(settings: Any, log: EventLog, dedupe: FeedDeduper, wanted: Any) -> dict[int, int]:
+    """Print the latest view's tally of every key ``wanted`` (state, counties, units; by key), note
+    their versions in ``dedupe``; returns the change-stream position the view covers."""
+    try:
+        view = backends_for(settings).open_results_latest(read_only=True)
+    except LogMissingError:
+        raise fail(f"no latest view of the results feed at {results_log_name(settings)} yet: "
+                   "`caucus project` keeps one as it publishes") from None
+    except LogError as exc:
+        raise fail(f"cannot open the latest view of the results feed: {exc}") from exc
+    try:
+        snapshot = view.snapshot()
+    finally:
+        view.close()
+    codec = feed_codec()
+    events = []
+    for rec in snapshot.records.values():
+        try:
+            event = codec.decode(rec.value)
+        except CodecError as exc:
+            typer.echo(f"warning: skipping the latest record of {rec.key}: {exc}", err=True)
+            continue
+        if wanted(event):
+            events.append(event)
+    order = {"state": 0, "county": 1, "unit": 2}
+    for event in sorted(events, key=lambda e: (feed_key(e)[0], order.get(feed_key(e)[1], 3), feed_key(e)[2])):
+        if dedupe.fresh(event):
+            sys.stdout.write(json.dumps(feed_json(event), sort_keys=True) + "\n")
+    sys.stdout.flush()
+    return {p: 0 for p in range(log.partitions)} | snapshot.follow_from
 
 
 class _Keeper:

@@ -38,6 +38,8 @@ __all__ = [
     "feed_codec",
     "feed_key",
     "record_key",
+    "latest_key",
+    "feed_event_id",
     "FeedDeduper",
     "feed_version",
     "unit_event",
@@ -231,11 +233,26 @@ def record_key(event: Event[Any]) -> str:
     return f"state:{election_id}" if kind == "state" else f"county:{election_id}:{key}"
 
 
+def latest_key(event: Event[Any]) -> str:
+    """The key of a tally in the feed's latest view (``projections.feed_latest``): the record key,
+    except that a unit's names its election too (``unit:<election>:<unit>``), since unit ids repeat
+    across elections and a compacted topic keeps one record per key."""
+    election_id, kind, key = feed_key(event)
+    return f"unit:{election_id}:{key}" if kind == "unit" else record_key(event)
+
+
+def feed_event_id(stamp: FeedStamp, election_id: str, key: str) -> str:
+    """The id of a published tally (``key`` is ``unit:<id>``, ``county:<id>`` or ``state:<id>``).
+
+    The same tally at the same version always gets the same id, so a log that dedupes by id (the
+    embedded one, a Kafka producer's recent ids) does not even store a republished copy, and a
+    publisher knows, by id, whether the latest view already holds it."""
+    return str(uuid.uuid5(_NS, f"{stamp.projection}|{stamp.projection_version}|{election_id}|{key}|{stamp.version}"))
+
+
 def _event(payload: Payload, *, election_id: str, unit_id: str, key: str, at: datetime) -> Event[Any]:
     stamp: FeedStamp = payload.stamp  # type: ignore[attr-defined]
-    # The same tally at the same version always gets the same id, so a log that dedupes by id
-    # (the embedded one, a Kafka producer's recent ids) does not even store a republished copy.
-    event_id = str(uuid.uuid5(_NS, f"{stamp.projection}|{stamp.projection_version}|{election_id}|{key}|{stamp.version}"))
+    event_id = feed_event_id(stamp, election_id, key)
     return new_event(payload, election_id=election_id, unit_id=unit_id, actor=f"projection:{stamp.projection} v{stamp.projection_version}",
                      channel=Channel.SYSTEM, occurred_at=at, recorded_at=at, event_id=event_id)
 

@@ -134,16 +134,13 @@ def replay(
 
 def _publish(store: ProjectionStore, settings: Settings, outcome: ReplayOutcome) -> None:
     """Publish the whole new serving view (versions let subscribers keep the newest of each tally)."""
-    from projections.feed import FeedPublisher, open_results_log
+    from projections.feed import open_publisher
 
-    try:
-        log = open_results_log(settings)
-    except LogError as exc:
-        typer.echo(f"warning: the results feed is unavailable, the new view was not published: {exc}", err=True)
+    publisher = open_publisher(settings, store, outcome.built, on_error=lambda m: typer.echo(f"warning: {m}", err=True))
+    if publisher is None:
         return
-    publisher = FeedPublisher(store, outcome.built, log, on_error=lambda m: typer.echo(f"warning: {m}", err=True))
     try:
-        publisher.publish_all()
+        publisher.resume()  # a new set: its records all differ from what the latest view holds
     finally:
         publisher.close()
 

@@ -5,7 +5,7 @@ projection can replay the log; librdkafka fetches and decodes in C. It is option
 (``pip install caucus-ledger[confluent]``, ``kafka_library = "confluent"``); kafka-python stays the
 default and the two are interchangeable on one topic:
 
-- the partition is chosen with ``partition_for`` (murmur2 of the unit id), never by the client, so a
+- the partition is the record's own or chosen with ``partition_for`` (murmur2 of the unit id), never by the client, so a
   unit's events land where kafka-python and the embedded log put them;
 - record keys, values and headers are written and read as the kafka-python adapter does;
 - topics are created and checked with the same ``provision_topic``, and the log's id is read from (and
@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from ledger.log.kafka._recent_ids import RecentIds
 from ledger.log.kafka._topics import TopicError, TopicPartitionMismatch, provision_topic, topic_partitions
-from ledger.log.partitioning import partition_for
+from ledger.log.partitioning import record_partition
 from ledger.log.port import (
     LogError,
     LogLostError,
@@ -117,11 +117,13 @@ class ConfluentLog:
         client_options: Mapping[str, Any] | None = None,
         read_only: bool = False,
         replication: int = 1,
+        topic_configs: Mapping[str, str] | None = None,
     ) -> None:
         if partitions < 1:
             raise LogError(f"partitions must be at least 1, got {partitions}")
         self.bootstrap, self.topic, self.read_only = bootstrap, topic, read_only
         self.replication = replication
+        self.topic_configs = dict(topic_configs or {})
         self.client_options = dict(client_options or {})
         self._common = {**librdkafka_options(self.client_options), "bootstrap.servers": bootstrap,
                         "logger": log, "log.connection.close": False}
@@ -148,7 +150,7 @@ class ConfluentLog:
                                    f"not {self._partitions}")
             else:
                 provision_topic(self.bootstrap, self.topic, self._partitions, self.replication,
-                                client_options=admin_options)
+                                client_options=admin_options, configs=self.topic_configs)
         except TopicPartitionMismatch as exc:
             raise LogError(str(exc)) from exc
         except TopicError as exc:
@@ -367,7 +369,7 @@ class ConfluentLog:
         for i in indices:
             rec = records[i]
             self._producer.produce(self.topic, value=rec.value, key=rec.key.encode("utf-8"),
-                                   partition=partition_for(rec.key, self._partitions),
+                                   partition=record_partition(rec, self._partitions),
                                    headers=list(rec.headers) or None, on_delivery=delivered(i))
             self._producer.poll(0)
         left = self._producer.flush(self._timeout + self._linger_ms / 1000)

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ledger.log.partitioning import partition_for
+from ledger.log.partitioning import record_partition
 from ledger.log.polling import follow_by_polling
 from ledger.log.port import (
     LogError,
@@ -94,7 +94,7 @@ class MemoryLog:
             for rec in records:
                 held = log.by_event_id.get(rec.event_id)
                 if held is None:
-                    part = partition_for(rec.key, log.partitions)
+                    part = record_partition(rec, log.partitions)
                     held = Position(part, len(log.by_partition[part]))
                     log.by_partition[part].append(len(log.records))
                     log.records.append(StoredRecord(held, rec.key, rec.value, int(time.time() * 1000), rec.headers))

@@ -16,7 +16,9 @@ from functools import lru_cache
 
 from kafka.partitioner.default import murmur2
 
-__all__ = ["partition_for"]
+from ledger.log.port import LogError, PendingRecord
+
+__all__ = ["partition_for", "record_partition"]
 
 
 @lru_cache(maxsize=1 << 16)
@@ -24,3 +26,12 @@ def partition_for(key: str, partitions: int) -> int:
     if partitions < 1:
         raise ValueError(f"partitions must be at least 1, got {partitions}")
     return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+
+
+def record_partition(record: PendingRecord, partitions: int) -> int:
+    """The partition a record goes to: the one it names, else its key's."""
+    if record.partition is None:
+        return partition_for(record.key, partitions)
+    if not 0 <= record.partition < partitions:
+        raise LogError(f"partition {record.partition} does not exist; the log has {partitions} (record {record.event_id})")
+    return record.partition

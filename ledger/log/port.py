@@ -82,12 +82,15 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class PendingRecord:
-    """A record to append: its key (the unit id), its event id (for dedupe), encoded bytes and headers."""
+    """A record to append: its key (the unit id), its event id (for dedupe), encoded bytes and headers.
+    ``partition`` overrides the key's partition (``partition_for``): a copy kept under another key in the
+    partition of the record it copies (``ledger.log.latest``)."""
 
     key: str
     event_id: str
     value: bytes
     headers: Headers = ()
+    partition: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import orjson
 
-from ledger.log.partitioning import partition_for
+from ledger.log.partitioning import record_partition
 from ledger.log.polling import follow_by_polling
 from ledger.log.port import (
     Headers,
@@ -402,7 +402,7 @@ def _place(records: Sequence[PendingRecord], known: dict[str, Position], heads: 
         event_id = rec.event_id
         pos = known.get(event_id)
         if pos is None:
-            part = partition_for(rec.key, partitions)
+            part = record_partition(rec, partitions)
             offset = after[part]
             after[part] = offset + 1
             pos = known[event_id] = Position(part, offset)

@@ -206,14 +206,17 @@ class SqlReader:
         return {(r[1], r[0]): TallyRow(*r) for r in rows}
 
     def _keyed(self, base: str, params: list[Any], keys: Iterable[UnitKey]) -> list[tuple[Any, ...]]:
-        """Rows of the given (election, unit) keys: matched by unit id in the database (the list
-        adapters take is of single values), then kept only where the election matches too."""
-        wanted = set(keys)
-        if not wanted:
-            return []
-        ids = sorted({u for _, u in wanted})
-        rows = self._q_in(self._sql(base + " AND unit_id {in}"), params, ids, "unit_id")
-        return [r for r in rows if (r[1], r[0]) in wanted]  # rows begin with unit id, election id
+        """Rows of the given (election, unit) keys: one election at a time, matched by unit id in the
+        database (the list adapters take is of single values). Naming the election lets the primary
+        key (set, election, unit) find each row; without it every chunk of ids scanned the whole set."""
+        by_election: dict[str, set[str]] = {}
+        for election_id, unit_id in keys:
+            by_election.setdefault(election_id, set()).add(unit_id)
+        rows: list[tuple[Any, ...]] = []
+        sql = self._sql(base + " AND election_id = ? AND unit_id {in}")
+        for election_id, ids in sorted(by_election.items()):
+            rows.extend(self._q_in(sql, [*params, election_id], sorted(ids), "unit_id"))
+        return rows
 
     def processed(self, event_ids: Sequence[str]) -> set[str]:
         ids = list(dict.fromkeys(event_ids))

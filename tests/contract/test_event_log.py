@@ -125,6 +125,18 @@ def test_key_decides_the_partition_and_offsets_count_per_partition(log: EventLog
         next_offset[pos.partition] += 1
 
 
+def test_a_record_that_names_its_partition_goes_there(log: EventLog) -> None:
+    """A copy kept under another key in the partition of the record it copies (``ledger.log.latest``)."""
+    key = "unit:e1:u00001"
+    wanted = (partition_for(key, 8) + 3) % 8
+    first, second = log.append_batch([PendingRecord(key, str(uuid.uuid4()), b"a", (), partition=wanted),
+                                      PendingRecord(key, str(uuid.uuid4()), b"b", (), partition=wanted)])
+    assert (first.partition, second.partition) == (wanted, wanted) and second.offset == first.offset + 1
+    assert [r.value for r in log.read() if r.key == key] == [b"a", b"b"]
+    with pytest.raises(LogError, match="partition 8 does not exist"):
+        log.append_batch([PendingRecord(key, str(uuid.uuid4()), b"c", (), partition=8)])
+
+
 def test_per_key_order_is_kept(log: EventLog) -> None:
     units = keys(25)
     appended: dict[str, list[bytes]] = defaultdict(list)

@@ -57,7 +57,8 @@ class KafkaLog:
     ``timeout`` (seconds) bounds every wait: connecting, a produce acknowledgement, a fetch snapshot,
     and a read that stops making progress. ``recent_ids`` is how many appended event ids are remembered
     for dedupe; older duplicates are written again and dropped by the projections, which dedupe by id.
-    ``session_timeout_ms`` applies to consumers made with ``consumer(group_id=...)``.
+    ``session_timeout_ms`` applies to consumers made with ``consumer(group_id=...)``. ``topic_configs``
+    are given to the topic when this log creates it (``cleanup.policy=compact`` for a latest-state copy).
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class KafkaLog:
         client_options: Mapping[str, Any] | None = None,
         read_only: bool = False,
         replication: int = 1,
+        topic_configs: Mapping[str, str] | None = None,
     ) -> None:
         if partitions < 1:
             raise LogError(f"partitions must be at least 1, got {partitions}")
@@ -121,7 +123,7 @@ class KafkaLog:
             self._topics = TopicGuard(
                 self._endpoint, admin, partitions=partitions, replication=replication,
                 client_options=self.client_options, read_only=read_only,
-                probe_marks=self._probe_marks, drop_producer=self._drop_producer,
+                probe_marks=self._probe_marks, drop_producer=self._drop_producer, topic_configs=topic_configs,
             )
             self._ensure_topic()
         except BaseException:

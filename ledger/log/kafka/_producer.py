@@ -23,7 +23,7 @@ from kafka import errors as kafka_errors
 
 from ledger.log.kafka._client import UNREACHABLE_ERRORS, Endpoint
 from ledger.log.kafka._watermarks import Watermarks
-from ledger.log.partitioning import partition_for
+from ledger.log.partitioning import record_partition
 from ledger.log.port import LogError, PendingRecord, Position
 
 __all__ = ["ReplaceableProducer", "lost_producer_state"]
@@ -102,7 +102,7 @@ class ReplaceableProducer:
         try:
             for n, i in enumerate(indices):
                 rec = records[i]
-                part = partition_for(rec.key, self._partitions)
+                part = record_partition(rec, self._partitions)
                 try:
                     fut = producer.send(self._endpoint.topic, key=rec.key.encode("utf-8"), value=rec.value,
                                         partition=part, headers=list(rec.headers) or None)
@@ -175,7 +175,7 @@ def _check_retry_keeps_order(records: Sequence[PendingRecord], sent: list[int], 
     failed_idx = {i for i, _ in failed}
     first_failure: dict[int, int] = {}
     for i in sent:
-        part = partition_for(records[i].key, partitions)
+        part = record_partition(records[i], partitions)
         if i in failed_idx:
             first_failure.setdefault(part, i)
         elif part in first_failure:

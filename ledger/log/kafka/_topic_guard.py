@@ -54,6 +54,7 @@ class TopicGuard:
         read_only: bool,
         probe_marks: Callable[[int], dict[int, int]],
         drop_producer: Callable[[], None],
+        topic_configs: Mapping[str, str] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.admin = admin
@@ -64,6 +65,7 @@ class TopicGuard:
         self._read_only = read_only
         self._probe_marks = probe_marks
         self._drop_producer = drop_producer
+        self._topic_configs = dict(topic_configs or {})
         self._verified = False  # this instance has seen the topic with our partition count
 
     def close(self) -> None:
@@ -74,7 +76,7 @@ class TopicGuard:
 
     def _provision(self) -> None:
         provision_topic(self.endpoint.bootstrap, self.endpoint.topic, self._partitions, self._replication,
-                        client_options=self._client_options)
+                        client_options=self._client_options, configs=self._topic_configs)
 
     def ensure(self) -> None:
         """Check the topic exists with our partition count; create it if it is missing."""

@@ -69,16 +69,19 @@ def topic_partitions(bootstrap: str, name: str, *, client_options: Mapping[str, 
 
 
 def provision_topic(
-    bootstrap: str, name: str, partitions: int = 8, replication: int = 1, *, client_options: Mapping[str, Any] | None = None
+    bootstrap: str, name: str, partitions: int = 8, replication: int = 1, *, client_options: Mapping[str, Any] | None = None,
+    configs: Mapping[str, str] | None = None,
 ) -> int:
     """Create ``name`` with ``partitions`` partitions unless it exists, check the count, return it.
+    ``configs`` are topic configs given at creation (e.g. ``cleanup.policy=compact``), beside
+    ``retention.ms=-1``; a topic that exists keeps its own.
 
     Idempotent. Raises TopicPartitionMismatch, naming both counts, if the topic exists with another count.
     """
     if partitions < 1 or replication < 1:
         raise ValueError(f"partitions and replication must be >= 1 (got {partitions}, {replication})")
     spec = {name: {"num_partitions": partitions, "replication_factor": replication,
-                   "configs": {"retention.ms": "-1"}}}
+                   "configs": {"retention.ms": "-1", **(configs or {})}}}
     with _admin(bootstrap, client_options) as admin:
         try:
             admin.create_topics(spec)

@@ -204,9 +204,8 @@ def log_append(
     names the official who appended it in its `caucus-writer` header."""
     from ledger.journal import Journal
     from ledger.render import event_from_json
-    from datetime import UTC, datetime
 
-    from producers.direct_writes import REFUSED, official_writer, refusals
+    from producers.direct_writes import intake_turn, official_writer
 
     from ledger.codec import CodecError
 
@@ -229,14 +228,8 @@ def log_append(
     try:
         for event in events:  # a line no encoder can write is an error before it is a refusal
             journal.codec.encode(event)
-        refused = refusals(journal, events, datetime.now(UTC))
-        if refused:
-            more = f"; and {len(refused) - 10} more lines" if len(refused) > 10 else ""
-            raise fail(f"refused, nothing appended ({len(refused)} of {len(events)} lines): " + "; ".join(
-                f"line {lines[i]} ({events[i].type} {events[i].event_id}): "
-                + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in refused[:10]
-            ) + more, REFUSED, kind="refused")
-        positions = journal.append_batch(events)
+        with intake_turn(settings):  # judged and appended while no intake beside it decides
+            positions = _judged_append(journal, events, lines)
     except CodecError as exc:  # e.g. a string no UTF-8 encoder can write: nothing was appended
         raise fail(f"not appended: {exc}") from exc
     finally:
@@ -248,6 +241,22 @@ def log_append(
             typer.echo(f"{o['position']:>10}  {o['type']:<18} {o['event_id']}")
 
     emit(out, as_json, human)
+
+
+def _judged_append(journal: Any, events: list[Any], lines: list[int]) -> list[Any]:
+    """``caucus log append``'s check and write: the whole file refused if one event may not be written."""
+    from datetime import UTC, datetime
+
+    from producers.direct_writes import REFUSED, refusals
+
+    refused = refusals(journal, events, datetime.now(UTC))
+    if refused:
+        more = f"; and {len(refused) - 10} more lines" if len(refused) > 10 else ""
+        raise fail(f"refused, nothing appended ({len(refused)} of {len(events)} lines): " + "; ".join(
+            f"line {lines[i]} ({events[i].type} {events[i].event_id}): "
+            + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in refused[:10]
+        ) + more, REFUSED, kind="refused")
+    return list(journal.append_batch(events))
 
 
 _registered = False

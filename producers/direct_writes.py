@@ -28,7 +28,8 @@ again appends nothing), and anyone can check its events against the same public 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,10 @@ from ledger.events import ElectionDefined, Event, Problem
 from ledger.journal import Journal
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
 from producers.intake_forward import recheck
+from producers.intake_lock import DirectoryLock
 from producers.intake_state import IntakeState
 
-__all__ = ["official_writer", "refusals", "REFUSED", "TOLERANCE"]
+__all__ = ["official_writer", "refusals", "intake_turn", "REFUSED", "TOLERANCE"]
 
 REFUSED = 1
 
@@ -65,6 +67,26 @@ def official_writer(settings: Settings, token: str | None, credentials: Path | N
         raise fail(f"refused: to {what} you need an official's credential; {found.actor} is a {found.role}",
                    REFUSED, kind="forbidden")
     return found.actor
+
+
+@contextmanager
+def intake_turn(settings: Settings) -> Iterator[None]:
+    """Judge and append while holding the intake's lock of this log, then mark the write
+    (``producers.intake_lock``): a direct write is a write an intake beside it must read before its
+    next decision. Without the lock the check raced an intake's append; without the mark an intake
+    whose queued commands share a catch-up decided them against a log that had moved on (a second
+    result for a unit accepted, a toss for a tie that no longer stands)."""
+    from ledger.backends import backends_for
+
+    lock = DirectoryLock(backends_for(settings).intake_dir())
+    try:
+        with lock.held():
+            try:
+                yield
+            finally:
+                lock.wrote()  # also after a failed append: it may have written part of the batch
+    finally:
+        lock.close()
 
 
 def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime) -> list[tuple[int, tuple[Problem, ...]]]:

@@ -79,7 +79,7 @@ def write_cmd(
     """Append the events the intake would have recorded to the configured log, without the intake.
     Needs an official's credential; each record names that official in its caucus-writer header.
     Event ids follow from the seed, so writing the same seed again appends nothing."""
-    from producers.direct_writes import official_writer
+    from producers.direct_writes import intake_turn, official_writer
 
     settings = settings_of(ctx)
     writer = official_writer(settings, token, credentials, "write a simulated election to the log")
@@ -87,7 +87,8 @@ def write_cmd(
     journal = Journal(open_log(settings), writer=writer)
     try:
         before = sum(journal.log.high_watermarks().values())
-        with progress_bar(not as_json and sys.stderr.isatty(), "appending events") as progress:
+        bar = progress_bar(not as_json and sys.stderr.isatty(), "appending events")
+        with intake_turn(settings), bar as progress:  # an intake beside it reads these before deciding
             for start in range(0, len(events), 500):
                 journal.append_batch(events[start : start + 500])
                 if progress is not None:

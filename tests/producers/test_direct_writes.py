@@ -131,3 +131,35 @@ def test_the_2020_history_restores_and_restores_again(tmp_path: Path) -> None:
         done = _caucus(restored, "log", "append", str(history), "--json", token=token)
         assert done.returncode == 0, done.stderr[:2000]
     assert _log_size(restored) == _log_size(source) == len(history.read_text().splitlines())
+
+
+def test_a_direct_write_is_read_by_an_intake_whose_queued_command_shares_a_catch_up(
+    reported: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A command queued on a running intake may share the catch-up that began after it arrived, unless a
+    write landed since: ``caucus log append`` must take the intake's turn and mark its write like an intake
+    does, or the intake decides against a log that moved on and records a second result for the unit."""
+    import time
+
+    from ledger.config import Settings
+    from producers.commands import CommandKind
+    from producers.intake import Intake, Refusal, Submission
+
+    data, token = reported
+    official, _ = CredentialStore(data / "credentials.json").issue("official", name="Ann")
+    intake = Intake.for_settings(Settings.from_env({"CAUCUS_DATA_DIR": str(data)})).start()
+    try:
+        arrived = time.monotonic()  # a report for P4 queues on the lock here...
+        opened = intake.submit(Submission(CommandKind.OPEN, json.dumps({"attendance": 60}), official,
+                                          unit_id="P4", idempotency_key="open-p4"))  # ...while this catches up
+        assert opened.accepted
+        done = _append(data, token, tmp_path, _forged("P4", "direct-p4", datetime.now(UTC)))
+        assert done.returncode == 0, done.stderr
+        report = {"attendance": 60, "first_alignment": {"A": 60}, "final_alignment": {"A": 60}}
+        with intake._locked():  # the queued report's turn
+            intake._refresh(arrived)
+            outcome = intake._submit(Submission(CommandKind.REPORT, json.dumps(report), official, unit_id="P4",
+                                                idempotency_key="p4-late"))
+        assert isinstance(outcome, Refusal) and outcome.errors[0].code == "ALREADY_REPORTED", outcome
+    finally:
+        intake.close()

@@ -79,12 +79,20 @@ def intake_turn(settings: Settings) -> Iterator[None]:
     from ledger.backends import backends_for
 
     lock = DirectoryLock(backends_for(settings).intake_dir())
+    turn = lock.held()
     try:
-        with lock.held():
+        try:
+            turn.__enter__()
+        except OSError:  # a data directory no intake could write its lock in: no intake here to wait for
+            yield
+            return
+        try:
+            yield
+        finally:
             try:
-                yield
-            finally:
                 lock.wrote()  # also after a failed append: it may have written part of the batch
+            finally:
+                turn.__exit__(None, None, None)
     finally:
         lock.close()
 

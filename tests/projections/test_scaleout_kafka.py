@@ -4,13 +4,15 @@ Why a test of its own: the exactly-once rules (``projections.exactly_once``) are
 but a rebalance is where they meet each other. A runner killed with SIGKILL leaves its partitions to
 the group mid-batch; a runner that joins reads every partition by hand until its first assignment
 (static start), so for a while two processes read the same partitions; county and state sums span
-partitions that different runners own. Whatever the interleaving, the store must end equal to one
+partitions that different runners own, and every runner publishes the results feed. Whatever the interleaving, the store must end equal to one
 runner's rebuild of the same log into a fresh database: every unit's tally, the state's and each
-county's sums, and the event index (nothing lost, nothing counted twice).
+county's sums, and the event index (nothing lost, nothing counted twice); and the feed's latest state
+record must carry the same sums.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -30,8 +32,9 @@ from projections.stores.port import ProjectionStore
 from projections.stores.postgres import PostgresStore
 
 PARTS = 8
+_FED = ("first", "final", "cds", "cds_computed", "units_reporting", "units_pending_ties", "sde_display_sum")
 SESSION_MS = 2000
-UNITS = 700  # five events each (open, report, a refusal, two corrections): 3,501 events
+UNITS = 700  # and a satellite: 701 units of five events (open, report, a refusal, two corrections), 3,506 events
 
 
 def _areas(store: ProjectionStore, set_id: int) -> dict[str, Any]:
@@ -69,7 +72,7 @@ def test_runners_killed_and_added_mid_run_equal_a_single_runner_rebuild(
             "--topic", unique_topic, "--database", pg_dsn]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_") or k == "CAUCUS_KEY_HOME"}
     cmd = [*base, "project", "--batch-size", "40", "--session-timeout-ms", str(SESSION_MS),
-           "--group", f"scale-{unique_topic}", "-q", "--no-feed"]
+           "--group", f"scale-{unique_topic}", "-q"]
     store = PostgresStore(pg_dsn)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
@@ -94,6 +97,9 @@ def test_runners_killed_and_added_mid_run_equal_a_single_runner_rebuild(
             except subprocess.TimeoutExpired:
                 proc.kill()
     sid = store.serving("tally").set_id  # type: ignore[union-attr]
+    latest = subprocess.run([*base, "subscribe", "--latest", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert latest.returncode == 0, latest.stderr
+    fed = [r for r in map(json.loads, latest.stdout.splitlines()) if r["kind"] == "state"]
     with temporary_database("ref", pg_server) as ref_dsn:
         ref_store, ref = _reference(events, ref_dsn, tmp_path)
         try:
@@ -102,7 +108,10 @@ def test_runners_killed_and_added_mid_run_equal_a_single_runner_rebuild(
             assert got["units"] == want["units"]
             assert got["tallies"] == want["tallies"]
             assert got["elections"] == want["elections"]
-            assert _areas(store, sid) == _areas(ref_store, ref)
+            areas = _areas(store, sid)
+            assert areas == _areas(ref_store, ref)
+            assert len(fed) == 1 and fed[0]["version"] == 10**9 + len(events) - 1, "the feed's last state is the whole log's"
+            assert {k: fed[0][k] for k in _FED} == {k: areas["state"][k] for k in _FED}
         finally:
             ref_store.close()
     store.close()

@@ -40,6 +40,7 @@ from ledger.log.port import (
     LogMissingError,
     LogUnavailableError,
     Offsets,
+    begin_offsets,
     PendingRecord,
     Position,
     StoredRecord,
@@ -177,14 +178,7 @@ class ConfluentLog:
         })
 
     def _begin(self, start: Offsets | None) -> dict[int, int]:
-        begin = {p: 0 for p in range(self._partitions)}
-        for part, offset in (start or {}).items():
-            if part not in begin:
-                raise LogError(f"partition {part} does not exist; the log has {self._partitions}")
-            if offset < 0:
-                raise LogError(f"offsets are never negative, got {offset} for partition {part}")
-            begin[part] = offset
-        return begin
+        return begin_offsets(start, self._partitions)
 
     def _consume(self, consumer: Consumer, wait_s: float) -> list[StoredRecord]:
         """A batch of records; a fetch beyond the log end (a real Kafka's answer to a lost log) is

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "begin_offsets",
     "Position",
     "PendingRecord",
     "StoredRecord",
@@ -148,3 +149,17 @@ class EventLog(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def begin_offsets(start: Offsets | None, partitions: int) -> dict[int, int]:
+    """Where a read of every partition begins: 0 unless ``start`` says otherwise. A partition the log
+    does not have or a negative offset is the caller's mistake, named (a silent clamp would read
+    records the caller did not ask for)."""
+    begin = {p: 0 for p in range(partitions)}
+    for part, offset in (start or {}).items():
+        if part not in begin:
+            raise LogError(f"partition {part} does not exist; the log has {partitions}")
+        if offset < 0:
+            raise LogError(f"offsets are never negative, got {offset} for partition {part}")
+        begin[part] = offset
+    return begin

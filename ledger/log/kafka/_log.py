@@ -40,6 +40,7 @@ from ledger.log.port import (
     LogLostError,
     LogUnavailableError,
     Offsets,
+    begin_offsets,
     PendingRecord,
     Position,
     StoredRecord,
@@ -282,14 +283,7 @@ class KafkaLog:
 
     # ----------------------------------------------------------------------------- reads
     def _begin(self, start: Offsets | None) -> dict[int, int]:
-        begin = {p: 0 for p in range(self._partitions)}
-        for part, offset in (start or {}).items():
-            if part not in begin:
-                raise LogError(f"partition {part} does not exist; the log has {self._partitions}")
-            if offset < 0:
-                raise LogError(f"offsets are never negative, got {offset} for partition {part}")
-            begin[part] = offset
-        return begin
+        return begin_offsets(start, self._partitions)
 
     def _open_reader(
         self, begin: dict[int, int], wait_ms: int, kept: KafkaConsumer | None = None

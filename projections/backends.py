@@ -41,17 +41,19 @@ def _memory(settings: Settings, read_only: bool) -> ProjectionStore:
 STORES: dict[str, Callable[[Settings, bool], ProjectionStore]] = {"sqlite": _sqlite, "postgres": _postgres, "memory": _memory}
 """Projection store openers by ``Backends.store_kind``."""
 
-GroupSource = Callable[[Settings, str, int, int, float], Source]
-"""(settings, group, batch size, session timeout in ms, no-partition timeout) -> a source."""
+GroupSource = Callable[[Settings, str, int, int, float, bool], Source]
+"""(settings, group, batch size, session timeout in ms, no-partition timeout, static start) -> a source."""
 
 
-def _kafka_group(settings: Settings, group: str, batch_size: int, session_timeout_ms: int, no_partition_timeout: float) -> Source:
+def _kafka_group(settings: Settings, group: str, batch_size: int, session_timeout_ms: int, no_partition_timeout: float,
+                 static_start: bool) -> Source:
     # Polls return up to ``batch_size`` records; the consumer may hand out more at once when the
     # runner gathers a catch-up batch (``ProjectionRunner.catch_up_batch``). Consumer groups are
     # kafka-python's whatever ``kafka_library`` says: the confluent adapter reads and appends only.
     kafka_python = replace(settings, kafka_library="kafka-python")
     return KafkaGroupSource(backends_for(kafka_python).open_log(), group, session_timeout_ms=session_timeout_ms,
-                            max_poll_records=max(batch_size, 2000), no_partition_timeout=no_partition_timeout)
+                            max_poll_records=max(batch_size, 2000), no_partition_timeout=no_partition_timeout,
+                            static_start=static_start)
 
 
 GROUP_SOURCES: dict[str, GroupSource] = {"kafka": _kafka_group}
@@ -69,11 +71,12 @@ def has_groups(settings: Settings) -> bool:
     return backends_for(settings).log_kind in GROUP_SOURCES
 
 
-def group_source(settings: Settings, group: str, *, batch_size: int, session_timeout_ms: int, no_partition_timeout: float) -> Source:
+def group_source(settings: Settings, group: str, *, batch_size: int, session_timeout_ms: int, no_partition_timeout: float,
+                 static_start: bool = True) -> Source:
     """A runner's source: the log's consumer group where it has one, else the whole log, read from
-    the positions the store gives (``no_partition_timeout``: see ``KafkaGroupSource``)."""
+    the positions the store gives (``no_partition_timeout``, ``static_start``: see ``KafkaGroupSource``)."""
     backends = backends_for(settings)
     make = GROUP_SOURCES.get(backends.log_kind)
     if make is not None:
-        return make(settings, group, batch_size, session_timeout_ms, no_partition_timeout)
+        return make(settings, group, batch_size, session_timeout_ms, no_partition_timeout, static_start)
     return EmbeddedSource(backends.open_existing_log(for_runner=True), description=backends.describe_log())

@@ -150,7 +150,7 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
         def run(info: SetInfo, watch: ServingWatch | None) -> Progress:
             try:
                 source = source_for(settings, group=group, batch_size=batch_size, session_timeout_ms=session_timeout_ms,
-                                    no_partition_timeout=no_partition_timeout)
+                                    no_partition_timeout=no_partition_timeout, static_start=not until_caught_up)
             except LogError as exc:
                 raise fail(str(exc)) from exc
             say = (lambda p: None) if quiet else _printer(observer, group if has_groups(settings) else "")

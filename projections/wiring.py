@@ -31,11 +31,13 @@ class SourceMismatch(StoreError):
 
 
 def source_for(settings: Settings, *, group: str = DEFAULT_GROUP, batch_size: int = 500, session_timeout_ms: int = 10_000,
-               no_partition_timeout: float = 0.0) -> Source:
+               no_partition_timeout: float = 0.0, static_start: bool = True) -> Source:
     """``no_partition_timeout``: on Kafka, how long a runner may hold no partition before it rejoins
-    the group with a new consumer, and then gives up (0: wait as long as it takes)."""
+    the group with a new consumer, and then gives up (0: wait as long as it takes). ``static_start``:
+    read at once while the group joins (``KafkaGroupSource``); a run that stops once caught up asks
+    for the group first, so its positions reach the group (its lag tools) before it leaves."""
     return group_source(settings, group, batch_size=batch_size, session_timeout_ms=session_timeout_ms,
-                        no_partition_timeout=no_partition_timeout)
+                        no_partition_timeout=no_partition_timeout, static_start=static_start)
 
 
 def open_existing_log(settings: Settings, *, for_runner: bool = False) -> EventLog:

@@ -27,7 +27,6 @@ __all__ = ["AreaTally", "aggregate", "aggregate_counties"]
 _ZERO_SHOWN = Decimal("0.0000")
 _NUMERATOR = attrgetter("numerator")
 _DENOMINATOR = attrgetter("denominator")
-_ZERO = Decimal("0.0000")
 
 
 @dataclass
@@ -80,7 +79,7 @@ class AreaTally:
                 was = sdes.get(c)
                 sdes[c] = (v if sign > 0 else -v) if was is None else (was + v if sign > 0 else was - v)
         for c, d in t.sde_display.items():
-            shown[c] = (shown.get(c, _ZERO) + d) if sign > 0 else (shown.get(c, _ZERO) - d)
+            shown[c] = (shown.get(c, _ZERO_SHOWN) + d) if sign > 0 else (shown.get(c, _ZERO_SHOWN) - d)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -7,8 +7,8 @@ that queued on the lock while one catch-up ran may share it: whatever was writte
 was in the log when it began. Except what another process's intake wrote while they waited, after
 that catch-up: so every intake marks a file beside the lock (``intake.written``) after each append,
 and a command shares a catch-up only if the mark is still the one this intake last saw (``covers``).
-Writers without an intake (``caucus log append``, ``caucus simulate write``) take the same lock and
-leave the same mark (``producers.direct_writes.intake_turn``).
+Writers without an intake (``caucus log append``, ``caucus simulate write``, ``caucus import``) take the
+same lock and leave the same mark (``producers.direct_writes.intake_turn``).
 """
 
 from __future__ import annotations

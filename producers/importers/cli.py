@@ -7,12 +7,15 @@ directory (nothing is opened or created then).
 
 No credential is needed: the importer writes only what the published releases say, with event ids
 derived from them, and names itself in each record's ``caucus-writer`` header (see
-``producers.direct_writes`` for the commands that do need an official).
+``producers.direct_writes`` for the commands that do need an official). It appends in the intake's turn
+and marks its writes, like every writer without an intake, so an intake beside it never decides against
+a log the import has moved on.
 """
 
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -21,6 +24,7 @@ import typer
 from ledger.cli_output import emit, fail, settings_of
 from ledger.config import open_log
 from ledger.journal import Journal
+from producers.direct_writes import intake_turn
 from producers.importers.idp2020 import ELECTION_ID, ImportSummary, import_idp2020
 from producers.importers.progress import progress_bar
 
@@ -50,8 +54,9 @@ def idp2020(
         raise fail(f"--data {data}: not a directory (give the directory holding the 2020 Iowa files)")
     journal = None if dry_run else Journal(open_log(settings), writer=f"importer:idp2020 ({election_id})")
     show_progress = not as_json and sys.stderr.isatty()
+    turn = nullcontext() if dry_run else intake_turn(settings)  # an intake beside it reads these before deciding
     try:
-        with progress_bar(show_progress, "appending events") as progress:
+        with turn, progress_bar(show_progress, "appending events") as progress:
             summary = import_idp2020(data, journal, election_id=election_id, log_name=settings.describe_log(),
                                      recount_units=frozenset(recount_units or ()), progress=progress)  # fmt: skip
     finally:

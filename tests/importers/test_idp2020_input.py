@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -122,3 +123,26 @@ def test_dry_run_appends_nothing(iowa_dir: Path, tmp_path: Path) -> None:
     summary = _summary(result.output)
     assert summary["dry_run"] and summary["appended"] == 0 and summary["units_defined"] == 1765
     assert not (tmp_path / "log" / "log.sqlite3").exists()
+
+
+def test_the_import_takes_the_intakes_turn_and_marks_its_writes(iowa_dir: Path, tmp_path: Path) -> None:
+    """An intake whose queued command shares a catch-up that began before the import must read on first:
+    the import leaves the mark every writer without an intake leaves, or the intake judges a report
+    against a log without the imported one and records a second result for the unit."""
+    from ledger.backends import backends_for
+    from ledger.config import Settings
+    from producers.intake_lock import DirectoryLock
+
+    log_dir = tmp_path / "log"
+    lock = DirectoryLock(backends_for(Settings.from_env({"CAUCUS_DATA_DIR": str(log_dir)})).intake_dir())
+    try:
+        arrived = time.monotonic()
+        with lock.held():
+            lock.read_began(time.monotonic())  # a catch-up that read the (empty) log after the command arrived
+            assert lock.covers(arrived)
+        result = _run(iowa_dir, log_dir)
+        assert result.exit_code == 0, result.output
+        with lock.held():
+            assert not lock.covers(arrived), "the import's appends left no mark: a queued command would skip them"
+    finally:
+        lock.close()

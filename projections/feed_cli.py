@@ -10,6 +10,8 @@ one line each): a subscriber that keeps them can later hold the log to them.
 and state), so a subscriber that starts late gets the current tallies without reading every change;
 with ``--follow`` it goes on with the change stream from the position the view covers, so nothing
 published after the view was read is missed, and nothing older than what it printed is printed.
+With ``--group`` the view is where a new subscriber starts, and a known one prints only the latest
+tallies it has not printed yet; either way the group then keeps the view's position.
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def subscribe(
     checkpoints_only: bool = typer.Option(False, "--checkpoints", help="Only the event log's signed checkpoints (kind checkpoint), to keep them."),
     group: Optional[str] = typer.Option(None, "--group", help="Keep where this subscriber stopped (in subscribers.sqlite3 in "
                                         "the data directory) and go on from there when started again: nothing missed, "
-                                        "nothing repeated. A new group starts as --from / --from-beginning / now say."),
+                                        "nothing repeated. A new group starts as --from / --from-beginning / --latest / "
+                                        "now say; with --latest a group prints only the latest tallies it has not printed."),
     start_at: Optional[str] = typer.Option(None, "--from", help="Start at this feed position (0:12,1:40: the next offset of "
                                            "each partition, as the read API's event ids give it)."),
     latest: bool = typer.Option(False, "--latest", help="Print the latest tally of every unit, county and state once (from "
@@ -113,8 +116,8 @@ def subscribe(
     settings = settings_of(ctx)
     if from_beginning and start_at is not None:
         raise fail("choose one of --from-beginning and --from")
-    if latest and (from_beginning or start_at is not None or group is not None):
-        raise fail("--latest starts from the latest view: it does not go with --from-beginning, --from or --group")
+    if latest and (from_beginning or start_at is not None):
+        raise fail("--latest starts from the latest view: it does not go with --from-beginning or --from")
     if follow and not latest:
         raise fail("--follow goes with --latest (without it, subscribe always follows)")
     try:
@@ -143,8 +146,14 @@ def subscribe(
     try:
         start = keeper.start(dedupe) if keeper is not None else None
         if latest:
-            start = _print_latest(settings, log, dedupe, lambda e: _wanted(e, unit, county, election, checkpoints_only))
-            printed = len(dedupe.seen)
+            before = dict(dedupe.seen)  # a group's: what it printed before is not printed again
+            view_from = _print_latest(settings, log, dedupe, lambda e: _wanted(e, unit, county, election, checkpoints_only))
+            printed = sum(1 for k, v in dedupe.seen.items() if before.get(k) != v)
+            # a group that had read past the view's position printed every version up to there already
+            start = {p: max(o, (start or {}).get(p, 0)) for p, o in view_from.items()}
+            positions = dict(start)
+            if keeper is not None:
+                keeper.save(positions, {k: v for k, v in dedupe.seen.items() if before.get(k) != v})
             if not follow or stop():
                 return
         if start is None:

@@ -245,3 +245,28 @@ def test_latest_topic_is_compacted_and_a_restart_publishes_nothing_on_kafka(
         store.close()
     assert _one_per_key(lines) == expected
     _check_against_tally(base, lines, "e1", env=env)
+
+
+def test_a_group_starts_from_the_latest_view_and_then_prints_only_what_changed(support: ModuleType, tmp_path: Path) -> None:
+    """``--latest --group``: a new subscriber starts from the view and keeps its position; started again,
+    it prints only the keys whose latest tally it has not printed, and following on repeats nothing."""
+    data = tmp_path / "data"
+    events = support.election_log(30, corrections=3, seed=11)
+    log = SqliteLog(data / "log.sqlite3", partitions=8)
+    cut = len(events) * 2 // 3
+    Journal(log).append_batch(events[:cut])
+    base = ["--data-dir", str(data)]
+    _caucus(base, "project", "--until-caught-up", "-q", "--batch-size", "15")
+    first = _lines(_caucus(base, "subscribe", "--latest", "--group", "g"))
+    assert first == _lines(_caucus(base, "subscribe", "--latest"))
+    assert _lines(_caucus(base, "subscribe", "--latest", "--group", "g")) == [], "nothing new: nothing printed"
+    assert _lines(_caucus(base, "subscribe", "--group", "g", "--until-idle", "1")) == [], "the group stands at the view"
+    Journal(log).append_batch(events[cut:])
+    _caucus(base, "project", "--until-caught-up", "-q", "--batch-size", "15")
+    now = _lines(_caucus(base, "subscribe", "--latest"))
+    changed = _lines(_caucus(base, "subscribe", "--latest", "--group", "g"))
+    printed_before = {(x["election_id"], x["kind"], x["key"]): x["version"] for x in first}
+    expected = [x for x in now if printed_before.get((x["election_id"], x["kind"], x["key"])) != x["version"]]
+    assert changed and changed == expected
+    assert _lines(_caucus(base, "subscribe", "--group", "g", "--until-idle", "1")) == []
+    log.close()

@@ -243,6 +243,26 @@ class Codec:
                 return self.decode(data)
         return self.decode(data)
 
+    def decode_deferred_all(self, values: Iterable[bytes], types: AbstractSet[str]) -> list[Event[Any]]:
+        """``decode_deferred`` of each record, in one loop with its lookups bound once (a rebuild's
+        chunk). The first record refused raises its ``CodecError``, as ``decode_deferred`` would."""
+        heads, compile_head, decode = self._heads, self._compile_head, self.decode
+        out: list[Event[Any]] = []
+        add = out.append
+        for data in values:
+            if type(data) is not bytes:
+                data = bytes(data)
+            head = data[:10]
+            entry = heads[head] if head in heads else compile_head(head)
+            if entry is not None and entry[0] in types:
+                try:
+                    add(entry[1](data))
+                    continue
+                except Exception:  # noqa: BLE001 - decode refuses it by name
+                    pass
+            add(decode(data))
+        return out
+
     def _compile_head(self, head: bytes) -> tuple[str, Callable[[bytes], DeferredEvent]] | None:
         """The envelope-only reader for records starting with ``head``, where ``decode`` has a
         compiled reader for them (the same schemas, the same checks); it returns the deferred event."""

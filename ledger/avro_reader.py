@@ -98,6 +98,7 @@ class _Writer:
         self.count = 0
         self.expanding: set[str] = set()
         self.skipping = False  # past the head of a head-only reader: check, build nothing
+        self.last_time: tuple[str, str, int] | None = None  # (raw local, datetime local, indent) of the last time read
 
     def name(self, prefix: str) -> str:
         self.count += 1
@@ -128,7 +129,6 @@ class _Writer:
         self.emit(indent, f"else: {n}, pos = _length(data, pos)")
         if self.skipping:  # a skipped string is still checked to be UTF-8, as reading it would
             self.emit(indent, f"{'data[pos:pos + ' + n + '].decode(); ' if decode else ''}pos += {n}")
-            self.emit(indent, f"{target} = None")
             return
         self.emit(indent, f"{target} = data[pos:pos + {n}]{'.decode()' if decode else ''}; pos += {n}")
 
@@ -151,9 +151,19 @@ class _Writer:
             return self.value(kind, indent)
         return self.primitive(schema, indent)
 
+    def skip_varint(self, indent: int) -> None:
+        """A varint a head-only reader walks past: any of up to ten bytes is accepted, as ``varint``
+        accepts it, but its value is never needed."""
+        self.emit(indent, "if data[pos] < 128: pos += 1")
+        self.emit(indent, "elif data[pos + 1] < 128: pos += 2")
+        self.emit(indent, "else: pos = _long(data, pos)[1]")
+
     def primitive(self, kind: Any, indent: int) -> str:
         out = self.name("v")
-        if kind in ("int", "long"):
+        if kind in ("int", "long") and self.skipping:
+            self.skip_varint(indent)
+            out = "None"
+        elif kind in ("int", "long"):
             self.varint(indent, out)
         elif kind == "string":
             self.sized(indent, out, decode=True)
@@ -176,8 +186,18 @@ class _Writer:
         if schema["logicalType"] != "timestamp-micros" or schema["type"] != "long":
             raise NotCompiled(f"logical type {schema['logicalType']!r}")
         raw = self.primitive("long", indent)
+        if self.skipping:
+            return "None"
         out = self.name("t")
-        self.emit(indent, f"{out} = None" if self.skipping else f"{out} = _EPOCH + _timedelta(microseconds={raw})")
+        # Seconds and microseconds apart: the same instant as ``timedelta(microseconds=raw)`` (and the
+        # same overflow), at less than half the cost. A second time equal to the one just read (an
+        # envelope's ``occurred_at`` and ``recorded_at`` often are) is the same immutable object.
+        convert = f"_EPOCH + _timedelta(0, {raw} // 1000000, {raw} % 1000000)"
+        if self.last_time is not None and self.last_time[2] == indent:
+            self.emit(indent, f"{out} = {self.last_time[1]} if {raw} == {self.last_time[0]} else {convert}")
+        else:
+            self.emit(indent, f"{out} = {convert}")
+        self.last_time = (raw, out, indent) if indent == 1 else None
         return out
 
     def named_type(self, schema: Mapping[str, Any], indent: int) -> str:
@@ -188,10 +208,10 @@ class _Writer:
         try:
             if schema["type"] == "record":
                 fields = [(f["name"], self.value(f["type"], indent)) for f in schema["fields"]]
-                out = self.name("r")
                 if self.skipping:
-                    self.emit(indent, f"{out} = None")
-                elif full in self.build:
+                    return "None"
+                out = self.name("r")
+                if full in self.build:
                     self.emit(indent, f"{out} = {self.constant(self.build[full])}({', '.join(v for _, v in fields)})")
                 else:
                     self.emit(indent, f"{out} = {{{', '.join(f'{k!r}: {v}' for k, v in fields)}}}")
@@ -206,12 +226,14 @@ class _Writer:
                     except ValueError as exc:
                         raise NotCompiled(f"enum {full}: {exc}") from exc
                 self.emit(indent, f"if not 0 <= {out} < {len(symbols)}: raise Unreadable('enum')")
+                if self.skipping:
+                    return "None"
                 self.emit(indent, f"{out} = {self.constant(symbols)}[{out}]")
                 return out
             if schema["type"] == "fixed":
                 out = self.name("x")
                 size = int(schema["size"])
-                self.emit(indent, f"{out} = data[pos:pos + {size}]; pos += {size}")
+                self.emit(indent, f"pos += {size}" if self.skipping else f"{out} = data[pos:pos + {size}]; pos += {size}")
                 return out
             raise NotCompiled(f"named type {schema['type']!r}")
         finally:
@@ -222,13 +244,19 @@ class _Writer:
         self.varint(indent, index)
         for i, branch in enumerate(branches):
             self.emit(indent, f"{'if' if i == 0 else 'elif'} {index} == {i}:")
-            self.emit(indent + 1, f"{out} = {self.value(branch, indent + 1)}")
+            before = len(self.lines)
+            value = self.value(branch, indent + 1)
+            if not self.skipping:
+                self.emit(indent + 1, f"{out} = {value}")
+            elif len(self.lines) == before:  # a null walked past: nothing to read
+                self.emit(indent + 1, "pass")
         self.emit(indent, "else: raise Unreadable('union')")
-        return out
+        return "None" if self.skipping else out
 
     def blocks(self, items: Any, indent: int, *, is_map: bool) -> str:
         out, count, skip = self.name("m" if is_map else "a"), self.name("c"), self.name("s")
-        self.emit(indent, f"{out} = {{}}" if is_map else f"{out} = []")
+        if not self.skipping:
+            self.emit(indent, f"{out} = {{}}" if is_map else f"{out} = []")
         self.varint(indent, count)
         self.emit(indent, f"while {count}:")
         self.emit(indent + 1, f"if {count} < 0:")
@@ -236,9 +264,13 @@ class _Writer:
         self.varint(indent + 2, skip)
         self.emit(indent + 1, f"for _ in range({count}):")
         if self.skipping:
+            before = len(self.lines)
             if is_map:
                 self.primitive("string", indent + 2)
             self.value(items, indent + 2)
+            if len(self.lines) == before:  # an array of nulls: nothing to read per item
+                self.emit(indent + 2, "pass")
+            out = "None"
         elif is_map:
             key = self.primitive("string", indent + 2)
             self.emit(indent + 2, f"{out}[{key}] = {self.value(items, indent + 2)}")
@@ -250,7 +282,7 @@ class _Writer:
 
 def compile_reader(
     parsed: Mapping[str, Any], *, start: int = 0, build: Mapping[str, Callable[..., Any]] | None = None,
-    head_only: bool = False,
+    head_only: bool = False, finish: Callable[[Any, bytes], Any] | None = None,
 ) -> Callable[[bytes], Any]:
     """A function reading one record of ``parsed`` (a fastavro-parsed record schema) from ``start`` to
     the end of the bytes; raises ``Unreadable`` (or IndexError, UnicodeDecodeError...) on what it
@@ -261,7 +293,10 @@ def compile_reader(
 
     ``head_only``: return only the record's first field (an event's envelope); the other fields are
     walked and checked as a full read checks them (lengths, UTF-8, enum and union indexes, the end
-    of the record), so the reader refuses exactly what the full reader refuses, but nothing is built."""
+    of the record), so the reader refuses exactly what the full reader refuses, but nothing is built.
+
+    ``finish``: the reader returns ``finish(value, data)`` instead of the value, called from the
+    generated code (a deferred event made in the same call as its envelope is read)."""
     if not isinstance(parsed, Mapping) or parsed.get("type") != "record":
         raise NotCompiled("only record schemas are compiled")
     writer = _Writer(parsed.get("__named_schemas", {}), build or {})
@@ -273,6 +308,8 @@ def compile_reader(
             writer.value(field["type"], 1)
     else:
         body = writer.value(dict(parsed), 1)
+    if finish is not None:
+        body = f"{writer.constant(finish)}({body}, data)"
     source = "\n".join(
         [f"def read(data):", f"    pos = {start}", *writer.lines,
          "    if pos != len(data): raise Unreadable('length')", f"    return {body}"]

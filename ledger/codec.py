@@ -104,7 +104,7 @@ class Codec:
         self._writers: dict[str, SchemaInfo] = {}
         self._readers: dict[str, SchemaInfo] = {}
         self._compiled: dict[bytes, Callable[[bytes], Event[Any]] | None] = {}  # by marker + fingerprint
-        self._heads: dict[bytes, tuple[str, Callable[[bytes], Envelope]] | None] = {}  # the same, envelope only
+        self._heads: dict[bytes, tuple[str, Callable[[bytes], DeferredEvent]] | None] = {}  # the same, payload deferred
         for (type_name, version), schema in sorted(schemas.items()):
             self.register(type_name, version, schema)
 
@@ -238,20 +238,40 @@ class Codec:
         entry = self._heads[head] if head in self._heads else self._compile_head(head)
         if entry is not None and entry[0] in types:
             try:
-                envelope = entry[1](data)
+                return entry[1](data)
             except Exception:  # noqa: BLE001 - decode refuses it by name
                 return self.decode(data)
-            return DeferredEvent.of(envelope, entry[0], data, self.decode)
         return self.decode(data)
 
-    def _compile_head(self, head: bytes) -> tuple[str, Callable[[bytes], Envelope]] | None:
+    def decode_deferred_all(self, values: Iterable[bytes], types: AbstractSet[str]) -> list[Event[Any]]:
+        """``decode_deferred`` of each record, in one loop with its lookups bound once (a rebuild's
+        chunk). The first record refused raises its ``CodecError``, as ``decode_deferred`` would."""
+        heads, compile_head, decode = self._heads, self._compile_head, self.decode
+        out: list[Event[Any]] = []
+        add = out.append
+        for data in values:
+            if type(data) is not bytes:
+                data = bytes(data)
+            head = data[:10]
+            entry = heads[head] if head in heads else compile_head(head)
+            if entry is not None and entry[0] in types:
+                try:
+                    add(entry[1](data))
+                    continue
+                except Exception:  # noqa: BLE001 - decode refuses it by name
+                    pass
+            add(decode(data))
+        return out
+
+    def _compile_head(self, head: bytes) -> tuple[str, Callable[[bytes], DeferredEvent]] | None:
         """The envelope-only reader for records starting with ``head``, where ``decode`` has a
-        compiled reader for them (the same schemas, the same checks)."""
-        entry: tuple[str, Callable[[bytes], Envelope]] | None = None
+        compiled reader for them (the same schemas, the same checks); it returns the deferred event."""
+        entry: tuple[str, Callable[[bytes], DeferredEvent]] | None = None
         if (self._compiled[head] if head in self._compiled else self._compile(head)) is not None:
             writer = self._by_fingerprint[head[2:]]
             build = builders_for(writer.type, self._payload_types[writer.type], writer.parsed)
-            entry = (writer.type, compile_reader(writer.parsed, start=10, build=build, head_only=True))
+            finish = DeferredEvent.maker(writer.type, self.decode)
+            entry = (writer.type, compile_reader(writer.parsed, start=10, build=build, head_only=True, finish=finish))
         if len(head) == 10 and len(self._heads) < 1024:
             self._heads[head] = entry
         return entry

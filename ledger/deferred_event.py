@@ -20,6 +20,7 @@ __all__ = ["DeferredEvent"]
 
 _slot = Event.__dict__["payload"]
 _set_envelope = Event.__dict__["envelope"].__set__
+_new = object.__new__
 
 
 class DeferredEvent(Event[Any]):
@@ -30,13 +31,21 @@ class DeferredEvent(Event[Any]):
     _decode: Callable[[bytes], Event[Any]]
 
     @classmethod
-    def of(cls, envelope: Envelope, type_name: str, data: bytes, decode: Callable[[bytes], Event[Any]]) -> DeferredEvent:
-        event = object.__new__(cls)
-        _set_envelope(event, envelope)
-        object.__setattr__(event, "_type", type_name)
-        object.__setattr__(event, "_data", data)
-        object.__setattr__(event, "_decode", decode)
-        return event
+    def maker(cls, type_name: str, decode: Callable[[bytes], Event[Any]]) -> Callable[[Envelope, bytes], DeferredEvent]:
+        """What makes the deferred events of one type and decoder from an envelope and the record's
+        bytes; the compiled head reader calls it once per record (``avro_reader.compile_reader``'s
+        ``finish``), so the slots' own setters are bound once here."""
+        set_type, set_data, set_decode = (cls.__dict__[name].__set__ for name in ("_type", "_data", "_decode"))
+
+        def make(envelope: Envelope, data: bytes) -> DeferredEvent:
+            event = _new(cls)
+            _set_envelope(event, envelope)
+            set_type(event, type_name)
+            set_data(event, data)
+            set_decode(event, decode)
+            return event
+
+        return make
 
     @property  # type: ignore[override]
     def payload(self) -> Payload:

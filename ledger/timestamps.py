@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-__all__ = ["iso_text"]
+__all__ = ["iso_text", "iso_texts"]
 
 _UTC = timezone.utc
 
@@ -22,3 +22,12 @@ def iso_text(at: datetime) -> str:
     if at.tzinfo is _UTC:
         return orjson.dumps(at)[1:-1].decode()
     return at.isoformat()
+
+
+def iso_texts(ats: list[datetime]) -> list[str]:
+    """``iso_text`` of each, in one orjson call where every one is UTC (a rebuild's chunk of event
+    times): the list's JSON text split at the quotes between its items, which no time's text holds."""
+    if all(at.tzinfo is _UTC for at in ats):
+        text = orjson.dumps(ats).decode()
+        return text[2:-2].split('","') if ats else []
+    return [iso_text(at) for at in ats]

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from ledger.codec import Codec, CodecError
 from ledger.events import Event, ResultCorrected, ResultReported
 from ledger.log.port import StoredRecord
-from ledger.timestamps import iso_text
+from ledger.timestamps import iso_texts
 from projections.reducers import ElectionState, UnitFold, UnitState, apply_election
 from projections.stores.port import (
     Changes,
@@ -226,52 +226,65 @@ class BatchFolder:
         return ctx
 
     def decode_chunk(self, records: list[StoredRecord], last: dict[int, tuple[int, datetime]], folded: FoldedBatch) -> Chunk:
-        """Decode a chunk and group it as the fold wants it, in the same pass: its index rows, each
-        unit's run of events, the election-wide events. ``last`` (each partition's last offset and
-        time) carries over between chunks. This loop runs once per event of a rebuild, so it binds
-        what it calls to local names.
+        """Decode a chunk and group it as the fold wants it: its index rows, each unit's run of
+        events, the election-wide events. ``last`` (each partition's last offset and time) carries
+        over between chunks. This loop runs once per event of a rebuild, so it binds what it calls to
+        local names, decodes the chunk in one call (``Codec.decode_deferred_all``) and formats the
+        index rows' times in one (``iso_texts``).
 
         ``exactly_once.REPEAT_IN_CHUNK``: an event id met twice within the chunk is dropped here. A
         repeat in a later chunk of the batch needs no memory of ours (``HELD_BY_INDEX``)."""
-        rows: list[EventRow] = []
+        events = self._decode_all(records)
         runs: dict[UnitKey, tuple[int, list[Event[Any]]]] = {}
         elections: list[Event[Any]] = []
-        newest: datetime | None = None
+        heads: list[tuple[str, str, str, int, int, str]] = []  # the index rows but their times
+        ats: list[datetime] = []
         done: set[str] = set()
-        decode, seen, add_row, add_election = self.codec.decode_deferred, done.add, rows.append, elections.append
-        new_row = tuple.__new__  # an EventRow without its Python-level __new__ (NamedTuple)
+        seen, add_head, add_at, add_election = done.add, heads.append, ats.append, elections.append
         duplicates = 0
-        rec: StoredRecord | None = None
-        try:
-            for rec in records:
-                ev = decode(rec.value, DEFERRED)
-                env = ev.envelope
-                event_id, at = env.event_id, env.recorded_at
-                pos = rec.position
-                p = pos.partition
-                last[p] = (pos.offset, at)
-                if event_id in done:
-                    duplicates += 1
-                    continue
-                seen(event_id)
-                eid, uid = env.election_id, env.unit_id
-                add_row(new_row(EventRow, (event_id, uid or f"election:{eid}", eid, p, pos.offset, ev.type, iso_text(at))))
-                if newest is None or at > newest:
-                    newest = at
-                if not uid:  # an election-wide event (``is_election_event``)
-                    if eid:
-                        add_election(ev)
-                elif not eid:
-                    pass  # attributed to no election (``is_unattributed``): indexed and shown, never folded
-                elif (eid, uid) in runs:
-                    runs[eid, uid][1].append(ev)
-                else:
+        for rec, ev in zip(records, events):
+            env = ev.envelope
+            event_id = env.event_id
+            if event_id in done:
+                duplicates += 1
+                continue
+            seen(event_id)
+            pos = rec.position
+            p = pos.partition
+            eid, uid = env.election_id, env.unit_id
+            add_head((event_id, uid or f"election:{eid}", eid, p, pos.offset, ev.type))
+            add_at(env.recorded_at)
+            if not uid:  # an election-wide event (``is_election_event``)
+                if eid:
+                    add_election(ev)
+            elif not eid:
+                pass  # attributed to no election (``is_unattributed``): indexed and shown, never folded
+            else:
+                run = runs.get((eid, uid))
+                if run is None:
                     runs[eid, uid] = (p, [ev])
-        except CodecError as exc:
-            assert rec is not None
-            raise FoldError(f"the record at {rec.position} (key {rec.key!r}) cannot be decoded: {exc}") from exc
+                else:
+                    run[1].append(ev)
+        for p, i in {rec.position.partition: i for i, rec in enumerate(records)}.items():
+            last[p] = (records[i].position.offset, events[i].envelope.recorded_at)
+        new_row = tuple.__new__  # an EventRow without its Python-level __new__ (NamedTuple)
+        rows = [new_row(EventRow, head + (text,)) for head, text in zip(heads, iso_texts(ats))]
         folded.duplicates += duplicates
-        return Chunk(rows, runs, elections, newest)
+        return Chunk(rows, runs, elections, max(ats) if ats else None)
+
+    def _decode_all(self, records: list[StoredRecord]) -> list[Event[Any]]:
+        """The chunk's events, payloads deferred (``DEFERRED``); a record that does not decode is
+        named by its position (found again one by one: the chunk is refused anyway)."""
+        decode = self.codec.decode_deferred
+        try:
+            return self.codec.decode_deferred_all([rec.value for rec in records], DEFERRED)
+        except CodecError:
+            for rec in records:
+                try:
+                    decode(rec.value, DEFERRED)
+                except CodecError as exc:
+                    raise FoldError(f"the record at {rec.position} (key {rec.key!r}) cannot be decoded: {exc}") from exc
+            raise
 
     def _fold_chunk(self, tx: FoldTx, chunk: Chunk, held_of: Callable[[], set[str]], folded: FoldedBatch,
                     revisions: dict[str, str]) -> None:

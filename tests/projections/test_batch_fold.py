@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from ledger.codec import default_codec
+from ledger.codec import CodecError, default_codec
 from ledger.events import Event
 from ledger.log.partitioning import partition_for
 from ledger.log.port import Position, StoredRecord
-from projections.batch_fold import BatchFolder, FoldedBatch
+from projections.batch_fold import BatchFolder, FoldError, FoldedBatch
 from projections.reducers import Projection
 from projections.stores.memory import MemoryStore, forget
 from projections.stores.port import Changes
@@ -90,3 +90,28 @@ def test_duplicates_are_dropped_wherever_they_sit(support: ModuleType, store: Me
     got, want = support.snapshot(store, retried), support.snapshot(store, clean)
     assert got == want
     assert got["events"] == len(events)
+
+
+@pytest.mark.parametrize("chunk", [3, 1000], ids=["in-a-later-chunk", "within-the-chunk"])
+def test_a_record_that_does_not_decode_refuses_the_batch_by_its_position(
+    support: ModuleType, store: MemoryStore, chunk: int
+) -> None:
+    """The chunk is decoded in one call; the record it stops at is still the one named, with the
+    codec's own words, and nothing of the batch is written."""
+    events = support.election_log(6, corrections=1)
+    log = records(events)
+    bad_at = len(log) - 2
+    damaged = log[bad_at]
+    log[bad_at] = StoredRecord(damaged.position, damaged.key, damaged.value[:-1] + b"\x7f", 1)
+    try:
+        default_codec().decode(log[bad_at].value)
+    except CodecError as exc:
+        words = str(exc)
+    else:
+        raise AssertionError("the damaged record decoded")
+    set_id = store.create_set("damaged", source="test").set_id
+    with pytest.raises(FoldError) as refused:
+        fold(store, set_id, BatchFolder(default_codec(), chunk=chunk), log)
+    assert str(refused.value) == f"the record at {damaged.position} (key {damaged.key!r}) cannot be decoded: {words}"
+    with store.reader(set_id) as r:
+        assert r.positions() == {}

@@ -6,12 +6,16 @@ makes the group, the other adds to it (``_serve_group``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
-from fastapi import FastAPI
 
 from ledger.cli_output import fail, settings_of
 from ledger.config import Settings
 from projections.queries import DEFAULT_SET
+
+if TYPE_CHECKING:  # the web stack is imported when the server starts, not with every command
+    from fastapi import FastAPI
 
 __all__ = ["register", "results_app", "serve_results"]
 

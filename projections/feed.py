@@ -314,7 +314,7 @@ class FeedPublisher:
                 positions = self.log.append_batch(records)
                 try:
                     if self.latest is not None:
-                        self.latest.put(records, positions, keys)
+                        self.latest.put(records, positions, keys, [versions[k] for k in keys])
                 except (LogError, OSError) as exc:
                     failed = exc
         if failed is not None:

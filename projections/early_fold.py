@@ -25,7 +25,18 @@ from dataclasses import dataclass, field
 from ledger.log.port import StoredRecord
 from projections.batch_fold import BatchFolder, FoldedBatch
 from projections.exactly_once import Claim, claim
-from projections.stores.port import Changes, ElectionRow, EventRow, ProjectionStore, StoreReader, StoreTx, TallyRow, UnitKey, UnitRow
+from projections.stores.port import (
+    Changes,
+    ElectionRow,
+    EventRow,
+    PositionRow,
+    ProjectionStore,
+    StoreReader,
+    StoreTx,
+    TallyRow,
+    UnitKey,
+    UnitRow,
+)
 
 __all__ = ["EarlyFold", "BaseMoved", "fold_early"]
 
@@ -75,10 +86,12 @@ class EarlyFold:
     folded: FoldedBatch
     rows: list[EventRow]
 
-    def settle(self, tx: StoreTx, by_partition: Mapping[int, Sequence[StoredRecord]], read_from: Mapping[int, int]) -> None:
-        """``SAME_BASE_UNDER_LOCK``, inside the batch's transaction: the claim and the revisions as
-        folded, then the index written, holding none of the batch's ids; else ``BaseMoved``."""
-        again = claim(tx.positions(), by_partition, read_from)
+    def settle(self, tx: StoreTx, stored: Mapping[int, PositionRow], by_partition: Mapping[int, Sequence[StoredRecord]],
+               read_from: Mapping[int, int]) -> None:
+        """``SAME_BASE_UNDER_LOCK``, inside the batch's transaction (``stored``: its positions): the
+        claim and the revisions as folded, then the index written, holding none of the batch's ids;
+        else ``BaseMoved``."""
+        again = claim(stored, by_partition, read_from)
         if (again.stale or again.reseek or again.skipped != self.claimed.skipped
                 or [r.position for r in again.work] != [r.position for r in self.claimed.work]
                 or tx.election_revisions() != self.revisions):

@@ -192,7 +192,15 @@ class FeedPublisher:
         if changes.elections:
             self._pending.everything = True  # definition or certification: every area's sums may move
         if self._expected is not None:
-            self._expected.update({p: o for p, o in positions.items() if o})
+            # What the store holds now is our snapshot plus this commit only if the batch found its
+            # partitions where our snapshot (and our commits since) left them: a runner's read positions
+            # also move to where another runner's commits left a partition (a re-seek), and a batch can
+            # continue another runner's commits, whose units we never read. Else re-read everything.
+            base = getattr(self._runner, "last_base", None) if self._runner is not None else None
+            if base is None or any(self._expected.get(p, 0) != o for p, o in base.items()):
+                self._expected = None
+            else:
+                self._expected.update({row.partition: row.next_offset for row in changes.positions if row.next_offset})
         if self._caught_up(positions) or self._behind_due():
             self.flush()
 

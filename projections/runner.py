@@ -160,6 +160,10 @@ class ProjectionRunner:
         self._known: dict[int, int] = {}  # the highest stored position seen per partition, kept when revoked
         self._targets: dict[int, int] = {}
         self._last_report = 0.0
+        self.last_base: dict[int, int] = {}
+        """Of the last batch committed, the stored position of each of its partitions as it found them
+        under the lock: whoever follows the commits (the feed) can tell whether someone else's commits
+        came in between its own (``on_commit``'s positions are this runner's read positions)."""
 
     # -- assignment ---------------------------------------------------------------------------
 
@@ -339,11 +343,12 @@ class ProjectionRunner:
         """The batch's transaction (``ONE_TRANSACTION``): an early fold whose base still holds
         (``SAME_BASE_UNDER_LOCK``), or the claim and the fold under the lock."""
         with self.store.transaction(self.set_id) as tx:
+            stored = tx.positions()
             if early is not None:
-                early.settle(tx, by_part, self._next)
+                early.settle(tx, stored, by_part, self._next)
                 claimed, changes, folded = early.claimed, early.changes, early.folded
             else:
-                claimed = claim(tx.positions(), by_part, self._next)  # CHECK_UNDER_LOCK, BELOW_STORED_POSITION
+                claimed = claim(stored, by_part, self._next)  # CHECK_UNDER_LOCK, BELOW_STORED_POSITION
                 for p in claimed.stale:
                     self.folder.forget(p)  # someone else moved this partition: cached states may be stale
                 try:
@@ -351,6 +356,7 @@ class ProjectionRunner:
                 except FoldError as exc:
                     raise RunnerError(str(exc)) from exc
             tx.write(changes)
+        self.last_base = {p: stored[p].next_offset if p in stored else 0 for p in by_part}
         return claimed, changes, folded
 
     def _commit_local(self, changes: Changes, folded: FoldedBatch, skipped: int) -> None:

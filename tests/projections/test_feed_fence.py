@@ -115,3 +115,37 @@ def test_an_older_publisher_writing_last_cannot_take_the_kafka_latest_view_back(
     _stage(support, tmp_path, lambda: PostgresStore(pg_dsn),
            lambda: KafkaLog(kafka_bootstrap, unique_topic, partitions=4),
            lambda: CopyLatest(KafkaLog(kafka_bootstrap, f"{unique_topic}.latest", partitions=4)))
+
+
+def test_a_batch_that_continues_another_runners_commits_republishes_what_that_runner_changed(
+    support: ModuleType, tmp_path: Path
+) -> None:
+    """Runner B's batch continues a partition right where runner A's commits left it (a rebalance).
+    B's publisher never read A's units, so it must re-read the set: its state's sums and version are
+    those of everything applied, not of B's batches alone (with B's read positions taken for what it
+    knows, the state came out short)."""
+    events = support.election_log(30, corrections=2, rejections=1, seed=31)
+    log = SqliteLog(tmp_path / "events.sqlite3", partitions=4)
+    Journal(log).append_batch(events)
+    records = list(log.read())
+    store_path, results = tmp_path / "store.sqlite3", tmp_path / "results.sqlite3"
+    info = SqliteStore(store_path).ensure_serving("tally", source="test")
+
+    def runner(partitions: set[int]) -> ProjectionRunner:
+        r = ProjectionRunner(SqliteStore(store_path), info.set_id, EmbeddedSource(SqliteLog(log.path)), batch_size=10_000)
+        r.assigned(partitions)
+        return r
+
+    b = runner({0, 1, 2, 3})
+    publisher = FeedPublisher(b.store, info, SqliteLog(results, partitions=4), latest=SqliteLatest(results),
+                              catch_up_interval=0).attach(b)
+    defined = next(r.position.partition for r in records if r.key.startswith("election:"))
+    busiest = max(set(range(4)) - {defined}, key=lambda p: sum(r.position.partition == p for r in records))
+    mine = [r for r in records if r.position.partition != busiest]
+    theirs = [r for r in records if r.position.partition == busiest]
+    b.apply(mine)  # B publishes (the definition is in its batch)
+    runner({busiest}).apply(theirs[:-1])  # A, on the partition B has not read yet
+    b.apply(theirs[-1:])  # B continues from A's stored position: one unit of its own, the rest A's
+    assert publisher.stats.failures == 0, publisher.stats.last_error
+    view = _versions(SqliteLatest(results))
+    assert view["state:e1"] == 10**9 + len(events) - 1, "the state's version counts every event applied"

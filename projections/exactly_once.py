@@ -17,6 +17,11 @@ of a batch go on are the functions below.
    runner last wrote, its cached unit states for that partition may be stale and are dropped; a gap
    above it means our read position is stale, so the partition is re-sought and its records wait for
    the next batch.
+4a. ``SAME_BASE_UNDER_LOCK``: a batch may be decoded and folded before the lock, on a read snapshot of
+   the set (``projections.early_fold``), so that runners of one group fold while another commits. It
+   is kept only if, under the lock, ``claim`` gives the same records with nothing stale or skipped,
+   the election revisions are the ones it folded against, and the index holds none of its ids;
+   otherwise the transaction is rolled back and the batch is claimed and folded under the lock (4).
 
 Duplicates are dropped in three places, one rule each:
 

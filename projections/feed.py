@@ -29,6 +29,12 @@ Why publishing cannot break the view, and why a subscriber still sees every fina
   A subscriber keeps, per unit / county / state, only versions above the last it saw
   (``feed_events.FeedDeduper``): copies are dropped and no tally ever goes backwards, in whatever order
   partitions are read. Each tally also carries the event-log positions of the snapshot it was read from.
+* **Never backwards, whoever publishes.** Every runner of a consumer group publishes, and a runner
+  whose view lags (it learns of the others' commits later) can read an older tally of a key after
+  another runner read a newer one. The store's feed fence (``FeedFence``: per key the highest version
+  published, checked and raised under a lock held until the change stream and the latest view have
+  the records) refuses it, so within a set a key's versions never go down on the change stream or in
+  the latest view. The fence has a lock of its own: publishing never waits for a batch.
 * **The serving view only.** A projection set that is not serving (a rebuild in progress, an as-of set,
   the set a replay just retired) publishes nothing, so subscribers follow one view. After a replay
   switches sets, the new serving set is published whole; where it reflects fewer events than the old
@@ -186,7 +192,15 @@ class FeedPublisher:
         if changes.elections:
             self._pending.everything = True  # definition or certification: every area's sums may move
         if self._expected is not None:
-            self._expected.update({p: o for p, o in positions.items() if o})
+            # What the store holds now is our snapshot plus this commit only if the batch found its
+            # partitions where our snapshot (and our commits since) left them: a runner's read positions
+            # also move to where another runner's commits left a partition (a re-seek), and a batch can
+            # continue another runner's commits, whose units we never read. Else re-read everything.
+            base = getattr(self._runner, "last_base", None) if self._runner is not None else None
+            if base is None or any(self._expected.get(p, 0) != o for p, o in base.items()):
+                self._expected = None
+            else:
+                self._expected.update({row.partition: row.next_offset for row in changes.positions if row.next_offset})
         if self._caught_up(positions) or self._behind_due():
             self.flush()
 
@@ -268,15 +282,14 @@ class FeedPublisher:
                     return 0
             records: list[PendingRecord] = []
             keys: list[str] = []
+            versions: dict[str, int] = {}
             for event in self._events():  # encoded one by one: a catch-up's events are not all kept at once
                 records.append(self._record(event))
                 keys.append(latest_key(event))
+                versions[keys[-1]] = event.payload.stamp.version
                 self.stats.last_version = max(self.stats.last_version or 0, event.payload.stamp.version)
             if records:
-                positions = self.log.append_batch(records)
-                if self.latest is not None:
-                    self.latest.put(records, positions, keys)
-                self._published.update(zip(keys, (r.event_id for r in records)))
+                records, keys = self._append_fenced(records, keys, versions)
         except (LogError, StoreError, OSError) as exc:
             self.stats.failures += 1
             self.stats.last_error = f"{type(exc).__name__}: {exc}"
@@ -291,6 +304,31 @@ class FeedPublisher:
         self.stats.flushes += 1
         self.stats.published += len(records)
         return len(records)
+
+    def _append_fenced(self, records: list[PendingRecord], keys: list[str],
+                       versions: dict[str, int]) -> tuple[list[PendingRecord], list[str]]:
+        """Append under the store's feed fence (``FeedFence``): a key whose version is below one
+        already published (another runner's view was ahead of ours) is left out, and the fence is
+        held until the change stream and the latest view have the rest, so no runner can append an
+        older version of a key after a newer one. The fence is raised once the change stream has the
+        records, even if the latest view's copy then fails (the key stays pending and its current
+        tally, at that version or above, is published again). Returns what was appended."""
+        failed: BaseException | None = None
+        with self.store.feed_fence(self.info.set_id) as fence:
+            admitted = fence.admit(versions)
+            kept = [(rec, key) for rec, key in zip(records, keys, strict=True) if key in admitted]
+            records, keys = [r for r, _ in kept], [k for _, k in kept]
+            if records:
+                positions = self.log.append_batch(records)
+                try:
+                    if self.latest is not None:
+                        self.latest.put(records, positions, keys, [versions[k] for k in keys])
+                except (LogError, OSError) as exc:
+                    failed = exc
+        if failed is not None:
+            raise failed
+        self._published.update(zip(keys, (r.event_id for r in records)))
+        return records, keys
 
     def _events(self) -> Iterator[Event[Any]]:
         reload, before, positions = self._read_changes()

@@ -24,7 +24,8 @@ from typing import Any
 from ledger.codec import Codec, default_codec
 from ledger.log.port import LogLostError, StoredRecord
 from projections.batch_fold import DEFAULT_CHUNK, BatchFolder, FoldedBatch, FoldError, tally_row
-from projections.exactly_once import claim, start_positions
+from projections.early_fold import BaseMoved, EarlyFold, fold_early
+from projections.exactly_once import Claim, claim, start_positions
 from projections.sources import Source
 from projections.stores.port import Changes, ProjectionStore, StoreUnavailable
 
@@ -159,6 +160,10 @@ class ProjectionRunner:
         self._known: dict[int, int] = {}  # the highest stored position seen per partition, kept when revoked
         self._targets: dict[int, int] = {}
         self._last_report = 0.0
+        self.last_base: dict[int, int] = {}
+        """Of the last batch committed, the stored position of each of its partitions as it found them
+        under the lock: whoever follows the commits (the feed) can tell whether someone else's commits
+        came in between its own (``on_commit``'s positions are this runner's read positions)."""
 
     # -- assignment ---------------------------------------------------------------------------
 
@@ -318,21 +323,41 @@ class ProjectionRunner:
         by_part: dict[int, list[StoredRecord]] = defaultdict(list)
         for rec in records:
             by_part[rec.position.partition].append(rec)
-        with self.store.transaction(self.set_id) as tx:
-            claimed = claim(tx.positions(), by_part, self._next)  # CHECK_UNDER_LOCK, BELOW_STORED_POSITION
-            for p in claimed.stale:
-                self.folder.forget(p)  # someone else moved this partition: cached states may be stale
-            try:
-                changes, folded = self.folder.fold(tx, claimed.work)
-            except FoldError as exc:
-                raise RunnerError(str(exc)) from exc
-            tx.write(changes)
+        try:
+            early = fold_early(self.store, self.set_id, self.folder, by_part, self._next)  # before the lock
+        except FoldError as exc:
+            raise RunnerError(str(exc)) from exc
+        try:
+            claimed, changes, folded = self._apply_locked(by_part, early)
+        except BaseMoved:
+            claimed, changes, folded = self._apply_locked(by_part, None)  # rolled back: fold under the lock
         self._commit_local(changes, folded, claimed.skipped)  # MOVE_AFTER_COMMIT
         for p, off in claimed.reseek.items():
             self._next[p] = off
             self.source.seek(p, off)
         if self.on_commit is not None and changes:
             self.on_commit(changes, dict(self._next))
+
+    def _apply_locked(self, by_part: dict[int, list[StoredRecord]],
+                      early: EarlyFold | None) -> tuple[Claim, Changes, FoldedBatch]:
+        """The batch's transaction (``ONE_TRANSACTION``): an early fold whose base still holds
+        (``SAME_BASE_UNDER_LOCK``), or the claim and the fold under the lock."""
+        with self.store.transaction(self.set_id) as tx:
+            stored = tx.positions()
+            if early is not None:
+                early.settle(tx, stored, by_part, self._next)
+                claimed, changes, folded = early.claimed, early.changes, early.folded
+            else:
+                claimed = claim(stored, by_part, self._next)  # CHECK_UNDER_LOCK, BELOW_STORED_POSITION
+                for p in claimed.stale:
+                    self.folder.forget(p)  # someone else moved this partition: cached states may be stale
+                try:
+                    changes, folded = self.folder.fold(tx, claimed.work)
+                except FoldError as exc:
+                    raise RunnerError(str(exc)) from exc
+            tx.write(changes)
+        self.last_base = {p: stored[p].next_offset if p in stored else 0 for p in by_part}
+        return claimed, changes, folded
 
     def _commit_local(self, changes: Changes, folded: FoldedBatch, skipped: int) -> None:
         for row in changes.positions:

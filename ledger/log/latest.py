@@ -30,12 +30,15 @@ from typing import Protocol
 
 from ledger.log.port import EventLog, Headers, PendingRecord, Position
 
-__all__ = ["FEED_POSITION", "EVENT_ID", "LatestRecord", "LatestSnapshot", "LatestView", "CopyLatest", "follow_from"]
+__all__ = ["FEED_POSITION", "EVENT_ID", "VERSION", "LatestRecord", "LatestSnapshot", "LatestView", "CopyLatest", "follow_from"]
 
 FEED_POSITION = "caucus-feed-position"
 """Header of a copy: the position (``PARTITION:OFFSET``) of the record it copies on the change log."""
 EVENT_ID = "caucus-event-id"
 """Header of a copy: the event id of the record it copies (what a writer compares on restart)."""
+VERSION = "caucus-version"
+"""Header of a copy put with a version: a reader keeps, per key, the copy of the highest version
+(the last of equal ones), so an older copy written late never hides a newer one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +64,12 @@ class LatestSnapshot:
 
 class LatestView(Protocol):
     """The port: ``put`` copies of records the change log holds (at ``positions``) under ``keys``;
-    ``snapshot`` reads the newest of each key."""
+    ``snapshot`` reads the newest of each key. With ``versions`` (one per record, growing with each
+    newer record of a key) a copy older than the one a key holds never replaces it: the view cannot
+    go backwards, whatever order two writers' copies arrive in."""
 
-    def put(self, records: Sequence[PendingRecord], positions: Sequence[Position], keys: Sequence[str]) -> None: ...
+    def put(self, records: Sequence[PendingRecord], positions: Sequence[Position], keys: Sequence[str],
+            versions: Sequence[int] | None = None) -> None: ...
 
     def snapshot(self) -> LatestSnapshot: ...
 
@@ -85,23 +91,32 @@ class CopyLatest:
     def __init__(self, copies: EventLog) -> None:
         self.copies = copies
 
-    def put(self, records: Sequence[PendingRecord], positions: Sequence[Position], keys: Sequence[str]) -> None:
+    def put(self, records: Sequence[PendingRecord], positions: Sequence[Position], keys: Sequence[str],
+            versions: Sequence[int] | None = None) -> None:
+        marks: Sequence[tuple[tuple[str, bytes], ...]] = (
+            [((VERSION, str(v).encode()),) for v in versions] if versions is not None else [()] * len(records))
         self.copies.append_batch([
             PendingRecord(key, rec.event_id, rec.value,
-                          (*rec.headers, (FEED_POSITION, str(pos).encode()), (EVENT_ID, rec.event_id.encode())),
+                          (*rec.headers, (FEED_POSITION, str(pos).encode()), (EVENT_ID, rec.event_id.encode()), *mark),
                           partition=pos.partition)
-            for rec, pos, key in zip(records, positions, keys, strict=True)
+            for rec, pos, key, mark in zip(records, positions, keys, marks, strict=True)
         ])
 
     def snapshot(self) -> LatestSnapshot:
-        """The last copy of each key in the copies' log order (per key one partition, so one order)."""
+        """The last copy of each key in the copies' log order (per key one partition, so one order),
+        unless an earlier copy carries a higher version (``VERSION``)."""
         kept: dict[str, LatestRecord] = {}
+        held: dict[str, int] = {}
         for stored in self.copies.read():
             heads = dict(stored.headers)
-            at, event_id = heads.get(FEED_POSITION), heads.get(EVENT_ID)
+            at, event_id, version = heads.get(FEED_POSITION), heads.get(EVENT_ID), heads.get(VERSION)
             if at is None or event_id is None:
                 continue  # not a copy this module wrote
-            theirs = tuple(h for h in stored.headers if h[0] not in (FEED_POSITION, EVENT_ID))
+            if version is not None:
+                if int(version) < held.get(stored.key, -1):
+                    continue  # an older copy written late
+                held[stored.key] = int(version)
+            theirs = tuple(h for h in stored.headers if h[0] not in (FEED_POSITION, EVENT_ID, VERSION))
             kept[stored.key] = LatestRecord(stored.key, event_id.decode(), stored.value, Position.parse(at.decode()),
                                             stored.timestamp_ms, theirs)
         return LatestSnapshot(kept, follow_from(kept))

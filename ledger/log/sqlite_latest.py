@@ -33,9 +33,19 @@ CREATE TABLE IF NOT EXISTS latest_records (
     "offset"     INTEGER NOT NULL,
     value        BLOB    NOT NULL,
     timestamp_ms INTEGER NOT NULL,
-    headers      BLOB                    -- JSON object (name -> text)
+    headers      BLOB,                   -- JSON object (name -> text)
+    version      INTEGER                 -- when put with one: an older record never replaces it
 );
 """
+_UPSERT = (
+    'INSERT INTO latest_records (key, event_id, partition, "offset", value, timestamp_ms, headers, version) '
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET event_id = excluded.event_id, "
+    'partition = excluded.partition, "offset" = excluded."offset", value = excluded.value, '
+    "timestamp_ms = excluded.timestamp_ms, headers = excluded.headers, version = excluded.version "
+    "WHERE excluded.version IS NULL OR latest_records.version IS NULL OR excluded.version >= latest_records.version"
+)
+"""One row per key, replaced by a record of the same or a higher version (``LatestView``), never by an
+older one, so two writers' puts in either order leave the newest."""
 
 
 class SqliteLatest:
@@ -53,29 +63,26 @@ class SqliteLatest:
             if not read_only:
                 use_wal(self._conn, timeout)
                 create_schema(self._conn, _SCHEMA)
+                _add_version(self._conn)
         except MissingDatabase:
             return
         except (OSError, sqlite3.Error) as exc:
             self.close()
             raise LogUnavailableError(f"cannot open the latest records in {self.path}: {exc}") from exc
 
-    def put(self, records: Sequence[PendingRecord], positions: Sequence[Position], keys: Sequence[str]) -> None:
+    def put(self, records: Sequence[PendingRecord], positions: Sequence[Position], keys: Sequence[str],
+            versions: Sequence[int] | None = None) -> None:
         if self._conn is None or self._ro is not None:
             raise LogUnavailableError(f"the latest records in {self.path} were opened read-only")
         now_ms = int(time.time() * 1000)
-        rows = [(key, rec.event_id, pos.partition, pos.offset, rec.value, now_ms, _blob(rec.headers))
-                for rec, pos, key in zip(records, positions, keys, strict=True)]
+        marks: Sequence[int | None] = versions if versions is not None else [None] * len(records)
+        rows = [(key, rec.event_id, pos.partition, pos.offset, rec.value, now_ms, _blob(rec.headers), version)
+                for rec, pos, key, version in zip(records, positions, keys, marks, strict=True)]
         with self._lock:
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                conn.executemany(
-                    'INSERT INTO latest_records (key, event_id, partition, "offset", value, timestamp_ms, headers) '
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET event_id = excluded.event_id, "
-                    'partition = excluded.partition, "offset" = excluded."offset", value = excluded.value, '
-                    "timestamp_ms = excluded.timestamp_ms, headers = excluded.headers",
-                    rows,
-                )
+                conn.executemany(_UPSERT, rows)
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 if conn.in_transaction:
@@ -107,6 +114,17 @@ class SqliteLatest:
             elif self._conn is not None:
                 self._conn.close()
             self._conn = self._ro = None
+
+
+def _add_version(conn: sqlite3.Connection) -> None:
+    """A view written before records had versions gets the column (its rows stay without one, and
+    any record replaces them): ``CREATE TABLE IF NOT EXISTS`` leaves an existing table as it was."""
+    if not any(row[1] == "version" for row in conn.execute("PRAGMA table_info(latest_records)")):
+        try:
+            conn.execute("ALTER TABLE latest_records ADD COLUMN version INTEGER")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column" not in str(exc):  # another process added it meanwhile
+                raise
 
 
 def _blob(headers: Headers) -> bytes | None:

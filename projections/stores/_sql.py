@@ -20,6 +20,7 @@ from projections.stores.port import (
     TallyRow,
     UnitKey,
     UnitRow,
+    admitted,
 )
 
 SCHEMA_VERSION = "2"
@@ -110,13 +111,19 @@ CREATE INDEX IF NOT EXISTS proj_unit_history_disorder ON proj_unit_history (set_
 CREATE TABLE IF NOT EXISTS proj_history_sets (
     set_id {big} PRIMARY KEY
 );
+CREATE TABLE IF NOT EXISTS proj_feed_versions (
+    set_id   {big} NOT NULL,
+    feed_key TEXT NOT NULL,
+    version  {big} NOT NULL,
+    PRIMARY KEY (set_id, feed_key)
+);
 """
 
 EVENT_COLUMNS = "set_id, event_id, unit_key, election_id, part, log_offset, type, recorded_at"
 """The event index's columns, in ``EventRow`` order after the set id."""
 
 DATA_TABLES = ("proj_positions", "proj_elections", "proj_unit_states", "proj_unit_tallies", "proj_events", "proj_unit_history",
-               "proj_history_sets")
+               "proj_history_sets", "proj_feed_versions")
 HISTORY_MARK = "INSERT INTO proj_history_sets (set_id) VALUES ({ph})"
 """Run when a set is created: its history is kept from its first batch, so as-of reads may use it
 (a set created before the history existed has none, and as-of reads replay the log for it)."""
@@ -369,3 +376,33 @@ def change_rows(set_id: int, changes: Changes) -> dict[str, list[tuple[Any, ...]
         "positions": [(set_id, p.partition, p.next_offset, p.last_recorded_at) for p in changes.positions],
         "events": [(set_id, *e) for e in changes.events],  # EventRow's fields are the columns' order
     }
+
+
+FEED_VERSIONS_READ = "SELECT feed_key, version FROM proj_feed_versions WHERE set_id = {ph} AND feed_key {in}"
+"""The fence (``port.FeedFence``): the highest version published per feed key; ``{in}`` as in ``SqlReader``."""
+FEED_VERSIONS_RAISE = (
+    "INSERT INTO proj_feed_versions (set_id, feed_key, version) VALUES ({ph}, {ph}, {ph}) "
+    "ON CONFLICT (set_id, feed_key) DO UPDATE SET version = excluded.version "
+    "WHERE excluded.version > proj_feed_versions.version"
+)
+
+
+class SqlFeedFence:
+    """``port.FeedFence`` on the ``proj_feed_versions`` rows, inside the adapter's locked transaction."""
+
+    def __init__(self, set_id: int, q_in: QueryIn, execute_many: Callable[[str, list[tuple[Any, ...]]], Any], ph: str) -> None:
+        self.set_id = set_id
+        self._q_in = q_in
+        self._many = execute_many
+        self._ph = ph
+
+    def admit(self, versions: Mapping[str, int]) -> set[str]:
+        if not versions:
+            return set()
+        read = FEED_VERSIONS_READ.format(ph=self._ph, **{"in": "{in}"})
+        held = {key: int(v) for key, v in self._q_in(read, [self.set_id], list(versions), "feed_key")}
+        keys = admitted(held, versions)
+        raised = [(self.set_id, key, versions[key]) for key in sorted(keys) if versions[key] > held.get(key, -1)]
+        if raised:
+            self._many(FEED_VERSIONS_RAISE.format(ph=self._ph), raised)
+        return keys

@@ -16,7 +16,7 @@ How it keeps the port's promises:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -34,6 +34,7 @@ from projections.stores.port import (
     TallyRow,
     UnitKey,
     UnitRow,
+    admitted,
 )
 
 __all__ = ["MemoryStore", "forget"]
@@ -60,6 +61,10 @@ class _Database:
     """Held by a write for its whole length: writers wait for each other, readers never do."""
     lock: threading.RLock = field(default_factory=threading.RLock)
     """Held for a moment, whenever the dictionaries above are read or changed."""
+    fences: dict[int, dict[str, int]] = field(default_factory=dict)
+    """set id -> feed key -> highest version published (``port.FeedFence``)."""
+    feed_lock: threading.RLock = field(default_factory=threading.RLock)
+    """Held by a publisher for its whole publish, apart from ``writer``: batches go on meanwhile."""
 
 
 _DATABASES: dict[str, _Database] = {}
@@ -74,6 +79,18 @@ def forget(name: str) -> None:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+@dataclass
+class _Fence:
+    """``port.FeedFence`` on a working copy, kept by ``feed_fence`` when the block succeeds."""
+
+    held: dict[str, int]
+
+    def admit(self, versions: Mapping[str, int]) -> set[str]:
+        keys = admitted(self.held, versions)
+        self.held.update((key, max(versions[key], self.held.get(key, -1))) for key in keys)
+        return keys
 
 
 class _Reader:
@@ -256,6 +273,7 @@ class MemoryStore:
                     raise StoreError(f"projection set {set_id} is serving; promote another set before dropping it")
                 self._db.sets.pop(set_id, None)
                 self._db.tables.pop(set_id, None)
+                self._db.fences.pop(set_id, None)
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -278,6 +296,13 @@ class MemoryStore:
             with self._db.lock:  # only reached when the block raised nothing
                 if set_id in self._db.tables:
                     self._db.tables[set_id] = tx.tables
+
+    @contextmanager
+    def feed_fence(self, set_id: int) -> Iterator[_Fence]:
+        with self._db.feed_lock:
+            fence = _Fence(dict(self._db.fences.get(set_id, {})))
+            yield fence
+            self._db.fences[set_id] = fence.held  # only reached when the block raised nothing
 
     @contextmanager
     def reader(self, set_id: int) -> Iterator[_Reader]:

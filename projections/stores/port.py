@@ -45,6 +45,8 @@ __all__ = [
     "StoreReader",
     "StoreTx",
     "ProjectionStore",
+    "FeedFence",
+    "admitted",
     "SET_STATES",
 ]
 
@@ -222,6 +224,27 @@ class StoreTx(StoreReader, Protocol):
         ...
 
 
+class FeedFence(Protocol):
+    """The results feed's published-version fence of one set, held while a publisher appends.
+
+    Why: every runner of a consumer group publishes the feed, and a runner whose view lags can read an
+    older tally of a key after another runner read a newer one. Checked and raised under one lock that
+    the publisher holds until its records are on the change stream and in the latest view, the fence
+    makes sure that an older version of a key is never appended after a newer one, so neither the
+    change stream nor the latest view ever goes backwards (``projections.feed``)."""
+
+    def admit(self, versions: Mapping[str, int]) -> set[str]:
+        """Of ``versions`` (feed key -> version offered), the keys whose version is at least the
+        highest one published for that key; the fence is raised to those. An equal version is the same
+        tally (a republish after a failure) and passes."""
+        ...
+
+
+def admitted(held: Mapping[str, int], offered: Mapping[str, int]) -> set[str]:
+    """The rule every fence keeps (``FeedFence.admit``): nothing below what was published."""
+    return {key for key, version in offered.items() if version >= held.get(key, -1)}
+
+
 class ProjectionStore(Protocol):
     """The port every store adapter implements (``sqlite.py``, ``postgres.py``)."""
 
@@ -256,6 +279,11 @@ class ProjectionStore(Protocol):
 
     def reader(self, set_id: int) -> AbstractContextManager[StoreReader]:
         """A read-only snapshot of one set."""
+        ...
+
+    def feed_fence(self, set_id: int) -> AbstractContextManager[FeedFence]:
+        """The set's feed fence, locked until the block ends; what it raised is kept when the block
+        ends without an error. A lock of its own, not the set's: publishing never waits on a batch."""
         ...
 
     def close(self) -> None: ...

@@ -25,6 +25,7 @@ from projections.stores._sql import (
     SCHEMA_VERSION,
     SET_COLUMNS,
     HISTORY_MARK,
+    SqlFeedFence,
     SqlReader,
     change_rows,
     history_insert,
@@ -45,6 +46,7 @@ _HISTORY = history_insert("%s", "GREATEST")
 _REBUILD = "drop its proj_* tables (or point --database at a new database) and run `caucus project --until-caught-up`"
 _CREATED = re.compile(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", re.IGNORECASE)
 _SCHEMA_LOCK = 0x0CA0C05  # advisory lock key: two processes creating the schema at once
+_FEED_LOCK = 0x0CAFEED << 32  # plus the set id: the advisory lock of a set's feed fence
 # Per connection: a batch's new index rows are bulk-loaded here (no index, so cheap), then moved into
 # proj_events with ON CONFLICT DO NOTHING; RETURNING names those that went in, the rest were held.
 _STAGING = """CREATE TEMP TABLE IF NOT EXISTS proj_events_in (
@@ -263,6 +265,15 @@ class PostgresStore:
             if conn.execute("SELECT set_id FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone() is None:
                 raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
             yield _Tx(set_id, conn, self._io)
+
+    @contextmanager
+    def feed_fence(self, set_id: int) -> Iterator[SqlFeedFence]:
+        """An advisory lock per set, not the set's row: runners publish one at a time while batches
+        (which lock the row) go on."""
+        with self._guarded() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_FEED_LOCK + set_id,))
+            tx = _Tx(set_id, conn, self._io)
+            yield SqlFeedFence(set_id, tx._query_in, lambda sql, rows: conn.cursor().executemany(sql, rows), "%s")
 
     @contextmanager
     def reader(self, set_id: int) -> Iterator[_Tx]:

@@ -38,6 +38,7 @@ from projections.stores._sql import (
     SCHEMA_VERSION,
     SET_COLUMNS,
     HISTORY_MARK,
+    SqlFeedFence,
     SqlReader,
     change_rows,
     history_insert,
@@ -304,6 +305,12 @@ class SqliteStore:
             tx.settle()
         with self._lock:
             self._checkpoint = self._io.submit(self._checkpoint_wal)
+
+    @contextmanager
+    def feed_fence(self, set_id: int) -> Iterator[SqlFeedFence]:
+        """Under the file's write lock (SQLite has one): short, a feed publish of the embedded log."""
+        with self._write() as conn:
+            yield SqlFeedFence(set_id, _Tx(set_id, conn)._query_in, conn.executemany, "?")
 
     @contextmanager
     def reader(self, set_id: int) -> Iterator[_Tx]:

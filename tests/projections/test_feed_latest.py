@@ -125,7 +125,8 @@ class _Failing:
     def __init__(self, inner: Any) -> None:
         self.inner, self.puts = inner, 0
 
-    def put(self, records: Sequence[PendingRecord], positions: Sequence[Position], keys: Sequence[str]) -> None:
+    def put(self, records: Sequence[PendingRecord], positions: Sequence[Position], keys: Sequence[str],
+            versions: Sequence[int] | None = None) -> None:
         self.puts += 1
         raise LogUnavailableError("the latest view is away")
 

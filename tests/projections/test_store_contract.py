@@ -278,3 +278,45 @@ def test_index_new_records_events_and_names_those_already_held(open_store: Open)
         raise RuntimeError("the batch fails before commit")
     with store.reader(sid) as r:
         assert r.processed([f"ev-{i}" for i in range(5000, 5010)]) == set(), "a rolled-back batch indexes nothing"
+
+
+def test_the_feed_fence_admits_no_version_below_one_published(open_store: Open) -> None:
+    """``FeedFence``: a key's version below the highest published is refused, an equal one (a
+    republish) passes; raised versions are kept per set, seen by another connection, and a block
+    that fails keeps nothing."""
+    a, b = open_store(), open_store()
+    sid, other = a.create_set("tally", source="s").set_id, a.create_set("tally", source="s").set_id
+    with a.feed_fence(sid) as fence:
+        assert fence.admit({"state:e1": 5, "unit:e1:u1": 3}) == {"state:e1", "unit:e1:u1"}
+    with b.feed_fence(sid) as fence:
+        assert fence.admit({"state:e1": 4, "unit:e1:u1": 3, "county:e1:c1": 1}) == {"unit:e1:u1", "county:e1:c1"}
+        assert fence.admit({"state:e1": 6}) == {"state:e1"}
+    with pytest.raises(RuntimeError), a.feed_fence(sid) as fence:
+        assert fence.admit({"state:e1": 9}) == {"state:e1"}
+        raise RuntimeError("the append failed")
+    with a.feed_fence(sid) as fence:
+        assert fence.admit({"state:e1": 5}) == set(), "6 was published (9 was not)"
+        assert fence.admit({"state:e1": 6}) == {"state:e1"}
+    with b.feed_fence(other) as fence:
+        assert fence.admit({"state:e1": 1}) == {"state:e1"}, "another set has a fence of its own"
+
+
+def test_the_feed_fence_does_not_wait_for_a_batch(open_store: Open, store_kind: str) -> None:
+    """Publishing takes a lock of its own: a runner publishes while another holds the set's batch
+    lock (SQLite has one writer per file, so there it waits like any writer)."""
+    if store_kind == "sqlite":
+        pytest.skip("SQLite serialises every writer of the file")
+    a, b = open_store(), open_store()
+    sid = a.create_set("tally", source="s").set_id
+    admitted: list[set[str]] = []
+
+    def publish() -> None:
+        with b.feed_fence(sid) as fence:
+            admitted.append(fence.admit({"state:e1": 1}))
+
+    with a.transaction(sid) as tx:
+        tx.write(_changes(2))
+        t = threading.Thread(target=publish)
+        t.start()
+        t.join(20)
+        assert admitted == [{"state:e1"}], "the fence waited for the batch's lock"

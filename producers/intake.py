@@ -370,7 +370,11 @@ class Intake:
         slot = self._queue.add(submission, time.monotonic())
         with self._locked():
             while not slot.done:
-                self._commit(self._queue.take())
+                group = self._queue.take()
+                if not group:  # taken by a turn that was interrupted (not by an Exception) before it settled
+                    slot.fail(RuntimeError("the intake's turn that held this command was interrupted; send it again"))
+                    break
+                self._commit(group)
         return slot.result()
 
     def _commit(self, group: list[Slot]) -> None:

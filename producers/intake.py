@@ -31,6 +31,11 @@ snapshot (or the running state) saw -- a memory-only broker restarted -- that is
 now is. A running intake (the HTTP service) that found its log lost watches its snapshot file: when
 another process rebuilds (a new snapshot appears), it loads that and goes on, without a restart.
 
+Group commit. Commands that queue on the lock while another is decided are decided together in the
+next turn (``producers.intake_group``): one catch-up, each judged in turn (``producers.intake_judge``)
+as if those before it were accepted, one ``append_batch``, and every answer only once the batch is
+durable. A CLI command is a group of one.
+
 Writers. One lock per intake directory (``producers.intake_lock``: the HTTP service and CLI invocations
 on one machine take turns). Intakes on different machines writing to one Kafka topic are not
 serialised; run one intake per log.
@@ -49,28 +54,25 @@ from typing import Any, Literal
 
 from ledger.backends import backends_for
 from ledger.config import Settings
-from ledger.events import Event, Problem, new_event, utc_now
+from ledger.events import Event, utc_now
 from ledger.journal import Journal
 from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, Position
-from producers.commands import CommandKind, Parsed, claimable, parse_command
-from producers.credentials import AuthFailure, Credential, authorize, election_scope
+from producers.credentials import Credential
 from producers.intake_catch_up import read_on
 from producers.intake_forward import recheck
 from producers.intake_lock import DirectoryLock
-from producers.intake_receipts import answer, repeated
-from producers.intake_refusals import INTAKE_ACTOR, forward_refused, submission_refused
+from producers.intake_group import Queue, Slot, Wrote, commit_group
+from producers.intake_judge import MAX_BODY
+from producers.intake_receipts import answer
+from producers.intake_refusals import INTAKE_ACTOR, forward_refused
 from producers.intake_snapshot import SnapshotFile
 from producers.intake_state import IntakeState, Layered
-from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submission, category_of
+from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submission
 from producers.rejections import MAX_RAW_INPUT
 from producers.spool import Spool
-from producers.validation import check, precheck, resolve_election, to_payload, with_warnings
 
 __all__ = ["Submission", "Receipt", "Refusal", "Outcome", "FlushReport", "Intake", "intake_dir", "MAX_RAW_INPUT", "MAX_BODY",
            "SNAPSHOT_EVERY"]
-
-MAX_BODY = 1024 * 1024
-"""Largest command accepted, in bytes (an election of 1,765 units is about 250 kB)."""
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ class Intake:
         self._overlay_stamp: tuple[int, int] | None = None
         self._lock = DirectoryLock(self.workdir)
         self._thread_lock = self._lock.thread_lock
+        self._queue = Queue()
         self._saved_applied = -1
         self.retry_after = retry_after
         self._down_until = 0.0
@@ -245,9 +248,10 @@ class Intake:
         self._rebuild_overlay()
         return True
 
-    def _applied(self, event: Event[Any], position: Position) -> None:
+    def _applied(self, event: Event[Any], position: Position, *, mark: bool = True) -> None:
         """Our own append: apply it directly if nothing else was written before it, else read up to it."""
-        self._lock.wrote()
+        if mark:
+            self._lock.wrote()
         if self.state.positions.get(position.partition, 0) == position.offset:
             self.state.apply(event, position)
             return
@@ -260,25 +264,34 @@ class Intake:
             self.state.apply(event, None)
             self.state.note_position(event, position)
 
-    def _write(self, event: Event[Any]) -> tuple[Literal["accepted", "spooled"], Position | None]:
-        """Append, or spool if the log is out of reach or earlier spooled events still wait (order)."""
+    def _write_all(self, events: list[Event[Any]]) -> Wrote:
+        """Append a group's events at once, or spool them if the log is out of reach or earlier spooled
+        events still wait (order). None of them is in the state unless the append succeeded."""
         if self.spool.pending():
             self._forward()
         if not self.spool.pending():
             journal = self._journal_or_none()
             if journal is not None:
                 try:
-                    position = journal.append(event)
+                    positions = journal.append_batch(events)
                 except LogUnavailableError as exc:
                     self._unavailable(exc)
                 else:
-                    self._applied(event, position)
-                    return "accepted", position
-        self.spool.add(event)
-        log.warning("log out of reach (%s): %s %s kept in the spool", self.last_log_error, event.type, event.event_id)
-        self._overlay.apply(event, None)
-        self._overlay_stamp = self.spool.stamp
-        return "spooled", None
+                    self._lock.wrote()
+                    for event, position in zip(events, positions):
+                        self._applied(event, position, mark=False)
+                    return Wrote("accepted", list(positions))
+        spooled: list[Position | None] = []
+        for event in events:
+            try:
+                self.spool.add(event)
+            except Exception as exc:  # noqa: BLE001 - kept: those before it; the rest hear why
+                return Wrote("spooled", spooled, exc)
+            log.warning("log out of reach (%s): %s %s kept in the spool", self.last_log_error, event.type, event.event_id)
+            self._overlay.apply(event, None)
+            self._overlay_stamp = self.spool.stamp
+            spooled.append(None)
+        return Wrote("spooled", spooled)
 
     # -- spool ----------------------------------------------------------------------------------------
 
@@ -353,84 +366,31 @@ class Intake:
     # -- commands ---------------------------------------------------------------------------------------
 
     def submit(self, submission: Submission) -> Outcome:
-        arrived = time.monotonic()
+        """Queue the command; whoever holds the lock next decides every queued one (``intake_group``)."""
+        slot = self._queue.add(submission, time.monotonic())
         with self._locked():
-            self._refresh(arrived)
-            return self._submit(submission)
+            while not slot.done:
+                group = self._queue.take()
+                if not group:  # taken by a turn that was interrupted (not by an Exception) before it settled
+                    slot.fail(RuntimeError("the intake's turn that held this command was interrupted; send it again"))
+                    break
+                self._commit(group)
+        return slot.result()
+
+    def _commit(self, group: list[Slot]) -> None:
+        """One turn: one catch-up (unless shared) for the group, its judgments, one append."""
+        try:
+            self._refresh(max(slot.arrived for slot in group))
+            commit_group(group, self._view(), self._clock, self._write_all)
+        except Exception as exc:  # noqa: BLE001 - every waiting command hears it, as each would alone
+            for slot in group:
+                slot.fail(exc)
 
     def _submit(self, sub: Submission) -> Outcome:
-        if len(sub.body) > MAX_BODY:
-            too_large = Problem("body", "TOO_LARGE", f"the input is {len(sub.body)} bytes; at most {MAX_BODY} are accepted")
-            parsed = Parsed(None, (too_large,), unit_id=claimable(sub.unit_id), idempotency_key=claimable(sub.idempotency_key))
-        else:
-            parsed = parse_command(sub.kind, sub.body, unit_id=sub.unit_id, idempotency_key=sub.idempotency_key)
-        unit_id = claimable(sub.unit_id) or parsed.unit_id
-        key = parsed.idempotency_key or claimable(sub.idempotency_key)
-
-        def refuse(errors: tuple[Problem, ...], sender: str, election_id: str = "") -> Refusal:
-            return self._refuse(sub, errors, sender, election_id or parsed.election_id, unit_id, key)
-
-        if isinstance(sub.sender, AuthFailure):
-            return refuse((sub.sender.problem,), sub.sender.claimed)
-        credential = sub.sender
-        actor = credential.actor
-        denied = authorize(credential, sub.kind, unit_id if sub.kind is not CommandKind.DEFINE else None)
-        if denied is not None:
-            return refuse((denied,), actor)
-        if parsed.command is None:
-            return refuse((*parsed.errors, *precheck(parsed.data, self._view())), actor)
-        command = parsed.command
-        view = self._view()
-        claim = view.claim(command.idempotency_key)
-        election_id: str | None
-        problems: tuple[Problem, ...]
-        if claim is not None and claim.election_id and getattr(command, "election_id", "") is None:
-            # A retry that names no election is about the election its original went to, even if
-            # another election with the same unit was defined since (which would make it ambiguous).
-            election_id, problems = claim.election_id, ()
-        else:
-            election_id, problems = resolve_election(command, view)
-        if election_id is None:
-            return refuse(problems, actor)
-        payload, problems = to_payload(command, actor)
-        if payload is None:
-            return refuse(problems, actor, election_id)
-        now = self._clock()
-        draft = new_event(
-            payload,
-            election_id=election_id,
-            unit_id=command.unit_id,
-            actor=actor,
-            channel=sub.channel,
-            idempotency_key=command.idempotency_key,
-            occurred_at=command.occurred_at or now,
-            recorded_at=now,
-        )
-        claim = view.claim(command.idempotency_key)
-        if claim is not None:
-            again = repeated(claim, draft, command.idempotency_key)
-            return again if isinstance(again, Receipt) else refuse((again,), actor, election_id)
-        # Checked only for a new write: a duplicate above repeats a receipt, it writes nothing.
-        out_of_scope = election_scope(credential, election_id, view.elections_of_unit(command.unit_id))
-        if out_of_scope is not None:
-            return refuse((out_of_scope,), actor, election_id)
-        verdict = check(command, payload, election_id, view)
-        if verdict.errors:
-            return refuse(verdict.errors, actor, election_id)
-        event = replace(draft, payload=with_warnings(payload, verdict.warnings))
-        status, position = self._write(event)
-        return Receipt(
-            status, event.event_id, event.type, election_id, command.unit_id, command.idempotency_key, position, verdict.warnings
-        )
-
-    def _refuse(
-        self, sub: Submission, errors: tuple[Problem, ...], sender: str, election_id: str, unit_id: str, key: str
-    ) -> Refusal:
-        event = submission_refused(sub, errors, sender, election_id, unit_id, key, self._clock())
-        status, position = self._write(event)
-        recorded = event.payload.errors  # what was recorded is what the sender hears
-        log.info("refused %s from %s: %s", sub.kind.value, sender, ", ".join(f"{e.field} {e.code}" for e in recorded))
-        return Refusal(recorded, category_of(recorded), event.event_id, "log" if status == "accepted" else "spool", position, claimable(key))
+        """Decide one command now (the lock held, the state caught up by the caller): a group of one."""
+        slot = Slot(sub, time.monotonic())
+        commit_group([slot], self._view(), self._clock, self._write_all)
+        return slot.result()
 
     # -- queries -------------------------------------------------------------------------------------------
 

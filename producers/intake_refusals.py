@@ -2,7 +2,7 @@
 
 Everything the sender controls is made encodable and bounded here (ids it cannot be filed under are
 left empty; the raw input keeps them), so a refusal can always be recorded; and what was recorded is
-what the sender hears (``Intake._refuse``).
+what the sender hears (``intake_judge.Judgment.answer``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,131 @@
+"""Judging one submission against what the intake knows, without writing anything.
+
+The intake decides a command in two steps: judge it (this module: parse, check the sender, resolve the
+election, answer a repeated key, validate), then write what the judgment says must be recorded (the
+accepted event, or the ``SubmissionRejected`` of a refusal) and answer once it is durable. Keeping the
+judgment free of writes is what lets the intake judge a group of queued commands in turn and append
+their events together (``producers.intake_group``): the answer is built only after the write says
+where the event went (the log, or the spool).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from ledger.events import Event, Problem, new_event
+from ledger.log.port import Position
+from producers.commands import CommandKind, Parsed, claimable, parse_command
+from producers.credentials import AuthFailure, authorize, election_scope
+from producers.intake_receipts import repeated
+from producers.intake_refusals import submission_refused
+from producers.intake_state import Claim, IntakeView
+from producers.outcomes import Outcome, Receipt, Refusal, Submission, category_of
+from producers.validation import check, precheck, resolve_election, to_payload, with_warnings
+
+__all__ = ["Judgment", "judge", "MAX_BODY"]
+
+MAX_BODY = 1024 * 1024
+"""Largest command accepted, in bytes (an election of 1,765 units is about 250 kB)."""
+
+log = logging.getLogger("producers.intake")
+
+Written = Literal["accepted", "spooled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Judgment:
+    """What was decided about one submission: the event to record (None: nothing to write, a repeated
+    key answered with its original receipt, held in ``claim``), and what the sender hears once it is."""
+
+    event: Event[Any] | None
+    refused: bool = False
+    receipt: Receipt | None = None  # an accepted command's receipt, status and position filled in by ``answer``
+    claim: Claim | None = None
+    kind: str = ""
+    sender: str = ""
+    key: str = ""
+
+    def answer(self, status: Written, position: Position | None) -> Outcome:
+        """The sender's answer once the event was written (``status``) at ``position``."""
+        if self.event is None:
+            assert self.claim is not None  # read now: a claim of the same group learns its position on the append
+            claim = self.claim
+            return Receipt("duplicate", claim.event_id, claim.event_type, claim.election_id, claim.unit_id, claim.key,
+                           claim.position)
+        if not self.refused:
+            assert self.receipt is not None
+            return replace(self.receipt, status=status, position=position)
+        recorded = self.event.payload.errors  # what was recorded is what the sender hears
+        log.info("refused %s from %s: %s", self.kind, self.sender, ", ".join(f"{e.field} {e.code}" for e in recorded))
+        return Refusal(recorded, category_of(recorded), self.event.event_id, "log" if status == "accepted" else "spool",
+                       position, claimable(self.key))
+
+
+def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Judgment:
+    """Judge ``sub`` against ``view`` (the log's state, the spool's and the group's before it on top)."""
+    if len(sub.body) > MAX_BODY:
+        too_large = Problem("body", "TOO_LARGE", f"the input is {len(sub.body)} bytes; at most {MAX_BODY} are accepted")
+        parsed = Parsed(None, (too_large,), unit_id=claimable(sub.unit_id), idempotency_key=claimable(sub.idempotency_key))
+    else:
+        parsed = parse_command(sub.kind, sub.body, unit_id=sub.unit_id, idempotency_key=sub.idempotency_key)
+    unit_id = claimable(sub.unit_id) or parsed.unit_id
+    key = parsed.idempotency_key or claimable(sub.idempotency_key)
+
+    def refuse(errors: tuple[Problem, ...], sender: str, election_id: str = "") -> Judgment:
+        event = submission_refused(sub, errors, sender, election_id or parsed.election_id, unit_id, key, now())
+        return Judgment(event, refused=True, kind=sub.kind.value, sender=sender, key=key)
+
+    if isinstance(sub.sender, AuthFailure):
+        return refuse((sub.sender.problem,), sub.sender.claimed)
+    credential = sub.sender
+    actor = credential.actor
+    denied = authorize(credential, sub.kind, unit_id if sub.kind is not CommandKind.DEFINE else None)
+    if denied is not None:
+        return refuse((denied,), actor)
+    if parsed.command is None:
+        return refuse((*parsed.errors, *precheck(parsed.data, view)), actor)
+    command = parsed.command
+    claim = view.claim(command.idempotency_key)
+    election_id: str | None
+    problems: tuple[Problem, ...]
+    if claim is not None and claim.election_id and getattr(command, "election_id", "") is None:
+        # A retry that names no election is about the election its original went to, even if
+        # another election with the same unit was defined since (which would make it ambiguous).
+        election_id, problems = claim.election_id, ()
+    else:
+        election_id, problems = resolve_election(command, view)
+    if election_id is None:
+        return refuse(problems, actor)
+    payload, problems = to_payload(command, actor)
+    if payload is None:
+        return refuse(problems, actor, election_id)
+    at = now()
+    draft = new_event(
+        payload,
+        election_id=election_id,
+        unit_id=command.unit_id,
+        actor=actor,
+        channel=sub.channel,
+        idempotency_key=command.idempotency_key,
+        occurred_at=command.occurred_at or at,
+        recorded_at=at,
+    )
+    claim = view.claim(command.idempotency_key)
+    if claim is not None:
+        again = repeated(claim, draft, command.idempotency_key)
+        return Judgment(None, claim=claim) if isinstance(again, Receipt) else refuse((again,), actor, election_id)
+    # Checked only for a new write: a duplicate above repeats a receipt, it writes nothing.
+    out_of_scope = election_scope(credential, election_id, view.elections_of_unit(command.unit_id))
+    if out_of_scope is not None:
+        return refuse((out_of_scope,), actor, election_id)
+    verdict = check(command, payload, election_id, view)
+    if verdict.errors:
+        return refuse(verdict.errors, actor, election_id)
+    event = replace(draft, payload=with_warnings(payload, verdict.warnings))
+    receipt = Receipt("accepted", event.event_id, event.type, election_id, command.unit_id, command.idempotency_key, None,
+                      verdict.warnings)
+    return Judgment(event, receipt=receipt)

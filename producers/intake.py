@@ -275,7 +275,10 @@ class Intake:
                 try:
                     positions = journal.append_batch(events)
                 except LogUnavailableError as exc:
-                    self._unavailable(exc)
+                    self._unavailable(exc)  # the group goes to the spool; forwarding skips what was written
+                except Exception:
+                    self._lock.unsure()  # part of the batch may be in the log: read it before deciding again
+                    raise
                 else:
                     self._lock.wrote()
                     for event, position in zip(events, positions):
@@ -368,13 +371,18 @@ class Intake:
     def submit(self, submission: Submission) -> Outcome:
         """Queue the command; whoever holds the lock next decides every queued one (``intake_group``)."""
         slot = self._queue.add(submission, time.monotonic())
-        with self._locked():
-            while not slot.done:
-                group = self._queue.take()
-                if not group:  # taken by a turn that was interrupted (not by an Exception) before it settled
-                    slot.fail(RuntimeError("the intake's turn that held this command was interrupted; send it again"))
-                    break
-                self._commit(group)
+        try:
+            with self._locked():
+                while not slot.done:
+                    group = self._queue.take()
+                    if not group:  # taken by a turn that was interrupted (not by an Exception) before it settled
+                        slot.fail(RuntimeError("the intake's turn that held this command was interrupted; send it "
+                                               "again (its key tells whether it was kept)"))
+                        break
+                    self._commit(group)
+        except BaseException:
+            self._queue.discard(slot)  # its sender hears the error: no later turn may write it
+            raise
         return slot.result()
 
     def _commit(self, group: list[Slot]) -> None:

@@ -69,6 +69,12 @@ class Queue:
             self._slots.append(slot)
         return slot
 
+    def discard(self, slot: Slot) -> None:
+        """Take back a command whose sender gave up before a turn took it (it must not be written later)."""
+        with self._guard:
+            if slot in self._slots:
+                self._slots.remove(slot)
+
     def __len__(self) -> int:
         return len(self._slots)
 

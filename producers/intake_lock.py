@@ -67,6 +67,12 @@ class DirectoryLock:
         self._seen = os.urandom(_MARK_BYTES)
         os.pwrite(self._mark_file(), self._seen, 0)
 
+    def unsure(self) -> None:
+        """An append failed and may have written part of its batch, which this intake's state does not
+        hold: every intake, this one too, must read the log before its next decision."""
+        self.wrote()
+        self._read_from = float("-inf")
+
     def covers(self, arrived: float) -> bool:
         """Whether a command that ``arrived`` (monotonic) may decide without catching up again."""
         return self._read_from >= arrived and os.pread(self._mark_file(), _MARK_BYTES, 0) == self._seen

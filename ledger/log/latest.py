@@ -113,9 +113,13 @@ class CopyLatest:
             if at is None or event_id is None:
                 continue  # not a copy this module wrote
             if version is not None:
-                if int(version) < held.get(stored.key, -1):
+                try:
+                    number = int(version)
+                except ValueError:
+                    continue  # not a version this module wrote: the copy is not one of ours
+                if number < held.get(stored.key, -1):
                     continue  # an older copy written late
-                held[stored.key] = int(version)
+                held[stored.key] = number
             theirs = tuple(h for h in stored.headers if h[0] not in (FEED_POSITION, EVENT_ID, VERSION))
             kept[stored.key] = LatestRecord(stored.key, event_id.decode(), stored.value, Position.parse(at.decode()),
                                             stored.timestamp_ms, theirs)

@@ -14,7 +14,7 @@ import pytest
 
 from ledger.events import Channel
 from ledger.journal import Journal
-from ledger.log.port import EventLog, LogUnavailableError, PendingRecord, Position
+from ledger.log.port import EventLog, LogError, LogUnavailableError, PendingRecord, Position
 from ledger.log.sqlite import SqliteLog
 from producers.commands import CommandKind
 from producers.credentials import Credential, CredentialStore
@@ -199,5 +199,76 @@ def test_an_append_that_fails_mid_group_acknowledges_none_of_it(
         kept = _logged(log.log)
         assert len(kept) == 10 and len(set(kept)) == 10, "each of the group's events is in the log once"
         assert all(intake.state.claim(key) is not None for key in ("r1", "o1", "r3"))
+    finally:
+        intake.close()
+
+
+class _Refusing(Appends):
+    """A log that takes the first record of the next batch and then refuses the rest with a plain
+    ``LogError`` (a broker refusing one record: too large, or a producer already failed)."""
+
+    def append_batch(self, records: Sequence[PendingRecord]) -> list[Position]:
+        if self.fail_after is not None:
+            self.log.append_batch(records[: self.fail_after])
+            raise LogError("the broker refused a record (test)")
+        return self.log.append_batch(records)
+
+
+@pytest.mark.parametrize("log_kind", ["embedded", "kafka"])
+def test_a_command_after_a_part_written_group_is_judged_against_what_was_written(
+    open_log: Callable[[str], EventLog], tmp_path: Path, people: tuple[Credential, Credential]
+) -> None:
+    """An append that fails after writing part of its group leaves events in the log that the intake's
+    state does not hold; a command that arrived before that turn's catch-up must not share it, or a second
+    result for the unit is accepted."""
+    official, _ = people
+    log = _Refusing(open_log("refusing"))
+    intake = Intake(lambda: log, tmp_path / "intake-refusing", name="refusing").start()  # type: ignore[arg-type,return-value]
+    try:
+        assert intake.submit(Submission(CommandKind.DEFINE, json.dumps(ELECTION), official)).accepted
+
+        def report(key: str) -> Submission:
+            return Submission(CommandKind.REPORT, json.dumps(FM5_REPORT), official, Channel.APP, unit_id="FM5",
+                              idempotency_key=key)
+
+        early = time.monotonic()  # this command arrived before the failing turn's catch-up began
+        log.fail_after = 1
+        failed = [intake._queue.add(report("r1"), time.monotonic()),
+                  intake._queue.add(Submission(CommandKind.OPEN, json.dumps({"attendance": 50}), official, Channel.APP,
+                                               unit_id="E01", idempotency_key="o1"), time.monotonic())]
+        with intake._locked():
+            intake._commit(intake._queue.take())
+        assert all(slot.error is not None for slot in failed), "nobody hears accepted"
+        log.fail_after = None
+        late = intake._queue.add(report("r2"), early)
+        with intake._locked():
+            intake._commit(intake._queue.take())
+        outcome = late.result()
+        assert isinstance(outcome, Refusal) and outcome.errors[0].code == "ALREADY_REPORTED", outcome
+        fm5 = [e for e in Journal(log.log).read() if e.event.type == "ResultReported" and e.event.envelope.unit_id == "FM5"]
+        assert len(fm5) == 1, "one result for the unit in the log"
+    finally:
+        intake.close()
+
+
+@pytest.mark.parametrize("log_kind", ["embedded"])
+def test_a_command_whose_turn_could_not_be_taken_is_not_written_later(
+    open_log: Callable[[str], EventLog], tmp_path: Path, people: tuple[Credential, Credential], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its sender heard an error: a later turn must not take the command from the queue and write it."""
+    official, _ = people
+    intake, log = _intake(open_log, "lockless", tmp_path, official)
+    try:
+        def no_lock() -> Any:
+            raise OSError("the lock file cannot be opened (test)")
+
+        monkeypatch.setattr(intake, "_locked", no_lock)
+        with pytest.raises(OSError):
+            intake.submit(Submission(CommandKind.OPEN, json.dumps({"attendance": 50}), official, Channel.APP,
+                                     unit_id="E01", idempotency_key="o1"))
+        monkeypatch.undo()
+        assert len(intake._queue) == 0
+        assert intake.submit(Submission(CommandKind.DEFINE, json.dumps(ELECTION), official)).accepted  # a later turn
+        assert intake.state.claim("o1") is None and log.batches == [1], "the refused sender's command was not written"
     finally:
         intake.close()

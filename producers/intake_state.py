@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -228,9 +228,12 @@ class IntakeState:
         payload = event.payload
         key = env.idempotency_key
         if isinstance(payload, SubmissionRejected):
-            if key in self.rejections and self.rejections[key].event_id == event.event_id:
-                return False
             claimed = claimed_key(key) if key.startswith(REJECTED_KEY_PREFIX) else key
+            seen = self.rejections.get(claimed)
+            if seen is not None and seen.event_id == event.event_id:
+                if seen.position is None and position is not None:  # spooled before, read back from the log now
+                    self.rejections[claimed] = replace(seen, position=position)
+                return False
             record = RejectionRecord(claimed, event.event_id, payload.command, payload.errors, position, payload.sender)
             self.rejections[claimed] = record
             self.applied += 1

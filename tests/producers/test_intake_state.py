@@ -158,3 +158,15 @@ def test_an_opening_written_after_the_result_is_ignored_like_the_reducers_do() -
     state.apply_all(_positions([_definition(), report, _ev(UnitOpened(1000), "u3", "o3")]))
     unit = state.unit("e", "u3")
     assert (unit.opened_event_id, unit.attendance, unit.result_event_id) == (None, None, report.event_id)
+
+
+def test_a_refusal_counts_once_and_keeps_the_position_it_was_read_at() -> None:
+    """A refusal's key is ``rejected:<id>:<key>`` but it is kept under the key it refused: folding the same
+    refusal again (spooled, then read back; or read twice) changes nothing but the position it gains."""
+    refusal = _story()[5]
+    state = IntakeState()
+    assert state.apply(refusal)  # spooled: no position yet
+    assert not state.apply(refusal, Position(2, 7))  # read back from the log
+    assert state.applied == 1
+    assert state.rejection("r2").position == Position(2, 7)  # type: ignore[union-attr]
+    assert not state.apply(refusal) and state.rejection("r2").position == Position(2, 7)  # type: ignore[union-attr]

@@ -7,15 +7,14 @@ directory (nothing is opened or created then).
 
 No credential is needed: the importer writes only what the published releases say, with event ids
 derived from them, and names itself in each record's ``caucus-writer`` header (see
-``producers.direct_writes`` for the commands that do need an official). It appends in the intake's turn
-and marks its writes, like every writer without an intake, so an intake beside it never decides against
-a log the import has moved on.
+``producers.direct_writes`` for the commands that do need an official). It appends each batch in the
+intake's turn and marks it, like every writer without an intake, so an intake beside it never decides
+against a log the import has moved on, and waits for one batch at a time, not for the whole import.
 """
 
 from __future__ import annotations
 
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -54,11 +53,11 @@ def idp2020(
         raise fail(f"--data {data}: not a directory (give the directory holding the 2020 Iowa files)")
     journal = None if dry_run else Journal(open_log(settings), writer=f"importer:idp2020 ({election_id})")
     show_progress = not as_json and sys.stderr.isatty()
-    turn = nullcontext() if dry_run else intake_turn(settings)  # an intake beside it reads these before deciding
     try:
-        with turn, progress_bar(show_progress, "appending events") as progress:
+        with progress_bar(show_progress, "appending events") as progress:
             summary = import_idp2020(data, journal, election_id=election_id, log_name=settings.describe_log(),
-                                     recount_units=frozenset(recount_units or ()), progress=progress)  # fmt: skip
+                                     recount_units=frozenset(recount_units or ()), progress=progress,
+                                     turn=lambda: intake_turn(settings))  # fmt: skip
     finally:
         if journal is not None:
             journal.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,9 +83,10 @@ class ImportSummary:
 
 def import_idp2020(data_dir: Path, journal: Journal | None, *, election_id: str = ELECTION_ID, log_name: str = "",
                    recount_units: Collection[str] = (), progress: Progress | None = None,
-                   batch_size: int = 250) -> ImportSummary:
+                   batch_size: int = 250, turn: Callable[[], AbstractContextManager[None]] = nullcontext) -> ImportSummary:
     """Plan and append. With ``journal=None`` (a dry run) nothing is written. Nothing is appended
-    either when the plan has errors."""
+    either when the plan has errors. Each batch is appended inside ``turn()`` (the intake's turn, so an
+    intake beside the import decides between batches, not after the whole import)."""
     plan = plan_import(data_dir, election_id=election_id, recount_units=recount_units)
     summary = ImportSummary(election_id, log_name, stages=plan.stages, issues=plan.issues, dry_run=journal is None)
     for event in plan.events:
@@ -99,7 +101,8 @@ def import_idp2020(data_dir: Path, journal: Journal | None, *, election_id: str 
     before = sum(journal.log.high_watermarks().values())
     total = len(plan.events)
     for start in range(0, total, batch_size):
-        journal.append_batch(plan.events[start : start + batch_size])
+        with turn():
+            journal.append_batch(plan.events[start : start + batch_size])
         if progress is not None:
             progress(min(start + batch_size, total), total)
     summary.appended = sum(journal.log.high_watermarks().values()) - before

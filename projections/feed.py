@@ -34,7 +34,8 @@ Why publishing cannot break the view, and why a subscriber still sees every fina
   another runner read a newer one. The store's feed fence (``FeedFence``: per key the highest version
   published, checked and raised under a lock held until the change stream and the latest view have
   the records) refuses it, so within a set a key's versions never go down on the change stream or in
-  the latest view. The fence has a lock of its own: publishing never waits for a batch.
+  the latest view. On PostgreSQL and in memory the fence has a lock of its own, so publishing never
+  waits for a batch; an embedded SQLite store has one writer at a time, so there they take turns.
 * **The serving view only.** A projection set that is not serving (a rebuild in progress, an as-of set,
   the set a replay just retired) publishes nothing, so subscribers follow one view. After a replay
   switches sets, the new serving set is published whole; where it reflects fewer events than the old

@@ -283,7 +283,7 @@ class ProjectionStore(Protocol):
 
     def feed_fence(self, set_id: int) -> AbstractContextManager[FeedFence]:
         """The set's feed fence, locked until the block ends; what it raised is kept when the block
-        ends without an error. A lock of its own, not the set's: publishing never waits on a batch."""
+        ends without an error. A lock of its own where the store has one (PostgreSQL, memory): publishing never waits on a batch there."""
         ...
 
     def close(self) -> None: ...

@@ -283,7 +283,8 @@ class ProjectionStore(Protocol):
 
     def feed_fence(self, set_id: int) -> AbstractContextManager[FeedFence]:
         """The set's feed fence, locked until the block ends; what it raised is kept when the block
-        ends without an error. A lock of its own where the store has one (PostgreSQL, memory): publishing never waits on a batch there."""
+        ends without an error. A lock of its own where the store has one (PostgreSQL, memory), so
+        publishing never waits on a batch there."""
         ...
 
     def close(self) -> None: ...

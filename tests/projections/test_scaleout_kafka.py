@@ -71,6 +71,9 @@ def test_runners_killed_and_added_mid_run_equal_a_single_runner_rebuild(
     base = [str(Path(sys.executable).parent / "caucus"), "--data-dir", str(tmp_path / "data"), "--kafka", kafka_bootstrap,
             "--topic", unique_topic, "--database", pg_dsn]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_") or k == "CAUCUS_KEY_HOME"}
+    # A results topic of its own: the latest view keeps the highest version per key, and other tests'
+    # feeds (on the broker's default results topic) publish the same keys (state:e1) at other versions.
+    env["CAUCUS_RESULTS_TOPIC"] = f"{unique_topic}-results"
     cmd = [*base, "project", "--batch-size", "40", "--session-timeout-ms", str(SESSION_MS),
            "--group", f"scale-{unique_topic}", "-q"]
     store = PostgresStore(pg_dsn)

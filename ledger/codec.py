@@ -232,16 +232,7 @@ class Codec:
         """The event a record holds, as ``decode`` gives it, except that an event of one of ``types``
         decodes its payload when the payload is first read (``ledger.deferred_event``). The whole
         record is checked now all the same, so a record ``decode`` refuses is refused here."""
-        if type(data) is not bytes:
-            data = bytes(data)
-        head = data[:10]
-        entry = self._heads[head] if head in self._heads else self._compile_head(head)
-        if entry is not None and entry[0] in types:
-            try:
-                return entry[1](data)
-            except Exception:  # noqa: BLE001 - decode refuses it by name
-                return self.decode(data)
-        return self.decode(data)
+        return self.decode_deferred_all((data,), types)[0]
 
     def decode_deferred_all(self, values: Iterable[bytes], types: AbstractSet[str]) -> list[Event[Any]]:
         """``decode_deferred`` of each record, in one loop with its lookups bound once (a rebuild's

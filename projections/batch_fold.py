@@ -157,9 +157,10 @@ class BatchFolder:
     def fold(self, tx: FoldTx, records: list[StoredRecord]) -> tuple[Changes, FoldedBatch]:
         """Fold a batch's records into changed rows. Records are decoded, entered in the event index
         (which answers which were applied before) and folded ``chunk`` at a time, inside the batch's
-        transaction or on a snapshot before it (``projections.early_fold``): a large catch-up batch never holds its decoded events, only the states
-        of the units it touched. Each unit's events are folded into one ``UnitFold`` for the whole
-        batch, whose state is built once, after the last chunk."""
+        transaction or on a snapshot before it (``projections.early_fold``): a large catch-up batch
+        never holds its decoded events, only the states of the units it touched. Each unit's events
+        are folded into one ``UnitFold`` for the whole batch, whose state is built once, after the
+        last chunk."""
         changes = Changes()
         folded = FoldedBatch()
         if not records:

@@ -20,7 +20,7 @@ from ledger.events import Event, Problem, new_event
 from ledger.log.port import Position
 from producers.commands import CommandKind, Parsed, claimable, parse_command
 from producers.credentials import AuthFailure, authorize, election_scope
-from producers.intake_receipts import repeated
+from producers.intake_receipts import duplicate_receipt, repeated
 from producers.intake_refusals import submission_refused
 from producers.intake_state import Claim, IntakeView
 from producers.outcomes import Outcome, Receipt, Refusal, Submission, category_of
@@ -53,9 +53,7 @@ class Judgment:
         """The sender's answer once the event was written (``status``) at ``position``."""
         if self.event is None:
             assert self.claim is not None  # read now: a claim of the same group learns its position on the append
-            claim = self.claim
-            return Receipt("duplicate", claim.event_id, claim.event_type, claim.election_id, claim.unit_id, claim.key,
-                           claim.position)
+            return duplicate_receipt(self.claim)
         if not self.refused:
             assert self.receipt is not None
             return replace(self.receipt, status=status, position=position)

@@ -14,13 +14,18 @@ from producers.credentials import Credential
 from producers.intake_state import Claim, IntakeState, Layered, fingerprint
 from producers.outcomes import Outcome, Receipt, Refusal, category_of
 
-__all__ = ["repeated", "answer"]
+__all__ = ["duplicate_receipt", "repeated", "answer"]
+
+
+def duplicate_receipt(claim: Claim) -> Receipt:
+    """The original's receipt, for a command repeating a claimed key with the same content."""
+    return Receipt("duplicate", claim.event_id, claim.event_type, claim.election_id, claim.unit_id, claim.key, claim.position)
 
 
 def repeated(claim: Claim, draft: Event[Any], key: str) -> Receipt | Problem:
     """A key already claimed: the original receipt if ``draft`` says the same, else the conflict."""
     if claim.fingerprint() == fingerprint(draft):
-        return Receipt("duplicate", claim.event_id, claim.event_type, claim.election_id, claim.unit_id, claim.key, claim.position)
+        return duplicate_receipt(claim)
     return Problem(
         "idempotency_key",
         "IDEMPOTENCY_CONFLICT",

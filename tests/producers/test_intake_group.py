@@ -28,18 +28,20 @@ E10_REPORT = {"first_alignment": {"Biden": 30, "Warren": 20}, "final_alignment":
 
 class Appends:
     """The test's log, counting ``append_batch`` calls; with ``fail_after`` set, the next batch writes that
-    many records and then fails as an unreachable broker would."""
+    many records and then fails with ``failure``: as an unreachable broker would, unless a test says
+    otherwise (a plain ``LogError``: a broker refusing a record)."""
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
         self.batches: list[int] = []
         self.fail_after: int | None = None
+        self.failure: LogError = LogUnavailableError("the broker went away mid-batch (test)")
 
     def append_batch(self, records: Sequence[PendingRecord]) -> list[Position]:
         self.batches.append(len(records))
         if self.fail_after is not None:
             self.log.append_batch(records[: self.fail_after])
-            raise LogUnavailableError("the broker went away mid-batch (test)")
+            raise self.failure
         return self.log.append_batch(records)
 
     def __getattr__(self, name: str) -> Any:
@@ -203,17 +205,6 @@ def test_an_append_that_fails_mid_group_acknowledges_none_of_it(
         intake.close()
 
 
-class _Refusing(Appends):
-    """A log that takes the first record of the next batch and then refuses the rest with a plain
-    ``LogError`` (a broker refusing one record: too large, or a producer already failed)."""
-
-    def append_batch(self, records: Sequence[PendingRecord]) -> list[Position]:
-        if self.fail_after is not None:
-            self.log.append_batch(records[: self.fail_after])
-            raise LogError("the broker refused a record (test)")
-        return self.log.append_batch(records)
-
-
 @pytest.mark.parametrize("log_kind", ["embedded", "kafka"])
 def test_a_command_after_a_part_written_group_is_judged_against_what_was_written(
     open_log: Callable[[str], EventLog], tmp_path: Path, people: tuple[Credential, Credential]
@@ -222,11 +213,9 @@ def test_a_command_after_a_part_written_group_is_judged_against_what_was_written
     state does not hold; a command that arrived before that turn's catch-up must not share it, or a second
     result for the unit is accepted."""
     official, _ = people
-    log = _Refusing(open_log("refusing"))
-    intake = Intake(lambda: log, tmp_path / "intake-refusing", name="refusing").start()  # type: ignore[arg-type,return-value]
+    intake, log = _intake(open_log, "refusing", tmp_path, official)
+    log.failure = LogError("the broker refused a record (test)")
     try:
-        assert intake.submit(Submission(CommandKind.DEFINE, json.dumps(ELECTION), official)).accepted
-
         def report(key: str) -> Submission:
             return Submission(CommandKind.REPORT, json.dumps(FM5_REPORT), official, Channel.APP, unit_id="FM5",
                               idempotency_key=key)

@@ -80,7 +80,7 @@ def _printer(observer: RunnerObserver, group: str, repeat_after: float = 30.0) -
 
     def say(p: Progress) -> None:
         waiting = observer.waiting_for_partitions()
-        state = (p.applied, p.lag_events, tuple(sorted(p.assigned)), p.waiting_for_store,
+        state = (p.applied, p.lag_events, tuple(sorted(p.assigned)), p.waiting_for_store, tuple(sorted(p.others_behind.items())),
                  None if waiting is None else int(waiting) // 5)
         now = time.monotonic()
         if state != last[0] or now - float(last[1]) >= repeat_after:  # type: ignore[arg-type]
@@ -92,7 +92,7 @@ def _printer(observer: RunnerObserver, group: str, repeat_after: float = 30.0) -
 
 def project(
     ctx: typer.Context,
-    until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Exit once everything up to the high watermarks (as first seen) is applied."),
+    until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Exit once the whole log up to its high watermarks (as first seen) is applied; in a consumer group this waits for the partitions other members hold (--no-partition-timeout bounds a wait on partitions that stop moving)."),
     group: str = typer.Option(DEFAULT_GROUP, "--group", help="Kafka consumer group: runners in one group split the partitions."),
     batch_size: int = typer.Option(500, "--batch-size", min=1, help="Events per store transaction."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
@@ -104,7 +104,7 @@ def project(
     catch_up_batch: int = typer.Option(0, "--catch-up-batch", min=0, help="While far behind the log, gather up to this many events per transaction (e.g. 200000 for a first run over a long log: about 100 MB more memory, tallies computed once per unit per transaction; 0: --batch-size)."),
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="Serve /metrics (Prometheus), /health and /ready on this port (0: any free port, printed at start)."),
     metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help="Address for --metrics-port (0.0.0.0 for every interface)."),
-    no_partition_timeout: float = typer.Option(60.0, "--no-partition-timeout", min=0.0, help="Kafka: after holding no partition this many seconds, rejoin the group with a new consumer; if that gets none either, exit 2 saying why (0: wait as long as it takes, e.g. for a standby runner)."),
+    no_partition_timeout: float = typer.Option(60.0, "--no-partition-timeout", min=0.0, help="Kafka: after holding no partition this many seconds, rejoin the group with a new consumer; if that gets none either, exit 2 saying why (0: wait as long as it takes, e.g. for a standby runner). With --until-caught-up, also how long partitions another member holds may stand still before the runner exits 2 naming them."),
 ) -> None:
     """Consume the log into the projection store (tallies, unit state, paper-trail index).
 
@@ -155,7 +155,7 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
                 raise fail(str(exc)) from exc
             say = (lambda p: None) if quiet else _printer(observer, group if has_groups(settings) else "")
             runner = ProjectionRunner(store, info.set_id, source, batch_size=batch_size, rule_set=info.rule_set, on_progress=say,
-                                      catch_up_batch=catch_up_batch)
+                                      catch_up_batch=catch_up_batch, others_timeout=no_partition_timeout)
             if not quiet:
                 typer.echo(f"projecting {source.description} into {store.describe()} (projection {info.name} v{info.version})", err=True)
             try:

@@ -69,7 +69,11 @@ def progress_line(p: Progress, *, waiting_for_partitions: float | None = None, g
         behind = "caught up with the log"
     else:
         behind = f"{lag:,} events behind the log"
-    return f"{done}; {behind}{_age(p, lag, now)}; partitions {_parts(p.assigned)}"
+    line = f"{done}; {behind}{_age(p, lag, now)}; partitions {_parts(p.assigned)}"
+    if p.others_behind:
+        who = f"consumer group {group}" if group else "the consumer group"
+        line += f"; waiting for partitions {_parts(set(p.others_behind))}, held by other members of {who}, to be applied"
+    return line
 
 
 def _age(p: Progress, lag: int | None, now: datetime | None) -> str:

@@ -146,6 +146,9 @@ class CutSource:
     def positions(self) -> dict[int, int]:
         return self.inner.positions()
 
+    def log_high_watermarks(self) -> dict[int, int]:
+        return self.inner.log_high_watermarks()
+
     def close(self) -> None:
         self.inner.close()
 

@@ -28,6 +28,7 @@ from projections.early_fold import BaseMoved, EarlyFold, fold_early
 from projections.exactly_once import Claim, claim, start_positions
 from projections.sources import Source
 from projections.stores.port import Changes, ProjectionStore, StoreUnavailable
+from projections.whole_log import OthersStalled, OthersWatch, behind
 
 __all__ = ["RunnerError", "Progress", "ProjectionRunner", "tally_row"]
 
@@ -58,6 +59,9 @@ class Progress:
     stopped: str = ""
     store_outages: int = 0
     waiting_for_store: str = ""
+    others_behind: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """``--until-caught-up`` in a group: partitions held by other members still below their
+    targets, as ``{partition: (applied, target)}`` (``projections.whole_log``)."""
 
     @property
     def elapsed(self) -> float:
@@ -103,6 +107,7 @@ class Progress:
             "stopped": self.stopped,
             "store_outages": self.store_outages,
             "waiting_for_store": self.waiting_for_store,
+            "waiting_for_partitions": {str(p): {"applied": a, "target": t} for p, (a, t) in sorted(self.others_behind.items())},
         }
 
 
@@ -126,6 +131,7 @@ class ProjectionRunner:
         catch_up_batch: int = 0,
         catch_up_seconds: float = 5.0,
         store_retry_seconds: float = 300.0,
+        others_timeout: float = 60.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if batch_size < 1:
@@ -150,6 +156,10 @@ class ProjectionRunner:
         self.store_retry_seconds = store_retry_seconds
         """How long a batch is retried while the store is unreachable (a database restart) before the
         runner gives up with the store's error."""
+        self._others = OthersWatch(others_timeout)
+        """``--until-caught-up``: how long partitions held by other members may stay still before the
+        runner gives up waiting for them (``projections.whole_log``; 0: no bound)."""
+        self._log_targets: dict[int, int] | None = None
         self._sleep = sleep
         self.on_commit = on_commit
         """Called after each batch's transaction committed, with what it changed and the positions
@@ -295,8 +305,29 @@ class ProjectionRunner:
         owned = self.source.assigned()
         read = self.source.positions()  # past records the log skips over (none on the embedded log)
         done = all(p in self._targets and max(self._next.get(p, 0), read.get(p, 0)) >= self._targets[p] for p in owned)
+        if done:
+            lagging = self._others_behind(owned)
+            self.progress.others_behind = lagging
+            if lagging:
+                try:
+                    self._others.observe(lagging, getattr(self.source, "group_id", ""))
+                except OthersStalled as exc:
+                    raise RunnerError(str(exc)) from exc
+                done = False
         self.progress.caught_up = done
         return done
+
+    def _others_behind(self, owned: set[int]) -> dict[int, tuple[int, int]]:
+        """The partitions this runner does not own that are not yet applied up to the log's high
+        watermarks, as taken the first time its own were done (``projections.whole_log``)."""
+        if self._log_targets is None:
+            self._log_targets = self.source.log_high_watermarks()
+        targets = {p: t for p, t in self._log_targets.items() if p not in owned and t > self._known.get(p, 0)}
+        if not targets:
+            return {}
+        with self.store.reader(self.set_id) as r:
+            stored = r.positions()
+        return behind(targets, {p: max(self._known.get(p, 0), stored[p].next_offset) for p in targets if p in stored})
 
     def _report(self, force: bool = False) -> None:
         self.progress.positions = dict(self._next)

@@ -84,6 +84,11 @@ class Source(Protocol):
         """Where reading stands in each owned partition (next offset to fetch)."""
         ...
 
+    def log_high_watermarks(self) -> dict[int, int]:
+        """A fresh high watermark of every partition of the log, owned or not (``--until-caught-up``
+        in a group waits for the whole log: ``projections.whole_log``)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -138,6 +143,9 @@ class EmbeddedSource:
 
     def positions(self) -> dict[int, int]:
         return dict(self._next)
+
+    def log_high_watermarks(self) -> dict[int, int]:
+        return self.log.high_watermarks()
 
     def close(self) -> None:
         self.log.close()
@@ -424,6 +432,9 @@ class KafkaGroupSource:
             if pos is not None:
                 out[p] = pos
         return out
+
+    def log_high_watermarks(self) -> dict[int, int]:
+        return self.log.high_watermarks()  # raises LogUnavailableError when the broker is gone
 
     def close(self) -> None:
         self._closing.set()

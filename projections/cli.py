@@ -23,7 +23,7 @@ from ledger.codec import CodecError
 from ledger.config import Settings
 from ledger.log.port import LogError, LogLostError
 from projections.backends import has_groups
-from projections.feed import publishing
+from projections.feed import FeedOfAnotherLog, publishing
 from projections.observe import RunnerObserver, progress_line
 from projections.queries import DEFAULT_SET, QueryError, find_county, find_unit, load_view, resolve_set
 from projections.replay import ServingWatch, follow_serving
@@ -175,7 +175,7 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
                     "restore the log, or rebuild the projection from the log as it now is with `caucus replay --new-log`.",
                     code=3,
                 ) from exc
-            except (RunnerError, StoreError, LogError) as exc:
+            except (RunnerError, StoreError, LogError, FeedOfAnotherLog) as exc:
                 observer.log_error = str(exc)
                 raise fail(str(exc)) from exc
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -65,7 +65,7 @@ from typing import Any
 from ledger.backends import RESULTS_LOG_FILE, backends_for
 from ledger.config import Settings
 from ledger.events import Event
-from ledger.log.latest import LatestView
+from ledger.log.latest import LatestRecord, LatestView
 from ledger.log.port import EventLog, LogError, PendingRecord
 from ledger.record_headers import event_headers
 from projections.area_sums import ElectionSums
@@ -84,10 +84,23 @@ from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreErro
 from projections.tally import ElectionContext, UnitTally, election_context
 
 __all__ = [
-    "RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPublisher", "FeedStats", "open_publisher", "publishing",
+    "RESULTS_LOG_FILE", "open_results_log", "results_log_name", "FeedPublisher", "FeedStats", "FeedOfAnotherLog", "SOURCE_HEADER",
+    "open_publisher", "publishing",
 ]
 
 FEED_WRITER = "projections:results-feed"
+
+SOURCE_HEADER = "caucus-source-log"
+"""Header of every feed record: the event log the tally was projected from (the set's ``source``)."""
+
+
+class FeedOfAnotherLog(RuntimeError):
+    """The results feed holds tallies projected from an event log this store knows nothing of.
+
+    Why refuse: two event logs publishing to one results topic (one topic name set, the results topic
+    left at its default) would put two elections' tallies under the same keys, and subscribers would
+    keep whichever version is higher. A log this store has projected before (the one a
+    ``caucus replay --new-log`` replaced) is not another log."""
 
 CATCH_UP_SHARE = 0.2
 """While the runner is behind, publishing waits until its last publish took at most this share of
@@ -152,9 +165,12 @@ class FeedPublisher:
         on_error: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         latest: LatestView | None = None,
+        name: str = "",
     ) -> None:
         self.store = store
         self.info = info
+        self.name = name or "log"
+        self._source = (SOURCE_HEADER, info.source.encode())
         self.log = log
         self.latest = latest
         self.only_serving = only_serving
@@ -247,12 +263,29 @@ class FeedPublisher:
         self._published.clear()
         if self.latest is not None:
             try:
-                self._published = {k: r.event_id for k, r in self.latest.snapshot().records.items()}
+                records = self.latest.snapshot().records
             except (LogError, OSError) as exc:
                 if self.on_error is not None:
                     self.on_error(f"cannot read the results feed's latest view, publishing the whole view: {exc}")
+            else:
+                self._check_sources(records.values())
+                self._published = {k: r.event_id for k, r in records.items()}
         self._pending.everything = True
         return self.flush()
+
+    def _check_sources(self, records: Iterable[LatestRecord]) -> None:
+        """``FeedOfAnotherLog`` when the latest view holds tallies of a log this store never projected."""
+        held = {value.decode("utf-8", "replace") for rec in records for name, value in rec.headers if name == SOURCE_HEADER}
+        if not held or held <= {self.info.source}:
+            return
+        foreign = held - {info.source for info in self.store.sets()}
+        if foreign:
+            raise FeedOfAnotherLog(
+                f"the results feed {self.name} holds tallies projected from another event log ({', '.join(sorted(foreign))}); "
+                f"this projection is of {self.info.source}. Two event logs publishing to one results topic would mix their "
+                "tallies under the same keys: give each event log its own results topic (CAUCUS_RESULTS_TOPIC, or "
+                "results_topic under [kafka] in the configuration file), or run with --no-feed"
+            )
 
     def _caught_up(self, positions: dict[int, int]) -> bool:
         runner = self._runner
@@ -266,7 +299,7 @@ class FeedPublisher:
     def _record(self, event: Event[Any]) -> PendingRecord:
         """A feed record with the headers every record carries (``ledger.record_headers``)."""
         value = self._codec.encode(event)
-        return PendingRecord(record_key(event), event.event_id, value, event_headers(event, value, FEED_WRITER))
+        return PendingRecord(record_key(event), event.event_id, value, (*event_headers(event, value, FEED_WRITER), self._source))
 
     def flush(self) -> int:
         """Publish the pending keys' current tallies; returns how many records were appended.
@@ -433,7 +466,7 @@ def open_publisher(settings: Settings, store: ProjectionStore, info: SetInfo, *,
     except (LogError, OSError) as exc:
         if on_error is not None:
             on_error(f"the results feed's latest view is unavailable, only changes will be published: {exc}")
-    return FeedPublisher(store, info, log, on_error=on_error, latest=latest)
+    return FeedPublisher(store, info, log, on_error=on_error, latest=latest, name=results_log_name(settings))
 
 
 @contextmanager

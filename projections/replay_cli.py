@@ -134,13 +134,15 @@ def replay(
 
 def _publish(store: ProjectionStore, settings: Settings, outcome: ReplayOutcome) -> None:
     """Publish the whole new serving view (versions let subscribers keep the newest of each tally)."""
-    from projections.feed import open_publisher
+    from projections.feed import FeedOfAnotherLog, open_publisher
 
     publisher = open_publisher(settings, store, outcome.built, on_error=lambda m: typer.echo(f"warning: {m}", err=True))
     if publisher is None:
         return
     try:
         publisher.resume()  # a new set: its records all differ from what the latest view holds
+    except FeedOfAnotherLog as exc:
+        typer.echo(f"warning: nothing published: {exc}", err=True)  # the replay itself stands
     finally:
         publisher.close()
 

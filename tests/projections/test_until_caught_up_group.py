@@ -87,24 +87,35 @@ def _split(support: ModuleType, runner: ProjectionRunner, holder: dict[str, Any]
     )
 
 
+def _topic_with_events(support: ModuleType, bootstrap: str, topic: str, units: int) -> tuple[list[Any], dict[int, int]]:
+    provision_topic(bootstrap, topic, PARTS)
+    events = support.election_log(units, corrections=2, rejections=1)
+    support.produce(bootstrap, topic, events, PARTS)
+    return events, KafkaLog(bootstrap, topic, partitions=PARTS).high_watermarks()
+
+
+@contextmanager
+def _shared_group(support: ModuleType, store: ProjectionStore, sid: int, bootstrap: str, topic: str, group: str,
+                  others_timeout: float) -> Iterator[tuple[ProjectionRunner, threading.Thread, dict[str, Any], set[int]]]:
+    """The holder takes every partition first, then the runner (until caught up) joins and gets a share;
+    yields the runner, its thread, its outcome and the partitions the holder kept."""
+    with _holder(bootstrap, topic, group) as holder:
+        support.wait_for(lambda: len(holder["assigned"]) == PARTS, 60, "the holder to take every partition")
+        runner = _runner(store, sid, bootstrap, topic, group, others_timeout=others_timeout)
+        thread, out = _start(runner)
+        _split(support, runner, holder)
+        yield runner, thread, out, set(range(PARTS)) - runner.source.assigned()
+
+
 def test_a_runner_waits_for_the_partitions_another_member_holds(
     support: ModuleType, open_store: Open, kafka_bootstrap: str, unique_topic: str
 ) -> None:
-    provision_topic(kafka_bootstrap, unique_topic, PARTS)
-    events = support.election_log(300, corrections=2, rejections=1)
-    support.produce(kafka_bootstrap, unique_topic, events, PARTS)
-    marks = KafkaLog(kafka_bootstrap, unique_topic, partitions=PARTS).high_watermarks()
+    events, marks = _topic_with_events(support, kafka_bootstrap, unique_topic, 300)
     store = open_store()
     sid = store.ensure_serving("tally", source="kafka").set_id
-    group = f"whole-{unique_topic}"
-    with _holder(kafka_bootstrap, unique_topic, group) as holder:
-        support.wait_for(lambda: len(holder["assigned"]) == PARTS, 60, "the holder to take every partition")
-        runner = _runner(store, sid, kafka_bootstrap, unique_topic, group, others_timeout=0)
-        thread, out = _start(runner)
-        _split(support, runner, holder)
-        own = set(runner.source.assigned())
+    with _shared_group(support, store, sid, kafka_bootstrap, unique_topic, f"whole-{unique_topic}", 0) as (runner, thread, out, held):
+        own = set(range(PARTS)) - held
         support.wait_for(lambda: all(_stored(store, sid).get(p, 0) >= marks[p] for p in own), 60, "the runner's share applied")
-        held = set(range(PARTS)) - own
         assert any(marks[p] > 0 for p in held), "the holder's partitions hold events"
         support.wait_for(lambda: set(runner.progress.others_behind) == {p for p in held if marks[p] > 0}, 30,
                          "the runner to report what it waits for")
@@ -122,19 +133,11 @@ def test_a_runner_waits_for_the_partitions_another_member_holds(
 def test_partitions_that_never_move_end_the_wait_with_an_error_naming_them(
     support: ModuleType, open_store: Open, kafka_bootstrap: str, unique_topic: str
 ) -> None:
-    provision_topic(kafka_bootstrap, unique_topic, PARTS)
-    events = support.election_log(120)
-    support.produce(kafka_bootstrap, unique_topic, events, PARTS)
-    marks = KafkaLog(kafka_bootstrap, unique_topic, partitions=PARTS).high_watermarks()
+    _, marks = _topic_with_events(support, kafka_bootstrap, unique_topic, 120)
     store = open_store()
     sid = store.ensure_serving("tally", source="kafka").set_id
     group = f"stall-{unique_topic}"
-    with _holder(kafka_bootstrap, unique_topic, group) as holder:
-        support.wait_for(lambda: len(holder["assigned"]) == PARTS, 60, "the holder to take every partition")
-        runner = _runner(store, sid, kafka_bootstrap, unique_topic, group, others_timeout=2.0)
-        thread, out = _start(runner)
-        _split(support, runner, holder)
-        held = set(range(PARTS)) - runner.source.assigned()
+    with _shared_group(support, store, sid, kafka_bootstrap, unique_topic, group, 2.0) as (_, thread, out, held):
         thread.join(90)
         assert not thread.is_alive()
     error = out.get("error")

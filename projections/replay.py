@@ -149,6 +149,10 @@ class CutSource:
     def log_high_watermarks(self) -> dict[int, int]:
         return self.inner.log_high_watermarks()
 
+    @property
+    def shares_partitions(self) -> bool:
+        return self.inner.shares_partitions
+
     def close(self) -> None:
         self.inner.close()
 

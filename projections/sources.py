@@ -62,6 +62,13 @@ class AssignmentListener(Protocol):
 class Source(Protocol):
     description: str
 
+    @property
+    def shares_partitions(self) -> bool:
+        """Whether another runner may be handed this source's partitions while it reads them (a consumer
+        group): only then can a batch's base move between a fold before the lock and the lock, so only
+        then does the runner fold before it (``projections.early_fold``)."""
+        ...
+
     def start(self, listener: AssignmentListener) -> None: ...
 
     def poll(self, max_records: int, timeout: float) -> list[StoredRecord]: ...
@@ -98,6 +105,8 @@ class EmbeddedSource:
     The embedded log has no groups: one runner owns every partition. A second runner on the same
     set is still safe (the store's lock and position check), just wasteful.
     """
+
+    shares_partitions = False
 
     def __init__(self, log: EventLog, *, description: str = "", hw_refresh: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
         self.log = log
@@ -160,6 +169,8 @@ class KafkaGroupSource:
     so a broker that restarted empty (the topic gone or re-created) surfaces as a lost log instead of
     a consumer waiting forever, and an unreachable one as ``LogUnavailableError``.
     """
+
+    shares_partitions = True
 
     def __init__(
         self,

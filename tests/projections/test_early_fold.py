@@ -64,7 +64,7 @@ def _setup(support: ModuleType, open_store: Open, embedded_log: Callable[..., Sq
 
 def _runner(store: Any, sid: int, log: SqliteLog, partitions: set[int]) -> ProjectionRunner:
     """A runner that owns ``partitions`` (read from the positions stored now), fed by ``apply``."""
-    runner = ProjectionRunner(store, sid, EmbeddedSource(SqliteLog(log.path)), batch_size=10_000)
+    runner = ProjectionRunner(store, sid, EmbeddedSource(SqliteLog(log.path)), batch_size=10_000, early_fold=True)
     runner.assigned(partitions)
     return runner
 
@@ -128,3 +128,19 @@ def _same_as_one_runner(support: ModuleType, store: ProjectionStore, sid: int, r
         for side in (got, want):
             side["tallies"].pop(loose)
     assert (got["units"], got["tallies"], got["elections"]) == (want["units"], want["tallies"], want["elections"])
+
+
+def test_only_a_source_that_shares_partitions_folds_before_the_lock(
+    open_store: Open, embedded_log: Callable[..., SqliteLog]
+) -> None:
+    from projections.replay import CutSource
+    from projections.asof import Cut
+    from projections.sources import KafkaGroupSource
+
+    log = embedded_log([], partitions=2)
+    store = open_store()
+    sid = store.ensure_serving("tally", source="test").set_id
+    alone = EmbeddedSource(SqliteLog(log.path))
+    assert not ProjectionRunner(store, sid, alone).early_fold
+    assert ProjectionRunner(store, sid, alone, early_fold=True).early_fold
+    assert KafkaGroupSource.shares_partitions and not CutSource(alone, Cut()).shares_partitions

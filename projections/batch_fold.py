@@ -48,7 +48,7 @@ from projections.stores.port import (
 from projections.tally import ElectionContext, compute_unit_tally, context_key, election_context
 from projections.unit_history import RunBounds, history_rows
 
-__all__ = ["FoldError", "FoldTx", "BatchFolder", "FoldedBatch", "Chunk", "tally_row", "DEFAULT_CHUNK"]
+__all__ = ["FoldError", "ElectionInBatch", "FoldTx", "BatchFolder", "FoldedBatch", "Chunk", "tally_row", "DEFAULT_CHUNK"]
 
 DEFAULT_CHUNK = 2000
 """Records decoded and folded at a time within a batch."""
@@ -60,6 +60,10 @@ payload of the last of them only, and a rebuild is mostly these."""
 
 class FoldError(RuntimeError):
     """A record cannot be folded (it does not decode)."""
+
+
+class ElectionInBatch(Exception):
+    """A fold asked to leave elections alone met an election's event (its id is the argument)."""
 
 
 class FoldTx(Protocol):
@@ -154,24 +158,27 @@ class BatchFolder:
 
     # -- one batch ----------------------------------------------------------------------------
 
-    def fold(self, tx: FoldTx, records: list[StoredRecord]) -> tuple[Changes, FoldedBatch]:
+    def fold(self, tx: FoldTx, records: list[StoredRecord], *, elections: bool = True) -> tuple[Changes, FoldedBatch]:
         """Fold a batch's records into changed rows. Records are decoded, entered in the event index
         (which answers which were applied before) and folded ``chunk`` at a time, inside the batch's
         transaction or on a snapshot before it (``projections.early_fold``): a large catch-up batch
         never holds its decoded events, only the states of the units it touched. Each unit's events
         are folded into one ``UnitFold`` for the whole batch, whose state is built once, after the
-        last chunk."""
+        last chunk. ``elections=False``: raise ``ElectionInBatch`` at the first chunk holding an
+        election's event (an early fold is thrown away for those: stop before folding the rest)."""
         changes = Changes()
         folded = FoldedBatch()
         if not records:
             return changes, folded
         revisions = tx.election_revisions()
         units = folded.units
-        elections = folded.elections
+        changed = folded.elections
         last: dict[int, tuple[int, datetime]] = {}
         waiting: tuple[Chunk, Callable[[], set[str]]] | None = None
         for at in range(0, len(records), self.chunk):
             chunk = self.decode_chunk(records[at : at + self.chunk], last, folded)
+            if chunk.elections and not elections:
+                raise ElectionInBatch(chunk.elections[0].event_id)
             # The previous chunk's index answer has been computed while this chunk was decoded.
             if waiting is not None:
                 self._fold_chunk(tx, *waiting, folded, revisions)
@@ -182,12 +189,12 @@ class BatchFolder:
         folded.folds.clear()
         positions = {p: PositionRow(p, off + 1, at.isoformat()) for p, (off, at) in last.items()}
         changes.positions = list(positions.values())
-        changes.elections = [ElectionRow(e, s.revision or "", s.dumps()) for e, s in elections.items()]
+        changes.elections = [ElectionRow(e, s.revision or "", s.dumps()) for e, s in changed.items()]
         changes.units = [UnitRow(st.unit_id, st.election_id, p, st.dumps()) for p, st in units.values()]
         changes.history = history_rows(folded.bounds, changes.units, changes.elections)
 
         def context(eid: str) -> ElectionContext:
-            state = elections[eid] if eid in elections else self._election_state(tx, eid, revisions)
+            state = changed[eid] if eid in changed else self._election_state(tx, eid, revisions)
             return self._context(state, eid)
 
         tallies: dict[UnitKey, TallyRow] = {}
@@ -197,7 +204,7 @@ class BatchFolder:
             folded.tally_hashes[key] = digest
             if self._tally_hashes.get(key) != digest:  # e.g. a toss for a tie this result does not have
                 tallies[key] = row
-        for eid in elections:
+        for eid in changed:
             before_key = context_key(self._election_state(tx, eid, revisions), self.rule_set)
             ctx = context(eid)
             if ctx.key != before_key:  # the definition, certification or rule set changed

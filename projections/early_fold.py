@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ledger.log.port import StoredRecord
-from projections.batch_fold import BatchFolder, FoldedBatch
+from projections.batch_fold import BatchFolder, ElectionInBatch, FoldedBatch
 from projections.exactly_once import Claim, claim
 from projections.stores.port import (
     Changes,
@@ -111,7 +111,8 @@ def fold_early(store: ProjectionStore, set_id: int, folder: BatchFolder,
             return None
         snapshot = _Snapshot(reader)
         revisions = reader.election_revisions()
-        changes, folded = folder.fold(snapshot, claimed.work)
-    if folded.elections:
-        return None
+        try:
+            changes, folded = folder.fold(snapshot, claimed.work, elections=False)
+        except ElectionInBatch:
+            return None  # folded under the lock: stopped at the chunk that holds it, not after the whole batch
     return EarlyFold(claimed, revisions, changes, folded, snapshot.rows)

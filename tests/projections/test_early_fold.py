@@ -144,3 +144,47 @@ def test_only_a_source_that_shares_partitions_folds_before_the_lock(
     assert not ProjectionRunner(store, sid, alone).early_fold
     assert ProjectionRunner(store, sid, alone, early_fold=True).early_fold
     assert KafkaGroupSource.shares_partitions and not CutSource(alone, Cut()).shares_partitions
+
+
+@pytest.mark.parametrize("definition_last", [False, True])
+def test_folding_before_the_lock_or_not_builds_the_same_set(
+    support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog], definition_last: bool
+) -> None:
+    events = support.election_log(25, corrections=2, rejections=1, seed=5, definition_last=definition_last)
+    log = embedded_log(events, partitions=4)
+    store = open_store()
+    sets = {}
+    for early in (False, True):
+        for batch in (7, 10_000):
+            sid = store.create_set(f"s-{early}-{batch}", source="test").set_id
+            ProjectionRunner(open_store(), sid, EmbeddedSource(SqliteLog(log.path)), batch_size=batch,
+                             early_fold=early).run(until_caught_up=True)
+            sets[(early, batch)] = support.snapshot(store, sid)
+    first = next(iter(sets.values()))
+    assert first["events"] == len(events)
+    assert all(snap == first for snap in sets.values())
+
+
+def test_an_early_fold_stops_at_the_chunk_that_holds_an_election_event(
+    support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]
+) -> None:
+    from projections.batch_fold import BatchFolder
+    from projections.early_fold import fold_early
+
+    units_then_definition = support.election_log(40, seed=9, definition_last=True)
+    events = units_then_definition[:-1]
+    events.insert(len(events) // 2, units_then_definition[-1])  # the definition amid the units' events
+    log = embedded_log(events, partitions=1)
+    records = list(log.read())
+    store = open_store()
+    sid = store.ensure_serving("tally", source="test").set_id
+    folder = BatchFolder(default_codec(), chunk=10)
+    decoded: list[int] = []
+    decode = folder.decode_chunk
+    folder.decode_chunk = lambda recs, *a: decoded.append(len(recs)) or decode(recs, *a)  # type: ignore[method-assign]
+    at = next(i for i, r in enumerate(records) if r.value == default_codec().encode(units_then_definition[-1]))
+    assert 20 < at < len(records) - 20
+    assert fold_early(store, sid, folder, {0: records}, {0: 0}) is None
+    assert len(decoded) == at // 10 + 1, "no chunk after the definition's was decoded"
+    decoded.clear()
+    assert fold_early(store, sid, folder, {0: records[:at]}, {0: 0}) is not None  # without it: folded early

@@ -21,11 +21,18 @@ from ledger.backends import backends_for
 from ledger.files import DEFAULT_FILE_MODE
 from ledger.log.port import EventLog
 
-__all__ = ["Settings", "open_log"]
+__all__ = ["Settings", "open_log", "results_topic_for"]
 
 DEFAULT_DATA_DIR = Path("caucus-data")
 DEFAULT_TOPIC = "caucus.events"
 DEFAULT_RESULTS_TOPIC = "caucus.results"
+
+
+def results_topic_for(topic: str) -> str:
+    """The results topic of an event topic when none is set: ``caucus.results`` beside the default
+    event topic, else ``<topic>.results``. Why follow the event topic: two ledgers on one cluster that
+    set only their event topics would otherwise publish into one results topic and mix their tallies."""
+    return DEFAULT_RESULTS_TOPIC if topic == DEFAULT_TOPIC else f"{topic}.results"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +40,8 @@ class Settings:
     data_dir: Path = DEFAULT_DATA_DIR
     kafka: str | None = None
     topic: str = DEFAULT_TOPIC
-    results_topic: str = DEFAULT_RESULTS_TOPIC
+    results_topic: str = ""
+    """"": ``results_topic_for(topic)``."""
     database: str | None = None
     backend: str | None = None
     """``memory``: the log and the projection store in this process's memory (``ledger.backends``)."""
@@ -50,6 +58,10 @@ class Settings:
     intake_token: str | None = field(default=None, repr=False)
     checkpoint_key: Path | None = None
     checkpoint_public_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.results_topic:
+            object.__setattr__(self, "results_topic", results_topic_for(self.topic))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
-from ledger.config import DEFAULT_DATA_DIR, DEFAULT_RESULTS_TOPIC, DEFAULT_TOPIC, Settings
+from ledger.config import DEFAULT_DATA_DIR, DEFAULT_TOPIC, Settings, results_topic_for
 from ledger.files import check_file_mode
 from ledger.log.kafka import normalise_options
 
@@ -88,7 +88,7 @@ class CaucusSettings(BaseSettings):
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Embedded data directory: the SQLite log, store, intake state, keys.")
     kafka: str | None = Field(None, description="Kafka bootstrap servers HOST:PORT[,HOST:PORT...] for the log; unset: the embedded log.")
     topic: str = Field(DEFAULT_TOPIC, description="Event topic name.")
-    results_topic: str = Field(DEFAULT_RESULTS_TOPIC, description="Results feed topic name.")
+    results_topic: str | None = Field(None, description="Results feed topic name (default: caucus.results beside the default topic, else TOPIC.results).")
     database: str | None = Field(None, description="PostgreSQL URL for the projection store; unset: the embedded store.")
     backend: Literal["memory"] | None = Field(
         None, description="memory: the log and the projection store in this process's memory (tests, `caucus demo`); unset: as kafka and database say.")
@@ -140,7 +140,9 @@ class CaucusSettings(BaseSettings):
 
     @field_validator("topic", "results_topic")
     @classmethod
-    def _topic(cls, value: str) -> str:
+    def _topic(cls, value: str | None) -> str | None:
+        if value is None:
+            return None  # results_topic: follows the topic (``_consistent``)
         if not _TOPIC.match(value) or value in (".", ".."):
             raise ValueError(f"{value!r} is not a Kafka topic name (1 to 249 of letters, digits, '.', '_', '-')")
         return value
@@ -181,6 +183,12 @@ class CaucusSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> CaucusSettings:
+        if self.results_topic is None:
+            derived = results_topic_for(self.topic)
+            if not _TOPIC.match(derived):
+                raise ValueError(f"results_topic: the default {derived[:40]}... (TOPIC.results) is not a Kafka topic name "
+                                 "(at most 249 characters); set results_topic")
+            self.results_topic = derived
         protocol = self.kafka_security_protocol
         sasl = protocol in ("SASL_PLAINTEXT", "SASL_SSL")
         if self.kafka_sasl_mechanism is not None and not sasl:
@@ -218,7 +226,7 @@ class CaucusSettings(BaseSettings):
 
     def to_settings(self) -> Settings:
         return Settings(
-            data_dir=self.data_dir, kafka=self.kafka, topic=self.topic, results_topic=self.results_topic,
+            data_dir=self.data_dir, kafka=self.kafka, topic=self.topic, results_topic=self.results_topic or "",
             database=self.database, backend=self.backend, partitions=self.partitions, kafka_options=self.kafka_options(),
             kafka_replication=self.kafka_replication, kafka_library=self.kafka_library, file_mode=int(self.file_mode, 8), credentials=self.credentials,
             token=self.token.get_secret_value() if self.token else None,

@@ -165,6 +165,7 @@ class ProjectionRunner:
         """``--until-caught-up``: how long partitions held by other members may stay still before the
         runner gives up waiting for them (``projections.whole_log``; 0: no bound)."""
         self._log_targets: dict[int, int] | None = None
+        self._store_down_since: float | None = None
         self._sleep = sleep
         self.on_commit = on_commit
         """Called after each batch's transaction committed, with what it changed and the positions
@@ -213,7 +214,9 @@ class ProjectionRunner:
 
     def run(self, *, until_caught_up: bool = False, stop: Callable[[], bool] | None = None) -> Progress:
         """Apply batches until ``stop()`` (or, with ``until_caught_up``, until every owned partition
-        reached the high watermark first seen for it). Always closes the source."""
+        reached the high watermark first seen for it, and the store holds every other partition up to
+        the high watermark seen once those were done: ``projections.whole_log``). Always closes the
+        source."""
         should_stop = stop or (lambda: False)
         try:
             self.start()
@@ -310,8 +313,16 @@ class ProjectionRunner:
         owned = self.source.assigned()
         read = self.source.positions()  # past records the log skips over (none on the embedded log)
         done = all(p in self._targets and max(self._next.get(p, 0), read.get(p, 0)) >= self._targets[p] for p in owned)
+        self.progress.others_behind = {}
         if done:
-            lagging = self._others_behind(owned)
+            try:
+                lagging = self._others_behind(owned)
+            except StoreUnavailable as exc:  # as a batch would: wait for the store, within the same bound
+                self._store_away(exc)
+                self.progress.caught_up = False
+                return False
+            self._store_down_since = None
+            self.progress.waiting_for_store = ""
             self.progress.others_behind = lagging
             if lagging:
                 try:
@@ -321,6 +332,18 @@ class ProjectionRunner:
                 done = False
         self.progress.caught_up = done
         return done
+
+    def _store_away(self, exc: StoreUnavailable) -> None:
+        """The store could not be read while waiting for other members' partitions: wait for it as a
+        batch waits (up to ``store_retry_seconds``); the wait on the others starts again after it."""
+        now = time.monotonic()
+        if self._store_down_since is None:
+            self._store_down_since = now
+            self.progress.store_outages += 1
+        elif now - self._store_down_since >= self.store_retry_seconds:
+            raise exc
+        self.progress.waiting_for_store = str(exc)
+        self._others.restart()
 
     def _others_behind(self, owned: set[int]) -> dict[int, tuple[int, int]]:
         """The partitions this runner does not own that are not yet applied up to the log's high

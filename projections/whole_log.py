@@ -38,6 +38,10 @@ class OthersWatch:
         self._last: tuple[tuple[int, int], ...] | None = None
         self._since = 0.0
 
+    def restart(self) -> None:
+        """Count the bound from the next observation (the store was away: nobody could move)."""
+        self._last = None
+
     def observe(self, lagging: Mapping[int, tuple[int, int]], group: str = "") -> None:
         now = self._clock()
         state = tuple((p, applied) for p, (applied, _) in sorted(lagging.items()))

@@ -229,3 +229,61 @@ def test_a_redefinition_recomputes_every_unit(support: ModuleType, open_store: O
     precinct = next(t for t in got.values() if t["satellite_group"] is None and t["delegates"])
     ratio = next(c.sde_ratio for c in doubled.counties if c.county_id == precinct["county_id"])
     assert Fraction(precinct["sde_weight"]) == precinct["delegates"] * ratio
+
+
+class _Half(EmbeddedSource):
+    """Owns partitions 0 and 1 of four, as a member of a consumer group does; someone else holds the rest."""
+
+    shares_partitions = True
+    OWN = frozenset({0, 1})
+
+    def start(self, listener: Any) -> None:
+        super().start(listener)
+        listener.revoked(set(self._next) - self.OWN)
+
+    def assigned(self) -> set[int]:
+        return set(self.OWN)
+
+    def poll(self, max_records: int, timeout: float) -> list[Any]:
+        return [r for r in super().poll(max_records, timeout) if r.position.partition in self.OWN]
+
+
+class _ReadsFailing:
+    """The store, with ``fail`` reads refused as by a database restarting, after the first ``skip``."""
+
+    def __init__(self, store: ProjectionStore, *, skip: int, fail: int) -> None:
+        self._store, self._skip, self.fail = store, skip, fail
+
+    def reader(self, set_id: int) -> Any:
+        from projections.stores.port import StoreUnavailable
+
+        if self._skip > 0:
+            self._skip -= 1
+        elif self.fail > 0:
+            self.fail -= 1
+            raise StoreUnavailable("the projection store database went away mid-transaction: restarting")
+        return self._store.reader(set_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_until_caught_up_waits_for_the_partitions_it_does_not_own_through_a_store_outage(
+    support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]
+) -> None:
+    events = support.election_log(40, corrections=1)
+    log = embedded_log(events, partitions=4)
+    sid = _new_set(open_store())
+    flaky = _ReadsFailing(open_store(), skip=1, fail=3)  # the start's read passes, then the wait's reads fail
+    runner = ProjectionRunner(flaky, sid, _Half(SqliteLog(log.path)), poll_timeout=0.01, early_fold=False,  # type: ignore[arg-type]
+                              others_timeout=0, store_retry_seconds=60)
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.update(progress=runner.run(until_caught_up=True)), daemon=True)
+    thread.start()
+    support.wait_for(lambda: flaky.fail == 0 and runner.progress.others_behind, 60, "the store back and the runner waiting")
+    assert thread.is_alive() and set(runner.progress.others_behind) <= {2, 3} and runner.progress.store_outages == 1
+    _run(open_store(), sid, log)  # another runner applies the rest (and skips what is applied)
+    thread.join(60)
+    assert not thread.is_alive() and outcome["progress"].caught_up and not outcome["progress"].others_behind
+    with open_store().reader(sid) as r:
+        assert r.event_count() == len(events)

@@ -197,11 +197,13 @@ def log_append(
 ) -> None:
     """Append events given as JSON lines: for restoring or moving a log. Needs an official.
 
-    Reports go through `caucus report` and friends; this writes the events as given (duplicates of
-    event ids already in the log are dropped by the log itself), but refuses the whole file if one
-    event is what the intake would refuse of the log as it stands (a second result for a unit, ...) or
-    has a recorded_at before the log's newest record (or after now) by more than a minute. Each record
-    names the official who appended it in its `caucus-writer` header."""
+    Reports go through `caucus report` and friends; this writes the events as given (an event already
+    in the log is not written again), but refuses the whole file if one event is what the intake would
+    refuse of the log as it stands (a second result for a unit, a negative or fractional count, an
+    unknown unit or candidate, a toss for no tie, ...; results that break a caucus rule are kept as
+    recorded, as published history holds them, and the audit reports them), reuses an event id the log
+    holds for other content, or has a recorded_at before the log's newest record (or after now) by
+    more than a minute. Each record names the official who appended it in its `caucus-writer` header."""
     from ledger.journal import Journal
     from ledger.render import event_from_json
 
@@ -215,21 +217,23 @@ def log_append(
         text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot read {source}: {exc}") from exc
-    events, lines = [], []
+    events, lines, docs = [], [], []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            events.append(event_from_json(json.loads(line)))
+            doc = json.loads(line)
+            events.append(event_from_json(doc))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise fail(f"line {lineno}: not an event: {type(exc).__name__}: {exc}") from exc
         lines.append(lineno)
+        docs.append(doc)
     journal = Journal(open_log(settings), writer=writer)
     try:
         for event in events:  # a line no encoder can write is an error before it is a refusal
             journal.codec.encode(event)
         with intake_turn(settings):  # judged and appended while no intake beside it decides
-            positions = _judged_append(journal, events, lines)
+            positions = _judged_append(journal, events, lines, docs)
     except CodecError as exc:  # e.g. a string no UTF-8 encoder can write: nothing was appended
         raise fail(f"not appended: {exc}") from exc
     finally:
@@ -243,13 +247,13 @@ def log_append(
     emit(out, as_json, human)
 
 
-def _judged_append(journal: Any, events: list[Any], lines: list[int]) -> list[Any]:
+def _judged_append(journal: Any, events: list[Any], lines: list[int], docs: list[Any]) -> list[Any]:
     """``caucus log append``'s check and write: the whole file refused if one event may not be written."""
     from datetime import UTC, datetime
 
     from producers.direct_writes import REFUSED, refusals
 
-    refused = refusals(journal, events, datetime.now(UTC))
+    refused = refusals(journal, events, datetime.now(UTC), docs)
     if refused:
         more = f"; and {len(refused) - 10} more lines" if len(refused) > 10 else ""
         raise fail(f"refused, nothing appended ({len(refused)} of {len(events)} lines): " + "; ".join(

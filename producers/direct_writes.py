@@ -9,7 +9,11 @@ these records from the intake's.
 What they write is held to what the intake would accept of the log as it stands (``refusals``): a
 second result for a unit that has one, a correction of an unknown or superseded event, a second toss
 of a settled tie, a key used for other content, all refused as the intake refuses them
-(``producers.intake_forward.recheck``, the check a spooled event gets when it is forwarded). A second
+(``producers.intake_forward.recheck``, the check a spooled event gets when it is forwarded); what
+each event says is held to the intake's parse and checks (``producers.direct_content``: a negative
+or fractional count, an unknown unit or candidate, a toss for no tie), except the caucus-rule
+findings that published history holds; and an event id the log already holds for other content is
+refused (the log keeps one event per id: the new content would be dropped while reported written). A second
 definition of an election is let through: the importer writes one when a later release amends the
 first (the 2020 history holds two), so a restored log holds it too; the audit lists it among the
 direct writes. So is a
@@ -28,7 +32,7 @@ again appends nothing), and anyone can check its events against the same public 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,9 +43,10 @@ from ledger.config import Settings
 from ledger.events import ElectionDefined, Event, Problem
 from ledger.journal import Journal
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
+from producers.direct_content import content_problems
 from producers.intake_forward import recheck
 from producers.intake_lock import DirectoryLock
-from producers.intake_state import IntakeState
+from producers.intake_state import IntakeState, fingerprint
 
 __all__ = ["official_writer", "refusals", "intake_turn", "REFUSED", "TOLERANCE"]
 
@@ -97,22 +102,38 @@ def intake_turn(settings: Settings) -> Iterator[None]:
         lock.close()
 
 
-def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime) -> list[tuple[int, tuple[Problem, ...]]]:
+def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
+             lines: Sequence[Mapping[str, Any]] | None = None) -> list[tuple[int, tuple[Problem, ...]]]:
     """Why each of ``events`` (by index) may not be appended to the log ``journal`` reads, judged in
-    order as the intake would judge them; empty when all may. Reads the whole log."""
+    order as the intake would judge them; empty when all may. Reads the whole log. With ``lines`` (each
+    event's JSON as given) what each says is judged too (``producers.direct_content``)."""
     state = IntakeState()
     newest: datetime | None = None
+    wanted = {event.event_id for event in events}
+    held: dict[str, str] = {}  # of the file's event ids, those the log holds: their content's fingerprint
     for logged in journal.read({}):
         state.apply(logged.event, logged.position)
         newest = logged.event.recorded_at if newest is None else max(newest, logged.event.recorded_at)
+        if logged.event.event_id in wanted:
+            held[logged.event.event_id] = fingerprint(logged.event)
     found: list[tuple[int, tuple[Problem, ...]]] = []
     for index, event in enumerate(events):
+        mine = fingerprint(event)
+        theirs = held.setdefault(event.event_id, mine)
+        if theirs != mine:  # the log (or an earlier line) holds other content under this id: the log would drop this one
+            found.append((index, (Problem("event_id", "EVENT_ID_CONFLICT",
+                                          f"event id {event.event_id} is already taken by an event of other content; "
+                                          "the log keeps one event per id, so this one would be lost"),)))
+            continue
         verdict = recheck(event, state)
         if verdict.action == "present":  # already in the log: appending it again writes nothing
             continue
         problems = list(_time_problems(event.recorded_at, newest, now))
-        refused = [p for p in verdict.problems if not (isinstance(event.payload, ElectionDefined) and p.code == "ALREADY_DEFINED")]
-        if verdict.action == "refuse" and refused:
+        refused = [p for p in verdict.problems if not (isinstance(event.payload, ElectionDefined) and p.code == "ALREADY_DEFINED")
+                   ] if verdict.action == "refuse" else []
+        if not refused and lines is not None:
+            refused = list(content_problems(lines[index], event, state))
+        if refused:
             problems.extend(refused)
         else:
             state.apply(event)

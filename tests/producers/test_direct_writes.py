@@ -1,9 +1,15 @@
 """``caucus log append`` writes what an official hands it, but not what the intake would refuse of the
 log as it stands, and not an event backdated before the log's newest record: a forged second result,
-dated before the genuine one, once replaced the result and looked genuine to the trail and the audit."""
+dated before the genuine one, once replaced the result and looked genuine to the trail and the audit.
+
+What each event says is held to the intake's parse and checks too: a negative or fractional count, an
+unknown unit or candidate, a toss for no tie, a malformed event id or schema version, and an event id the
+log holds for other content are refused, naming the field and the rule; results that break a caucus rule
+are kept as recorded (the published history holds them) and the audit reports them."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -163,3 +169,94 @@ def test_a_direct_write_is_read_by_an_intake_whose_queued_command_shares_a_catch
         assert isinstance(outcome, Refusal) and outcome.errors[0].code == "ALREADY_REPORTED", outcome
     finally:
         intake.close()
+
+
+def _result(**result: Any) -> dict[str, Any]:
+    base = {"attendance": 60, "delegates_reported": None, "final_alignment": {"A": 30, "B": 30},
+            "first_alignment": {"A": 30, "B": 30}, "worksheet_digest": None}
+    return {"reporter": "chair", "warnings": [], "result": {**base, **result}}
+
+
+def _toss(**fields: Any) -> dict[str, Any]:
+    return {"contenders": ["A", "B"], "seats": 1, "winners": ["A"], "method": "coin", "caller": "chair",
+            "witnesses": [], "reason": "", "supersedes": "", **fields}
+
+
+def _with(event: dict[str, Any], **envelope: Any) -> dict[str, Any]:
+    return {**event, **envelope}
+
+
+CASES: list[tuple[str, Any, str, str]] = [
+    ("negative count", lambda now: _forged("P4", "neg", now, **_result(first_alignment={"A": -5, "B": 30})),
+     "first_alignment.A", "NEGATIVE"),
+    ("fractional count", lambda now: _forged("P4", "frac", now, **_result(first_alignment={"A": 1.5, "B": 30})),
+     "first_alignment.A", ""),
+    ("negative attendance", lambda now: _forged("P4", "att", now, **_result(attendance=-1)), "attendance", ""),
+    ("unknown candidate", lambda now: _forged("P4", "zorro", now, **_result(first_alignment={"Zorro": 5}, final_alignment={"Zorro": 5})),
+     "first_alignment.Zorro", "UNKNOWN_CANDIDATE"),
+    ("unknown unit", lambda now: _with(_forged("ZZZ", "zzz", now), unit_id="ZZZ"), "unit_id", "UNKNOWN_UNIT"),
+    ("toss for no tie", lambda now: _with(_forged("P3", "toss", now, **_toss()), type="TieBroken", schema_version=2),
+     "", "NO_SUCH_TIE"),
+    ("toss won by a stranger", lambda now: _with(_forged("P3", "toss2", now, **_toss(winners=["Zorro"])), type="TieBroken",
+                                                schema_version=2), "winners.0", "WINNER_NOT_CONTENDER"),
+    ("event id not a UUID", lambda now: _with(_forged("P4", "id", now), event_id="not-a-uuid"), "event_id", "NOT_A_UUID"),
+    ("unknown schema version", lambda now: _with(_forged("P4", "ver", now), schema_version=99), "schema_version", "UNKNOWN_VERSION"),
+]
+
+
+@pytest.mark.parametrize("name,make,field,code", CASES, ids=[c[0] for c in CASES])
+def test_what_the_intake_would_refuse_is_refused(reported: tuple[Path, str], tmp_path: Path, name: str, make: Any,
+                                                 field: str, code: str) -> None:
+    data, token = reported
+    before = _log_size(data)
+    done = _append(data, token, tmp_path, make(datetime.now(UTC)))
+    assert done.returncode == 1, (name, done.stdout, done.stderr)
+    assert "refused, nothing appended" in done.stderr and field in done.stderr and code.upper() in done.stderr.upper(), done.stderr
+    assert "Traceback" not in done.stderr
+    assert _log_size(data) == before
+
+
+def test_a_result_that_breaks_a_caucus_rule_is_kept_as_recorded_and_the_audit_names_it(
+    reported: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Delegates that do not add up to D, as the certified 2020 release holds them: kept, and flagged."""
+    data, token = reported
+    broken = _forged("P4", "broken", datetime.now(UTC), **_result(delegates_reported={"A": 9, "B": 9}))
+    done = _append(data, token, tmp_path, broken)
+    assert done.returncode == 0, done.stderr
+    assert _caucus(data, "project", "--until-caught-up", "-q").returncode == 0
+    audit = json.loads(_caucus(data, "audit", "--json").stdout)
+    assert any(f["code"] == "DELEGATE_TOTAL" and f["unit_id"] == "P4" for f in audit["findings"]), audit["findings"]
+
+
+def test_an_event_id_the_log_holds_for_other_content_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:
+    data, token = reported
+    tail = [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
+    genuine = next(e for e in tail if e["type"] == "ResultReported")
+    again = _append(data, token, tmp_path, {k: v for k, v in genuine.items() if k not in ("position", "record_headers")})
+    assert again.returncode == 0, again.stderr  # the same event again: nothing new, nothing refused
+    altered = copy.deepcopy(genuine)
+    altered.pop("position"), altered.pop("record_headers", None)
+    altered["payload"]["result"]["first_alignment"] = {"B": 60}
+    altered["payload"]["result"]["final_alignment"] = {"B": 60}
+    before = _log_size(data)
+    done = _append(data, token, tmp_path, altered)
+    assert done.returncode == 1 and "EVENT_ID_CONFLICT" in done.stderr and "event_id" in done.stderr, done.stderr
+    assert _log_size(data) == before
+    twice = _forged("P4", "twice", datetime.now(UTC))
+    other = {**copy.deepcopy(twice), "idempotency_key": "twice-2", "payload": _result(first_alignment={"A": 60}, final_alignment={"A": 60})}
+    within = _append(data, token, tmp_path, twice, other)  # one file, one id, two contents
+    assert within.returncode == 1 and "line 2" in within.stderr and "EVENT_ID_CONFLICT" in within.stderr, within.stderr
+
+
+def test_a_restored_log_still_restores(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """Every event the intake wrote passes the content checks: the whole log restores into an empty one."""
+    data, token = reported
+    _append(data, token, tmp_path, _forged("P4", "p4", datetime.now(UTC)))
+    history = tmp_path / "history.jsonl"
+    history.write_text(_caucus(data, "log", "tail", "-n", "0", "--json").stdout)
+    restored = tmp_path / "restored"
+    _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
+    done = _caucus(restored, "log", "append", str(history), "--json", token=other)
+    assert done.returncode == 0, done.stderr
+    assert _log_size(restored) == _log_size(data)

@@ -200,8 +200,9 @@ def log_append(
     Reports go through `caucus report` and friends; this writes the events as given (an event already
     in the log is not written again), but refuses the whole file if one event is what the intake would
     refuse of the log as it stands (a second result for a unit, a negative or fractional count, an
-    unknown unit or candidate, a toss for no tie, ...; results that break a caucus rule are kept as
-    recorded, as published history holds them, and the audit reports them), reuses an event id the log
+    unknown unit or candidate, a toss for no tie, a result that breaks a caucus rule, ...; a published
+    record on the import channel keeps its rule findings, as history holds them, and the audit reports
+    them), reuses an event id the log
     holds for other content, or has a recorded_at before the log's newest record (or after now) by
     more than a minute. Each record names the official who appended it in its `caucus-writer` header."""
     from ledger.journal import Journal

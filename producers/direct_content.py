@@ -10,12 +10,15 @@ and messages. The line's envelope is checked too: an event id that is not a UUID
 this ledger does not know.
 
 Only refusals count here (the intake's warnings are not recorded on a restored event: it keeps the
-warnings it was written with), and not all of them: a result that breaks a caucus rule (the caucus
-math's findings: delegates that do not add up, a final total above the first, ...) is kept as it was
-recorded, because published history holds such results (the certified 2020 release does) and a restore
-must carry them; the audit reports each one. A text longer than the intake takes is kept for the same
-reason (the importer's correction notes). An election definition is held to the intake's definition
-checks, except ``ALREADY_DEFINED`` (``producers.direct_writes``: a release that amends the first).
+warnings it was written with), and on the import channel not all of them: a published result that
+breaks a caucus rule (the caucus math's findings: delegates that do not add up, a final total above the
+first, ...) is kept as it was recorded, because published history holds such results (the certified
+2020 release does: 249 of its 1,868 events) and a restore must carry them; the audit reports each one.
+A text longer than the intake takes is kept for the same reason (the importer's correction notes). Any
+other channel's event is held to every refusal of the intake: it was, or should have been, a command
+the intake judged, and a result it refuses (1,000 delegates for a unit that elects 3) would otherwise
+become an official tally. An election definition is held to the intake's definition checks, except
+``ALREADY_DEFINED`` (``producers.direct_writes``: a release that amends the first).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from ledger.events import (
     PAYLOAD_TYPES,
+    Channel,
     ElectionDefined,
     Event,
     Problem,
@@ -41,10 +45,13 @@ from producers.payloads import to_payload
 from producers.validation import check, resolve_election
 from ledger.caucus_math.checks import CHECK_CODES
 
-__all__ = ["content_problems", "KEPT_AS_RECORDED"]
+__all__ = ["content_problems", "KEPT_AS_RECORDED", "KEPT_ALWAYS"]
 
 KEPT_AS_RECORDED = frozenset(CHECK_CODES) | {"TOO_LONG", "ALREADY_DEFINED"}
-"""Refusals of the intake that a direct write is not refused for (module docstring)."""
+"""Refusals of the intake that a direct write of a published record (the import channel) is not
+refused for (module docstring)."""
+KEPT_ALWAYS = frozenset({"ALREADY_DEFINED"})
+"""... and those that no direct write is refused for."""
 
 _KINDS: dict[type[Any], CommandKind] = {
     UnitOpened: CommandKind.OPEN, ResultReported: CommandKind.REPORT, ResultCorrected: CommandKind.CORRECT,
@@ -57,7 +64,8 @@ def content_problems(line: Mapping[str, Any], event: Event[Any], view: IntakeVie
     """Why the event of ``line`` (its JSON, as ``caucus log tail --json`` prints it) would not be
     accepted by the intake against ``view``; empty when it would (or when it is no command's event)."""
     problems = [*_envelope_problems(line, event), *_command_problems(line, event, view)]
-    return tuple(p for p in problems if p.code not in KEPT_AS_RECORDED)
+    kept = KEPT_AS_RECORDED if event.envelope.channel is Channel.IMPORT else KEPT_ALWAYS
+    return tuple(p for p in problems if p.code not in kept)
 
 
 def _command_problems(line: Mapping[str, Any], event: Event[Any], view: IntakeView) -> tuple[Problem, ...]:

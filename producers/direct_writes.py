@@ -11,8 +11,8 @@ second result for a unit that has one, a correction of an unknown or superseded 
 of a settled tie, a key used for other content, all refused as the intake refuses them
 (``producers.intake_forward.recheck``, the check a spooled event gets when it is forwarded); what
 each event says is held to the intake's parse and checks (``producers.direct_content``: a negative
-or fractional count, an unknown unit or candidate, a toss for no tie), except the caucus-rule
-findings that published history holds; and an event id the log already holds for other content is
+or fractional count, an unknown unit or candidate, a toss for no tie, a result that breaks a caucus
+rule), except the caucus-rule findings of published records (the import channel); and an event id the log already holds for other content is
 refused (the log keeps one event per id: the new content would be dropped while reported written). A second
 definition of an election is let through: the importer writes one when a later release amends the
 first (the 2020 history holds two), so a restored log holds it too; the audit lists it among the

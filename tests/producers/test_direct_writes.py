@@ -4,8 +4,9 @@ dated before the genuine one, once replaced the result and looked genuine to the
 
 What each event says is held to the intake's parse and checks too: a negative or fractional count, an
 unknown unit or candidate, a toss for no tie, a malformed event id or schema version, and an event id the
-log holds for other content are refused, naming the field and the rule; results that break a caucus rule
-are kept as recorded (the published history holds them) and the audit reports them."""
+log holds for other content are refused, naming the field and the rule; so is a result that breaks a
+caucus rule, unless it is a published record (the import channel: the 2020 history holds such results),
+which is kept as recorded and reported by the audit."""
 
 from __future__ import annotations
 
@@ -216,14 +217,22 @@ def test_what_the_intake_would_refuse_is_refused(reported: tuple[Path, str], tmp
     assert _log_size(data) == before
 
 
-def test_a_result_that_breaks_a_caucus_rule_is_kept_as_recorded_and_the_audit_names_it(
+def test_a_result_that_breaks_a_caucus_rule_is_refused_unless_it_is_a_published_record(
     reported: tuple[Path, str], tmp_path: Path
 ) -> None:
-    """Delegates that do not add up to D, as the certified 2020 release holds them: kept, and flagged."""
+    """1,000 delegates for a unit that elects 3: refused as the intake refuses it. The same on the import
+    channel (a published record, as the certified 2020 release holds such results) is kept as recorded,
+    and the audit names it."""
     data, token = reported
-    broken = _forged("P4", "broken", datetime.now(UTC), **_result(delegates_reported={"A": 9, "B": 9}))
-    done = _append(data, token, tmp_path, broken)
-    assert done.returncode == 0, done.stderr
+    before = _log_size(data)
+    huge = _forged("P4", "huge", datetime.now(UTC), **_result(delegates_reported={"A": 1000, "B": 0}))
+    done = _append(data, token, tmp_path, huge)
+    assert done.returncode == 1 and "DELEGATE_TOTAL" in done.stderr and "delegates_reported" in done.stderr, done.stderr
+    assert _log_size(data) == before
+    published = {**_forged("P4", "published", datetime.now(UTC), **_result(delegates_reported={"A": 9, "B": 9})),
+                 "channel": "import", "actor": "idp-results-site"}
+    kept = _append(data, token, tmp_path, published)
+    assert kept.returncode == 0, kept.stderr
     assert _caucus(data, "project", "--until-caught-up", "-q").returncode == 0
     audit = json.loads(_caucus(data, "audit", "--json").stdout)
     assert any(f["code"] == "DELEGATE_TOTAL" and f["unit_id"] == "P4" for f in audit["findings"]), audit["findings"]

@@ -225,7 +225,7 @@ def log_append(
         try:
             doc = json.loads(line)
             events.append(event_from_json(doc))
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, ArithmeticError) as exc:
             raise fail(f"line {lineno}: not an event: {type(exc).__name__}: {exc}") from exc
         lines.append(lineno)
         docs.append(doc)

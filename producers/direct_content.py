@@ -115,9 +115,7 @@ def _command_body(line: Mapping[str, Any], event: Event[Any]) -> dict[str, Any]:
         body["attendance"] = payload.get("attendance")
     elif isinstance(event.payload, (ResultReported, ResultCorrected)):
         result: Mapping[str, Any] = payload.get("result") or {}
-        body.update({k: result.get(k) for k in _RESULT if result.get(k) is not None})
-        body.setdefault("first_alignment", result.get("first_alignment"))
-        body.setdefault("final_alignment", result.get("final_alignment"))
+        body.update({k: result.get(k) for k in _RESULT})
         if isinstance(event.payload, ResultReported):
             body["reporter"] = payload.get("reporter") or None
         else:

@@ -12,8 +12,9 @@ of a settled tie, a key used for other content, all refused as the intake refuse
 (``producers.intake_forward.recheck``, the check a spooled event gets when it is forwarded); what
 each event says is held to the intake's parse and checks (``producers.direct_content``: a negative
 or fractional count, an unknown unit or candidate, a toss for no tie, a result that breaks a caucus
-rule), except the caucus-rule findings of published records (the import channel); and an event id the log already holds for other content is
-refused (the log keeps one event per id: the new content would be dropped while reported written). A second
+rule), except the caucus-rule findings of published records (the import channel); and an event id
+the log already holds for other content is refused (the log keeps one event per id: the new content
+would be dropped while reported written). A second
 definition of an election is let through: the importer writes one when a later release amends the
 first (the 2020 history holds two), so a restored log holds it too; the audit lists it among the
 direct writes. So is a
@@ -40,10 +41,10 @@ from typing import Any
 
 from ledger.cli_output import fail
 from ledger.config import Settings
-from ledger.events import ElectionDefined, Event, Problem
+from ledger.events import Event, Problem
 from ledger.journal import Journal
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
-from producers.direct_content import content_problems
+from producers.direct_content import KEPT_ALWAYS, content_problems
 from producers.intake_forward import recheck
 from producers.intake_lock import DirectoryLock
 from producers.intake_state import IntakeState, fingerprint
@@ -120,17 +121,14 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
     for index, event in enumerate(events):
         mine = fingerprint(event)
         theirs = held.setdefault(event.event_id, mine)
-        if theirs != mine:  # the log (or an earlier line) holds other content under this id: the log would drop this one
-            found.append((index, (Problem("event_id", "EVENT_ID_CONFLICT",
-                                          f"event id {event.event_id} is already taken by an event of other content; "
-                                          "the log keeps one event per id, so this one would be lost"),)))
+        if theirs != mine:  # the log (or an earlier line) holds other content under this id
+            found.append((index, (_id_taken(event.event_id),)))
             continue
         verdict = recheck(event, state)
         if verdict.action == "present":  # already in the log: appending it again writes nothing
             continue
         problems = list(_time_problems(event.recorded_at, newest, now))
-        refused = [p for p in verdict.problems if not (isinstance(event.payload, ElectionDefined) and p.code == "ALREADY_DEFINED")
-                   ] if verdict.action == "refuse" else []
+        refused = [p for p in verdict.problems if p.code not in KEPT_ALWAYS] if verdict.action == "refuse" else []
         if not refused and lines is not None:
             refused = list(content_problems(lines[index], event, state))
         if refused:
@@ -142,6 +140,11 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
         else:
             newest = event.recorded_at if newest is None else max(newest, event.recorded_at)
     return found
+
+
+def _id_taken(event_id: str) -> Problem:
+    return Problem("event_id", "EVENT_ID_CONFLICT", f"event id {event_id} is already taken by an event of other "
+                   "content; the log keeps one event per id, so this one would be lost")
 
 
 def _time_problems(recorded_at: datetime, newest: datetime | None, now: datetime) -> tuple[Problem, ...]:

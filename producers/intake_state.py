@@ -65,8 +65,9 @@ __all__ = [
     "SNAPSHOT_FORMAT",
 ]
 
-SNAPSHOT_FORMAT = 3
-"""3: claims and refusals keep who sent them (receipts are shown to their sender and officials only)."""
+SNAPSHOT_FORMAT = 4
+"""3: claims and refusals keep who sent them (receipts are shown to their sender and officials only).
+4: an election's latest definition stands (a format 3 snapshot holds its first)."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -284,14 +285,22 @@ class IntakeState:
         return sum(1 for event, position in events if self.apply(event, position))
 
     def _define(self, event_id: str, election_id: str, payload: ElectionDefined) -> None:
-        if election_id in self.elections:
-            return  # the first definition stands; the intake refuses redefinitions
+        """The latest definition stands, as in the projections (``projections.reducers.apply_election``):
+        the intake refuses a redefinition, but a direct write may record one (a release that amends the
+        first, ``producers.redefinition``), and commands after it must be judged by the units and
+        candidates the tallies will use."""
+        before = self.elections.get(election_id)
         units = {u.unit_id: u for u in payload.units}
         self.elections[election_id] = ElectionInfo(
             election_id, event_id, payload, units, frozenset(payload.candidates)
         )
+        for unit_id in before.units if before is not None else ():
+            if unit_id not in units:
+                self.units_index[unit_id].remove(election_id)
         for unit_id in units:
-            self.units_index.setdefault(unit_id, []).append(election_id)
+            elections = self.units_index.setdefault(unit_id, [])
+            if election_id not in elections:
+                elections.append(election_id)
 
     # -- queries (IntakeView) -----------------------------------------------------------------------
 

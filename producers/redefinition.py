@@ -1,0 +1,100 @@
+"""What a second definition of an election may change once the caucuses are under way.
+
+The intake refuses to define an election twice, but a direct write may record a redefinition: a
+published release that amends the first (the 2020 history holds one: the certified release changed
+satellite SDE weights), or a corrected apportionment before a precinct reports. The tallies always use
+the latest definition (``projections.reducers.apply_election``), so a redefinition also rewrites every
+result already recorded under the old one: re-appending the definition with a reported unit's D
+raised from 6 to 600 hands that unit's groups a hundred times the county delegates, with no result
+event saying so.
+
+So, outside the import channel (published records keep what they say, and the audit lists them), a
+redefinition may add units and candidates and change units nobody has opened or reported, but not
+what a unit already opened or reported is counted under: its D, its county, its satellite group or
+weight, its county's or group's SDE ratio, the rule set, nor remove the unit or a candidate a result
+names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ledger.events import ElectionDefined, Problem, UnitDefinition
+from producers.intake_state import ElectionInfo, IntakeView
+
+__all__ = ["redefinition_problems"]
+
+
+def redefinition_problems(new: ElectionDefined, election_id: str, view: IntakeView) -> tuple[Problem, ...]:
+    """Why ``new`` may not replace the standing definition of ``election_id`` (empty when it may, or
+    when there is none)."""
+    info = view.election(election_id)
+    if info is None:
+        return ()
+    under_way = [uid for uid in info.units if _under_way(view, election_id, uid)]
+    if not under_way:
+        return ()
+    problems: list[Problem] = []
+    old = info.definition
+    if new.rule_set != old.rule_set:
+        problems.append(Problem("rule_set", "RULE_SET_CHANGED", f"the rule set would change from {old.rule_set!r} to "
+                                f"{new.rule_set!r} while {len(under_way)} unit(s) are opened or reported under it"))
+    units = {u.unit_id: u for u in new.units}
+    for uid in under_way:
+        problems.extend(_unit_problems(info, units.get(uid), uid, new))
+    named = _candidates_in_results(view, election_id, under_way)
+    for name in sorted(named - set(new.candidates)):
+        problems.append(Problem("candidates", "CANDIDATE_REMOVED",
+                                f"candidate {name!r} would be removed, but recorded results name them"))
+    return tuple(problems)
+
+
+def _under_way(view: IntakeView, election_id: str, unit_id: str) -> bool:
+    status = view.unit(election_id, unit_id)
+    return status.opened_event_id is not None or status.result_event_id is not None
+
+
+def _unit_problems(info: ElectionInfo, new: UnitDefinition | None, uid: str, definition: ElectionDefined) -> Iterator[Problem]:
+    old = info.units[uid]
+    if new is None:
+        yield Problem("units", "UNIT_REMOVED", f"unit {uid!r} would be removed, but it is opened or reported")
+        return
+    field = f"units.{uid}"
+    if new.delegates != old.delegates:
+        yield Problem(f"{field}.delegates", "DELEGATES_CHANGED", f"unit {uid!r} is opened or reported with "
+                      f"{old.delegates} delegate(s); a redefinition may not make it {new.delegates}")
+    for name in ("county_id", "satellite_group", "sde_weight"):
+        if getattr(new, name) != getattr(old, name):
+            yield Problem(f"{field}.{name}", "UNIT_CHANGED", f"unit {uid!r} is opened or reported; a redefinition may not "
+                          f"change its {name} from {getattr(old, name)!r} to {getattr(new, name)!r}")
+    old_county = _county_ratio(info.definition, old.county_id)
+    new_county = _county_ratio(definition, new.county_id)
+    if new.county_id == old.county_id and new_county != old_county:
+        yield Problem(f"counties.{old.county_id}.sde_ratio", "COUNTY_RATIO_CHANGED",
+                      f"county {old.county_id!r} holds unit {uid!r}, which is opened or reported; a redefinition may not "
+                      f"change the county's SDE ratio ({old_county} to {new_county})")
+    if old.satellite_group is not None and new.satellite_group == old.satellite_group:
+        before = _group(info.definition, old.satellite_group)
+        after = _group(definition, old.satellite_group)
+        if before != after:
+            yield Problem(f"satellite_groups.{old.satellite_group}", "GROUP_CHANGED",
+                          f"satellite group {old.satellite_group!r} holds unit {uid!r}, which is opened or reported; "
+                          "a redefinition may not change the group's SDE pool or attendance base")
+
+
+def _county_ratio(definition: ElectionDefined, county_id: str) -> object:
+    return next((c.sde_ratio for c in definition.counties if c.county_id == county_id), None)
+
+
+def _group(definition: ElectionDefined, group_id: str) -> object:
+    return next(((g.sde_pool, g.attendance_base) for g in definition.satellite_groups if g.group_id == group_id), None)
+
+
+def _candidates_in_results(view: IntakeView, election_id: str, units: list[str]) -> set[str]:
+    named: set[str] = set()
+    for uid in units:
+        result = view.unit(election_id, uid).result
+        if result is not None:
+            named.update(result.first_alignment)
+            named.update(result.final_alignment)
+    return named

@@ -1,0 +1,216 @@
+"""A second definition of an election, a certification and a checkpoint written by ``caucus log append``.
+
+The tallies use an election's latest definition, so re-appending it with a reported unit's D raised
+from 6 to 600 once multiplied that unit's county delegates by a hundred with no result event saying so.
+A redefinition outside the import channel may now change only what no opened or reported unit is
+counted under; the intake then judges commands by it, as the tallies count them. A certification of an
+undefined election and a checkpoint no key signed were accepted too; a bad checkpoint makes
+``caucus verify`` fail on every run after it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.events import Channel, County, ElectionDefined, Result, ResultReported, SatelliteGroup, UnitDefinition, UnitOpened, new_event
+from producers.credentials import CredentialStore
+from producers.intake_state import IntakeState
+from producers.redefinition import redefinition_problems
+from tests.producers.test_direct_writes import _append, _caucus, _log_size, reported  # noqa: F401  (fixture)
+
+
+def _log(data: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
+
+
+def _again(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """The logged event ``doc`` as a new event: a fresh id and key, now, the envelope changed as given."""
+    out = {k: v for k, v in copy.deepcopy(doc).items() if k not in ("position", "record_headers")}
+    now = datetime.now(UTC).isoformat()
+    out.update(event_id=str(uuid.uuid4()), idempotency_key=f"again-{uuid.uuid4()}", recorded_at=now, occurred_at=now)
+    out.update(changes)
+    return out
+
+
+def _definition(data: Path) -> dict[str, Any]:
+    return next(e for e in _log(data) if e["type"] == "ElectionDefined")
+
+
+def _unit(doc: dict[str, Any], unit_id: str) -> dict[str, Any]:
+    return next(u for u in doc["payload"]["units"] if u["unit_id"] == unit_id)
+
+
+def _state_tally(data: Path) -> dict[str, Any]:
+    assert _caucus(data, "project", "--until-caught-up", "-q").returncode == 0
+    return json.loads(_caucus(data, "tally", "--json").stdout)
+
+
+def test_a_reported_units_d_may_not_be_redefined(reported: tuple[Path, str], tmp_path: Path) -> None:
+    data, token = reported
+    before_tally = _state_tally(data)
+    before = _log_size(data)
+    amended = _again(_definition(data))
+    _unit(amended, "P3")["delegates"] = 600  # P3 reported A=60 through the intake
+    done = _append(data, token, tmp_path, amended)
+    assert done.returncode == 1, done.stdout
+    assert "units.P3.delegates: DELEGATES_CHANGED" in done.stderr and "600" in done.stderr, done.stderr
+    assert _log_size(data) == before
+    assert _state_tally(data) == before_tally
+
+
+@pytest.mark.parametrize("change,code", [
+    (lambda d: d["payload"]["units"].pop(0), "UNIT_REMOVED"),
+    (lambda d: d["payload"].update(candidates=["B"]), "CANDIDATE_REMOVED"),
+    (lambda d: d["payload"]["counties"][0].update(sde_ratio={"numerator": 1, "denominator": 1}), "COUNTY_RATIO_CHANGED"),
+    (lambda d: d["payload"].update(rule_set="idp-2016"), "RULE_SET_CHANGED"),
+], ids=["unit removed", "candidate removed", "county ratio", "rule set"])
+def test_what_a_reported_unit_is_counted_under_may_not_change(reported: tuple[Path, str], tmp_path: Path,
+                                                              change: Any, code: str) -> None:
+    data, token = reported
+    amended = _again(_definition(data))
+    assert amended["payload"]["units"][0]["unit_id"] == "P3"
+    change(amended)
+    done = _append(data, token, tmp_path, amended)
+    assert done.returncode == 1 and code in done.stderr, (done.stdout, done.stderr)
+
+
+def test_a_redefinition_of_what_nobody_reported_is_written_and_the_intake_follows_it(
+    reported: tuple[Path, str], tmp_path: Path
+) -> None:
+    """P4 (unreported) gets D 5 and a unit P5 is added: written. The intake then takes a report for P5
+    (it judged by the first definition and refused it as an unknown unit) and the tally counts P4 with 5."""
+    data, token = reported
+    amended = _again(_definition(data))
+    _unit(amended, "P4")["delegates"] = 5
+    amended["payload"]["units"].append({**_unit(amended, "P4"), "unit_id": "P5", "name": "P5", "delegates": 2})
+    done = _append(data, token, tmp_path, amended)
+    assert done.returncode == 0, done.stderr
+    for unit in ("P4", "P5"):
+        sent = _caucus(data, "report", "--unit", unit, "--attendance", "40", "--first", "B=40", "--final", "B=40",
+                       "--key", f"after-{unit}", token=token)
+        assert sent.returncode == 0, sent.stderr
+    assert _caucus(data, "project", "--until-caught-up", "-q").returncode == 0
+    units = {u: json.loads(_caucus(data, "tally", "--unit", u, "--json").stdout) for u in ("P4", "P5")}
+    assert "5" in json.dumps(units["P4"]) and units["P5"], units
+
+
+def test_a_published_amendment_keeps_what_it_says(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """A release that amends a definition is a published record (the 2020 history holds one): kept."""
+    data, token = reported
+    amended = _again(_definition(data), channel="import", actor="idp-results-site")
+    _unit(amended, "P3")["delegates"] = 7
+    done = _append(data, token, tmp_path, amended)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_certification_of_an_undefined_election_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:
+    data, token = reported
+    now = datetime.now(UTC).isoformat()
+    cert = {"actor": "official:Bob", "channel": "system", "election_id": "nowhere", "unit_id": "",
+            "event_id": str(uuid.uuid4()), "idempotency_key": "cert-nowhere", "occurred_at": now, "recorded_at": now,
+            "schema_version": 1, "type": "ResultsCertified", "payload": {"authority": "", "statement": "done"}}
+    done = _append(data, token, tmp_path, cert)
+    assert done.returncode == 1, done.stdout
+    assert "election_id: UNKNOWN_ELECTION" in done.stderr and "payload.authority: REQUIRED" in done.stderr, done.stderr
+    good = _append(data, token, tmp_path, {**cert, "election_id": "e", "idempotency_key": "cert-e",
+                                            "event_id": str(uuid.uuid4()), "payload": {"authority": "IDP", "statement": ""}})
+    assert good.returncode == 0, good.stderr
+
+
+def test_a_checkpoint_must_be_signed_by_the_key_it_names(reported: tuple[Path, str], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forged or zeroed checkpoint is refused; the genuine one restores into a fresh log with the
+    records it covers, and that log verifies."""
+    data, token = reported
+    monkeypatch.setenv("CAUCUS_KEY_HOME", str(tmp_path / "keys"))
+    signed = _caucus(data, "checkpoint", "--json", token=token)
+    assert signed.returncode == 0, signed.stderr
+    history = _log(data)
+    checkpoint = next(e for e in history if e["type"] == "CheckpointSigned")
+    forged = copy.deepcopy(checkpoint)
+    forged.pop("position"), forged.pop("record_headers", None)
+    forged["event_id"] = forged["idempotency_key"] = str(uuid.uuid4())
+    signature = bytes.fromhex(forged["payload"]["signature"]) if isinstance(forged["payload"]["signature"], str) else None
+    assert signature is not None, forged["payload"]
+    forged["payload"]["signature"] = bytes(64).hex()
+    done = _append(data, token, tmp_path, forged)
+    assert done.returncode == 1 and "payload.signature: CHECKPOINT_SIGNATURE" in done.stderr, done.stderr
+    fresh = str(uuid.uuid4())
+    zeroed = {**forged, "event_id": fresh, "idempotency_key": fresh,
+              "payload": {**forged["payload"], "partition_sizes": [], "partition_roots": [], "tree_size": 0}}
+    done = _append(data, token, tmp_path, zeroed)
+    assert done.returncode == 1 and "CHECKPOINT_MALFORMED" in done.stderr, done.stderr
+    restored = tmp_path / "restored"
+    _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
+    genuine = [{k: v for k, v in e.items() if k not in ("position", "record_headers")} for e in history]
+    assert _append(restored, other, tmp_path, *genuine).returncode == 0
+    verified = _caucus(restored, "verify", "--json", "--public-key", str(tmp_path / "keys" / "checkpoint-key.pub"))
+    report = json.loads(verified.stdout)
+    assert report["checkpoints_verified"] == 1, report
+    # The values verify against the signed trees; the restored records carry the restorer as their writer
+    # (not what the checkpoint signed beside them), and verify says so rather than hiding it.
+    assert {f["kind"] for f in report["findings"]} <= {"headers"}, report["findings"]
+
+
+def _state(*events: Any) -> IntakeState:
+    state = IntakeState()
+    for event in events:
+        state.apply(event)
+    return state
+
+
+def _definition_payload(**changes: Any) -> ElectionDefined:
+    base = dict(name="E", rule_set="idp-2020", candidates=("A", "B", "C"),
+                counties=(County("lee", "Lee", Fraction(21, 150)),),
+                units=(UnitDefinition("P1", "P1", "lee", 4), UnitDefinition("S1", "S1", "lee", None, satellite_group="g"),
+                       UnitDefinition("S2", "S2", "lee", None, satellite_group="g")),
+                satellite_groups=(SatelliteGroup("g", "G", Fraction(3, 2), 100),))
+    base.update(changes)
+    return ElectionDefined(**base)  # type: ignore[arg-type]
+
+
+def _event(payload: Any, unit: str = "") -> Any:
+    return new_event(payload, election_id="e", unit_id=unit, actor="t", channel=Channel.APP, idempotency_key=str(uuid.uuid4()))
+
+
+def test_the_rule_as_a_table() -> None:
+    """Each change against a state where P1 reported (naming A and B) and S1 only opened."""
+    first = _definition_payload()
+    result = Result(first_alignment={"A": 10, "B": 5}, final_alignment={"A": 10, "B": 5}, attendance=15)
+    state = _state(_event(first), _event(ResultReported(result=result, reporter="c"), "P1"), _event(UnitOpened(attendance=9), "S1"))
+    units = {u.unit_id: u for u in first.units}
+
+    def codes(**changes: Any) -> set[str]:
+        return {p.code for p in redefinition_problems(_definition_payload(**changes), "e", state)}
+
+    assert codes() == set()
+    assert codes(candidates=("A", "B")) == set()  # C is named by no result
+    assert codes(candidates=("A", "C")) == {"CANDIDATE_REMOVED"}
+    assert codes(units=(units["P1"], units["S1"])) == set()  # S2: neither opened nor reported
+    assert codes(units=(units["S1"], units["S2"])) == {"UNIT_REMOVED"}
+    changed_s2 = UnitDefinition("S2", "S2", "lee", None, satellite_group="g", sde_weight=Fraction(1, 3))
+    assert codes(units=(units["P1"], units["S1"], changed_s2)) == set()
+    opened_moved = UnitDefinition("S1", "S1", "lee", 1)
+    assert codes(units=(units["P1"], opened_moved, units["S2"])) == {"UNIT_CHANGED", "DELEGATES_CHANGED"}
+    assert codes(satellite_groups=(SatelliteGroup("g", "G", Fraction(3, 2), 120),)) == {"GROUP_CHANGED"}  # S1 opened
+    assert codes(counties=(County("lee", "Lee", Fraction(1, 7)),)) == {"COUNTY_RATIO_CHANGED"}
+    assert codes(rule_set="idp-2016") == {"RULE_SET_CHANGED"}
+    assert redefinition_problems(first, "other", state) == ()  # no standing definition: nothing to amend
+
+
+def test_the_intake_judges_by_the_latest_definition() -> None:
+    state = _state(_event(_definition_payload()))
+    later = _definition_payload(units=(UnitDefinition("P1", "P1", "lee", 4), UnitDefinition("P9", "P9", "lee", 2)))
+    state.apply(_event(later))
+    info = state.election("e")
+    assert info is not None and set(info.units) == {"P1", "P9"}
+    assert state.elections_of_unit("P9") == ["e"] and state.elections_of_unit("S1") == []
+    again = IntakeState.from_snapshot(json.loads(json.dumps(state.to_snapshot())))
+    assert set(again.elections["e"].units) == {"P1", "P9"}

@@ -202,7 +202,9 @@ def log_append(
     refuse of the log as it stands (a second result for a unit, a negative or fractional count, an
     unknown unit or candidate, a toss for no tie, a result that breaks a caucus rule, ...; a published
     record on the import channel keeps its rule findings, as history holds them, and the audit reports
-    them), reuses an event id the log
+    them), redefines what an opened or reported unit is counted under (its D, county, SDE ratio, a
+    candidate its result names; again unless published), certifies an election the log does not
+    define, carries a checkpoint its key did not sign, reuses an event id the log
     holds for other content, or has a recorded_at before the log's newest record (or after now) by
     more than a minute. Each record names the official who appended it in its `caucus-writer` header."""
     from ledger.journal import Journal
@@ -228,7 +230,7 @@ def log_append(
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, ArithmeticError) as exc:
             raise fail(f"line {lineno}: not an event: {type(exc).__name__}: {exc}") from exc
         lines.append(lineno)
-        docs.append(doc)
+        docs.append(line)  # its text, parsed again when judged: a parsed line weighs several times its text
     journal = Journal(open_log(settings), writer=writer)
     try:
         for event in events:  # a line no encoder can write is an error before it is a refusal

@@ -14,10 +14,11 @@ each event says is held to the intake's parse and checks (``producers.direct_con
 or fractional count, an unknown unit or candidate, a toss for no tie, a result that breaks a caucus
 rule), except the caucus-rule findings of published records (the import channel); and an event id
 the log already holds for other content is refused (the log keeps one event per id: the new content
-would be dropped while reported written). A second
-definition of an election is let through: the importer writes one when a later release amends the
-first (the 2020 history holds two), so a restored log holds it too; the audit lists it among the
-direct writes. So is a
+would be dropped while reported written). A second definition of an election is let through when it
+changes nothing an opened or reported unit is counted under (``producers.redefinition``), or when it
+is a published record: the importer writes one when a later release amends the first (the 2020
+history holds two), so a restored log holds it too; the audit lists it among the direct writes.
+Certifications and checkpoints are held to ``producers.direct_records``. Refused too is a
 ``recorded_at`` that goes back before the newest record of the log (or of the file) by more than
 ``TOLERANCE``, or that lies ahead of now by more: ``recorded_at`` is when the ledger accepted an event,
 and as-of reads, the trail and the audit order history by it. Such a record is refused rather than
@@ -33,6 +34,7 @@ again appends nothing), and anyone can check its events against the same public 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -104,10 +106,10 @@ def intake_turn(settings: Settings) -> Iterator[None]:
 
 
 def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
-             lines: Sequence[Mapping[str, Any]] | None = None) -> list[tuple[int, tuple[Problem, ...]]]:
+             lines: Sequence[str | Mapping[str, Any]] | None = None) -> list[tuple[int, tuple[Problem, ...]]]:
     """Why each of ``events`` (by index) may not be appended to the log ``journal`` reads, judged in
     order as the intake would judge them; empty when all may. Reads the whole log. With ``lines`` (each
-    event's JSON as given) what each says is judged too (``producers.direct_content``)."""
+    event's JSON as given, or its text) what each says is judged too (``producers.direct_content``)."""
     state = IntakeState()
     newest: datetime | None = None
     wanted = {event.event_id for event in events}
@@ -130,7 +132,9 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
         problems = list(_time_problems(event.recorded_at, newest, now))
         refused = [p for p in verdict.problems if p.code not in KEPT_ALWAYS] if verdict.action == "refuse" else []
         if not refused and lines is not None:
-            refused = list(content_problems(lines[index], event, state))
+            line = lines[index]
+            doc = json.loads(line) if isinstance(line, str) else line
+            refused = list(content_problems(doc, event, state, journal.log.partitions))
         if refused:
             problems.extend(refused)
         else:

@@ -28,6 +28,7 @@ from projections.early_fold import BaseMoved, EarlyFold, fold_early
 from projections.exactly_once import Claim, claim, start_positions
 from projections.sources import Source
 from projections.stores.port import Changes, ProjectionStore, StoreUnavailable
+from projections.store_outage import StoreOutage
 from projections.whole_log import OthersStalled, OthersWatch, behind
 
 __all__ = ["RunnerError", "Progress", "ProjectionRunner", "tally_row"]
@@ -155,8 +156,8 @@ class ProjectionRunner:
         the 2020 Iowa event size)."""
         self.catch_up_seconds = catch_up_seconds
         self.store_retry_seconds = store_retry_seconds
-        """How long a batch is retried while the store is unreachable (a database restart) before the
-        runner gives up with the store's error."""
+        """How long a batch (or the wait on other members) is retried while the store is unreachable (a
+        database restart) before the runner gives up with the store's error (``projections.store_outage``)."""
         self.early_fold = source.shares_partitions if early_fold is None else early_fold
         """Fold each batch on a snapshot before the set's lock (``projections.early_fold``): by default
         only where another runner can hold the set's lock meanwhile (a consumer group). For a source
@@ -166,7 +167,7 @@ class ProjectionRunner:
         """``--until-caught-up``: how long partitions held by other members may stay still before the
         runner gives up waiting for them (``projections.whole_log``; 0: no bound)."""
         self._log_targets: dict[int, int] | None = None
-        self._store_down_since: float | None = None
+        self._outage = StoreOutage(self.store_retry_seconds)
         self._sleep = sleep
         self.on_commit = on_commit
         """Called after each batch's transaction committed, with what it changed and the positions
@@ -254,27 +255,33 @@ class ProjectionRunner:
         A retry is safe: nothing of a failed transaction was committed and nothing in memory moved
         (``apply`` moves the view only after its commit). Should the commit itself have landed before
         the connection broke, the retry finds the stored positions ahead and skips those records."""
-        delay = 0.2
-        deadline: float | None = None
         while True:
             try:
                 self.apply(records)
             except StoreUnavailable as exc:
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self.store_retry_seconds
-                    self.progress.store_outages += 1
-                if now >= deadline:
-                    raise
-                self.progress.waiting_for_store = str(exc)
+                wait = self._store_failed(exc)
                 self._report(force=True)
                 if should_stop():
                     return False
-                self._sleep(min(delay, max(0.0, deadline - now)))
-                delay = min(delay * 2, 5.0)
+                self._sleep(wait)
                 continue
-            self.progress.waiting_for_store = ""
+            self._store_back()
             return True
+
+    def _store_failed(self, exc: StoreUnavailable) -> float:
+        """Count the outage once, and how long to wait before the next try (``projections.store_outage``);
+        the error again once the outage has lasted past ``store_retry_seconds``."""
+        if not self._outage.ongoing:
+            self.progress.store_outages += 1
+        wait = self._outage.failed()
+        if wait is None:
+            raise exc
+        self.progress.waiting_for_store = str(exc)
+        return wait
+
+    def _store_back(self) -> None:
+        self._outage.ended()
+        self.progress.waiting_for_store = ""
 
     def _gather(self, records: list[StoredRecord], should_stop: Callable[[], bool]) -> list[StoredRecord]:
         """Behind the log: keep polling (briefly) until ``catch_up_batch`` records are in hand."""
@@ -319,11 +326,11 @@ class ProjectionRunner:
             try:
                 lagging = self._others_behind(owned)
             except StoreUnavailable as exc:  # as a batch would: wait for the store, within the same bound
-                self._store_away(exc)
+                self._sleep(self._store_failed(exc))
+                self._others.restart()  # the wait on the others starts again after the outage
                 self.progress.caught_up = False
                 return False
-            self._store_down_since = None
-            self.progress.waiting_for_store = ""
+            self._store_back()
             self.progress.others_behind = lagging
             if lagging:
                 try:
@@ -333,18 +340,6 @@ class ProjectionRunner:
                 done = False
         self.progress.caught_up = done
         return done
-
-    def _store_away(self, exc: StoreUnavailable) -> None:
-        """The store could not be read while waiting for other members' partitions: wait for it as a
-        batch waits (up to ``store_retry_seconds``); the wait on the others starts again after it."""
-        now = time.monotonic()
-        if self._store_down_since is None:
-            self._store_down_since = now
-            self.progress.store_outages += 1
-        elif now - self._store_down_since >= self.store_retry_seconds:
-            raise exc
-        self.progress.waiting_for_store = str(exc)
-        self._others.restart()
 
     def _others_behind(self, owned: set[int]) -> dict[int, tuple[int, int]]:
         """The partitions this runner does not own that are not yet applied up to the log's high

@@ -1,0 +1,48 @@
+"""How long a runner waits for its store to come back, and how often it asks.
+
+A store that cannot be reached (PostgreSQL restarting, a failover) is waited out, not fatal: a batch is
+retried, and so is the read of the other members' positions while ``--until-caught-up`` waits for them.
+Both waits follow one rule, kept here so they cannot drift apart: the outage is bounded by
+``--store-retry-seconds`` from its first failure, and the retries back off from 0.2 s to 5 s (asking
+every poll hammered a store that was starting up, and a short bound was spent in a few fast failures).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+__all__ = ["StoreOutage"]
+
+FIRST_DELAY = 0.2
+LONGEST_DELAY = 5.0
+
+
+class StoreOutage:
+    """One outage at a time: ``failed`` at each failure, ``ended`` at the first success after it."""
+
+    def __init__(self, retry_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.retry_seconds = retry_seconds
+        self._clock = clock
+        self._deadline: float | None = None
+        self._delay = FIRST_DELAY
+
+    @property
+    def ongoing(self) -> bool:
+        return self._deadline is not None
+
+    def failed(self) -> float | None:
+        """The seconds to wait before the next try, or None when the outage has lasted past its bound
+        (the caller gives up and raises)."""
+        now = self._clock()
+        if self._deadline is None:
+            self._deadline = now + self.retry_seconds
+        if now >= self._deadline:
+            return None
+        wait = min(self._delay, self._deadline - now)
+        self._delay = min(self._delay * 2, LONGEST_DELAY)
+        return wait
+
+    def ended(self) -> None:
+        self._deadline = None
+        self._delay = FIRST_DELAY

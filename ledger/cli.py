@@ -203,8 +203,9 @@ def log_append(
     unknown unit or candidate, a toss for no tie, a result that breaks a caucus rule, ...; a published
     record on the import channel keeps its rule findings, as history holds them, and the audit reports
     them), redefines what an opened or reported unit is counted under (its D, county, SDE ratio, a
-    candidate its result names; again unless published), certifies an election the log does not
-    define, carries a checkpoint its key did not sign, reuses an event id the log
+    candidate its result names; a published amendment may re-weight satellites), certifies an
+    election the log does not define, carries a checkpoint its key did not sign or that does not
+    state this log's records, reuses an event id the log
     holds for other content, or has a recorded_at before the log's newest record (or after now) by
     more than a minute. Each record names the official who appended it in its `caucus-writer` header."""
     from ledger.journal import Journal
@@ -233,8 +234,13 @@ def log_append(
         docs.append(line)  # its text, parsed again when judged: a parsed line weighs several times its text
     journal = Journal(open_log(settings), writer=writer)
     try:
-        for event in events:  # a line no encoder can write is an error before it is a refusal
-            journal.codec.encode(event)
+        for lineno, event in zip(lines, events):  # a line no encoder can write is an error before it is a refusal
+            try:
+                journal.codec.encode(event)
+            except CodecError as exc:
+                raise fail(f"not appended: line {lineno}: {exc}") from exc
+            except (OverflowError, ValueError, TypeError) as exc:  # e.g. a size beyond Avro's long
+                raise fail(f"not appended: line {lineno}: not an event this ledger can write: {type(exc).__name__}: {exc}") from exc
         with intake_turn(settings):  # judged and appended while no intake beside it decides
             positions = _judged_append(journal, events, lines, docs)
     except CodecError as exc:  # e.g. a string no UTF-8 encoder can write: nothing was appended

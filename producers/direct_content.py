@@ -19,8 +19,8 @@ other channel's event is held to every refusal of the intake: it was, or should 
 the intake judged, and a result it refuses (1,000 delegates for a unit that elects 3) would otherwise
 become an official tally. An election definition is held to the intake's definition checks, except
 ``ALREADY_DEFINED`` (``producers.direct_writes``: a release that amends the first); a redefinition
-outside the import channel may not change what an opened or reported unit is counted under
-(``producers.redefinition``). Certifications and checkpoints, which no command writes, are held to
+may not change what an opened or reported unit is counted under, except a published one its
+satellites' SDE weights (``producers.redefinition``). Certifications and checkpoints, which no command writes, are held to
 ``producers.direct_records``.
 """
 
@@ -44,9 +44,9 @@ from ledger.events import (
 )
 from producers.commands import CommandKind, parse_command
 from producers.intake_state import IntakeView
-from producers.direct_records import record_problems
+from producers.direct_records import CheckpointTrees, record_problems
 from producers.payloads import to_payload
-from producers.redefinition import redefinition_problems
+from producers.redefinition import PUBLISHED_MAY_CHANGE, redefinition_problems
 from producers.validation import check, resolve_election
 from ledger.caucus_math.checks import CHECK_CODES
 
@@ -65,15 +65,17 @@ _KINDS: dict[type[Any], CommandKind] = {
 _RESULT = ("first_alignment", "final_alignment", "attendance", "delegates_reported", "worksheet_digest")
 
 
-def content_problems(line: Mapping[str, Any], event: Event[Any], view: IntakeView, partitions: int = 1) -> tuple[Problem, ...]:
+def content_problems(line: Mapping[str, Any], event: Event[Any], view: IntakeView, partitions: int = 1,
+                     trees: CheckpointTrees | None = None) -> tuple[Problem, ...]:
     """Why the event of ``line`` (its JSON, as ``caucus log tail --json`` prints it) would not be
     accepted by the intake against ``view``, or, for a record no command writes, by
     ``producers.direct_records`` against a log of ``partitions`` partitions; empty when it would."""
     problems = [*_envelope_problems(line, event), *_command_problems(line, event, view),
-                *record_problems(event, view, partitions)]
+                *record_problems(event, view, partitions, trees)]
     published = event.envelope.channel is Channel.IMPORT
-    if isinstance(event.payload, ElectionDefined) and not published:
-        problems.extend(redefinition_problems(event.payload, event.envelope.election_id, view))
+    if isinstance(event.payload, ElectionDefined):
+        changes = redefinition_problems(event.payload, event.envelope.election_id, view)
+        problems.extend(p for p in changes if not (published and p.code in PUBLISHED_MAY_CHANGE))
     kept = KEPT_AS_RECORDED if published else KEPT_ALWAYS
     return tuple(p for p in problems if p.code not in kept)
 

@@ -43,10 +43,11 @@ from typing import Any
 
 from ledger.cli_output import fail
 from ledger.config import Settings
-from ledger.events import Event, Problem
+from ledger.events import CheckpointSigned, Event, Problem
 from ledger.journal import Journal
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
 from producers.direct_content import KEPT_ALWAYS, content_problems
+from producers.direct_records import CheckpointTrees
 from producers.intake_forward import recheck
 from producers.intake_lock import DirectoryLock
 from producers.intake_state import IntakeState, fingerprint
@@ -114,11 +115,16 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
     newest: datetime | None = None
     wanted = {event.event_id for event in events}
     held: dict[str, str] = {}  # of the file's event ids, those the log holds: their content's fingerprint
+    partitions = journal.log.partitions
+    trees = CheckpointTrees(partitions) if any(isinstance(e.payload, CheckpointSigned) for e in events) else None
     for logged in journal.read({}):
         state.apply(logged.event, logged.position)
         newest = logged.event.recorded_at if newest is None else max(newest, logged.event.recorded_at)
         if logged.event.event_id in wanted:
             held[logged.event.event_id] = fingerprint(logged.event)
+        if trees is not None:
+            trees.logged(logged.position.partition, logged.raw)
+    written = set(held)  # ids the log will hold: appending one of them again writes nothing
     found: list[tuple[int, tuple[Problem, ...]]] = []
     for index, event in enumerate(events):
         mine = fingerprint(event)
@@ -126,23 +132,26 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
         if theirs != mine:  # the log (or an earlier line) holds other content under this id
             found.append((index, (_id_taken(event.event_id),)))
             continue
-        verdict = recheck(event, state)
-        if verdict.action == "present":  # already in the log: appending it again writes nothing
+        if event.event_id in written:
             continue
         problems = list(_time_problems(event.recorded_at, newest, now))
-        refused = [p for p in verdict.problems if p.code not in KEPT_ALWAYS] if verdict.action == "refuse" else []
-        if not refused and lines is not None:
-            line = lines[index]
-            doc = json.loads(line) if isinstance(line, str) else line
-            refused = list(content_problems(doc, event, state, journal.log.partitions))
-        if refused:
+        verdict = recheck(event, state)
+        if verdict.action != "present":  # else a copy of a command the log holds (a retried append): kept as a copy
+            refused = [p for p in verdict.problems if p.code not in KEPT_ALWAYS] if verdict.action == "refuse" else []
+            if not refused and lines is not None:
+                line = lines[index]
+                doc = json.loads(line) if isinstance(line, str) else line
+                refused = list(content_problems(doc, event, state, partitions, trees))
             problems.extend(refused)
-        else:
-            state.apply(event)
+            if not refused:
+                state.apply(event)
         if problems:
             found.append((index, tuple(problems)))
-        else:
-            newest = event.recorded_at if newest is None else max(newest, event.recorded_at)
+            continue
+        newest = event.recorded_at if newest is None else max(newest, event.recorded_at)
+        written.add(event.event_id)
+        if trees is not None:
+            trees.written(event.key, journal.codec.encode(event))
     return found
 
 

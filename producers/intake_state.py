@@ -250,7 +250,8 @@ class IntakeState:
         )
         self.applied += 1
         if isinstance(payload, ElectionDefined):
-            self._define(event.event_id, env.election_id, payload)
+            if not env.unit_id:  # one with a unit id is no election's event to the projections either
+                self._define(event.event_id, env.election_id, payload)
         elif isinstance(payload, UnitOpened):
             status = self.unit(env.election_id, env.unit_id)
             if status.result_event_id is None:  # one written past the intake after a result is ignored, as the reducers do

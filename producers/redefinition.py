@@ -8,11 +8,12 @@ result already recorded under the old one: re-appending the definition with a re
 raised from 6 to 600 hands that unit's groups a hundred times the county delegates, with no result
 event saying so.
 
-So, outside the import channel (published records keep what they say, and the audit lists them), a
-redefinition may add units and candidates and change units nobody has opened or reported, but not
-what a unit already opened or reported is counted under: its D, its county, its satellite group or
-weight, its county's or group's SDE ratio, the rule set, nor remove the unit or a candidate a result
-names.
+So a redefinition may add units and candidates and change units nobody has opened or reported, but
+not what a unit already opened or reported is counted under: its D, its county, its satellite group
+or weight, its county's or group's SDE ratio, the rule set, nor remove the unit or a candidate a result
+names. A published amendment (the import channel) may re-weight satellites (``PUBLISHED_MAY_CHANGE``),
+which is what the party's releases did; the rest is refused to it too, since any official can write a
+record on the import channel (its writer header names them, and the audit lists it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from collections.abc import Iterator
 from ledger.events import ElectionDefined, Problem, UnitDefinition
 from producers.intake_state import ElectionInfo, IntakeView
 
-__all__ = ["redefinition_problems"]
+__all__ = ["redefinition_problems", "PUBLISHED_MAY_CHANGE"]
+
+PUBLISHED_MAY_CHANGE = frozenset({"SDE_WEIGHT_CHANGED", "GROUP_CHANGED"})
+"""What a published amendment may change of a reported unit: the 2020 certified release re-fitted the
+satellites' SDE weights to corrected headcounts (``producers.importers.idp2020.definitions``)."""
 
 
 def redefinition_problems(new: ElectionDefined, election_id: str, view: IntakeView) -> tuple[Problem, ...]:
@@ -65,7 +70,8 @@ def _unit_problems(info: ElectionInfo, new: UnitDefinition | None, uid: str, def
                       f"{old.delegates} delegate(s); a redefinition may not make it {new.delegates}")
     for name in ("county_id", "satellite_group", "sde_weight"):
         if getattr(new, name) != getattr(old, name):
-            yield Problem(f"{field}.{name}", "UNIT_CHANGED", f"unit {uid!r} is opened or reported; a redefinition may not "
+            code = "SDE_WEIGHT_CHANGED" if name == "sde_weight" else "UNIT_CHANGED"
+            yield Problem(f"{field}.{name}", code, f"unit {uid!r} is opened or reported; a redefinition may not "
                           f"change its {name} from {getattr(old, name)!r} to {getattr(new, name)!r}")
     old_county = _county_ratio(info.definition, old.county_id)
     new_county = _county_ratio(definition, new.county_id)

@@ -101,13 +101,34 @@ def test_a_redefinition_of_what_nobody_reported_is_written_and_the_intake_follow
     assert "5" in json.dumps(units["P4"]) and units["P5"], units
 
 
-def test_a_published_amendment_keeps_what_it_says(reported: tuple[Path, str], tmp_path: Path) -> None:
-    """A release that amends a definition is a published record (the 2020 history holds one): kept."""
+def test_a_published_amendment_may_reweight_but_not_change_a_reported_units_d(reported: tuple[Path, str],
+                                                                               tmp_path: Path) -> None:
+    """A release that amends a definition is a published record (the 2020 history holds one, re-weighting
+    satellites): an SDE weight may change. Any official can write on the import channel, so a reported
+    unit's D may not change there either."""
     data, token = reported
     amended = _again(_definition(data), channel="import", actor="idp-results-site")
-    _unit(amended, "P3")["delegates"] = 7
+    _unit(amended, "P3")["delegates"] = 600
     done = _append(data, token, tmp_path, amended)
+    assert done.returncode == 1 and "units.P3.delegates: DELEGATES_CHANGED" in done.stderr, done.stderr
+    reweighted = _again(_definition(data), channel="import", actor="idp-results-site")
+    _unit(reweighted, "P3")["sde_weight"] = {"numerator": 1, "denominator": 2}
+    done = _append(data, token, tmp_path, reweighted)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_definition_with_a_unit_id_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """The projections fold such an event into the unit, where it changes nothing; the intake took it as the
+    election's definition, and a later redefinition (D 6 -> 600 for a reported unit) was then compared with it."""
+    data, token = reported
+    ghost = _again(_definition(data), unit_id="ZZ")
+    _unit(ghost, "P4")["delegates"] = 600
+    done = _append(data, token, tmp_path, ghost)
+    assert done.returncode == 1 and "unit_id: NOT_AN_ELECTION_RECORD" in done.stderr, done.stderr
+    state = _state(_event(_definition_payload()))
+    state.apply(_event(_definition_payload(units=(UnitDefinition("P1", "P1", "lee", 600),)), unit="ZZ"))
+    info = state.election("e")
+    assert info is not None and info.units["P1"].delegates == 4 and "S1" in info.units
 
 
 def test_a_certification_of_an_undefined_election_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:
@@ -147,6 +168,10 @@ def test_a_checkpoint_must_be_signed_by_the_key_it_names(reported: tuple[Path, s
               "payload": {**forged["payload"], "partition_sizes": [], "partition_roots": [], "tree_size": 0}}
     done = _append(data, token, tmp_path, zeroed)
     assert done.returncode == 1 and "CHECKPOINT_MALFORMED" in done.stderr, done.stderr
+    unit_bound = {**forged, "event_id": str(uuid.uuid4()), "unit_id": "P3", "payload": checkpoint["payload"]}
+    unit_bound["idempotency_key"] = unit_bound["event_id"]
+    done = _append(data, token, tmp_path, unit_bound)
+    assert done.returncode == 1 and "unit_id: NOT_A_LOG_RECORD" in done.stderr, done.stderr
     restored = tmp_path / "restored"
     _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
     genuine = [{k: v for k, v in e.items() if k not in ("position", "record_headers")} for e in history]
@@ -214,3 +239,54 @@ def test_the_intake_judges_by_the_latest_definition() -> None:
     assert state.elections_of_unit("P9") == ["e"] and state.elections_of_unit("S1") == []
     again = IntakeState.from_snapshot(json.loads(json.dumps(state.to_snapshot())))
     assert set(again.elections["e"].units) == {"P1", "P9"}
+
+
+def test_a_checkpoint_of_another_log_is_refused(reported: tuple[Path, str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validly signed, by this ledger's own key, but over another log: `caucus verify` would report
+    tampering on every run after it. Its roots are checked against this log's records."""
+    data, token = reported
+    monkeypatch.setenv("CAUCUS_KEY_HOME", str(tmp_path / "keys"))
+    other = tmp_path / "other"
+    _, other_token = CredentialStore(other / "credentials.json").issue("official", name="Ann")
+    for args in (["define", str(tmp_path / "el.json")],
+                 ["report", "--unit", "P4", "--attendance", "9", "--first", "B=9", "--final", "B=9", "--key", "x"]):
+        assert _caucus(other, *args, token=other_token).returncode == 0
+    assert _caucus(other, "checkpoint", "--json", token=other_token).returncode == 0
+    foreign = next(e for e in _log(other) if e["type"] == "CheckpointSigned")
+    foreign = {k: v for k, v in foreign.items() if k not in ("position", "record_headers")}
+    foreign["recorded_at"] = foreign["occurred_at"] = datetime.now(UTC).isoformat()
+    done = _append(data, token, tmp_path, foreign)
+    assert done.returncode == 1 and "CHECKPOINT_MISMATCH" in done.stderr, done.stderr
+    assert _caucus(data, "verify", "--json").returncode == 0
+
+
+def test_a_copy_of_a_logged_command_under_a_new_id_is_held_to_the_time_rule(reported: tuple[Path, str],
+                                                                              tmp_path: Path) -> None:
+    """It is written (the log keeps retried copies), so it may not be backdated either."""
+    data, token = reported
+    genuine = next(e for e in _log(data) if e["type"] == "ResultReported")
+    copy_of = _again(genuine, idempotency_key=genuine["idempotency_key"], recorded_at="2020-01-01T00:00:00+00:00")
+    done = _append(data, token, tmp_path, copy_of)
+    assert done.returncode == 1 and "RECORDED_OUT_OF_ORDER" in done.stderr, done.stderr
+    assert _append(data, token, tmp_path, _again(genuine, idempotency_key=genuine["idempotency_key"])).returncode == 0
+
+
+def test_a_number_no_encoder_can_write_is_named_not_an_internal_error(reported: tuple[Path, str], tmp_path: Path) -> None:
+    data, token = reported
+    now = datetime.now(UTC).isoformat()
+    cert = {"actor": "official:Bob", "channel": "system", "election_id": "e", "unit_id": "", "event_id": str(uuid.uuid4()),
+            "idempotency_key": "cert", "occurred_at": now, "recorded_at": now, "schema_version": 1,
+            "type": "UnitOpened", "payload": {"attendance": 2**70}}
+    done = _append(data, token, tmp_path, {**cert, "unit_id": "P4"})
+    assert done.returncode == 2 and "line 1" in done.stderr and "attendance" in done.stderr, done.stderr
+    zero = bytes(32).hex()
+    huge = {**cert, "type": "CheckpointSigned", "schema_version": 3, "election_id": "", "payload": {
+        "tree_size": 2**70, "root_hash": zero, "key_id": "0" * 16, "public_key": zero, "signature": bytes(64).hex(),
+        "scope": "", "partition_sizes": [2**70], "partition_roots": [zero], "timestamp_micros": 0, "column_roots": [],
+        "column_signature": ""}}
+    done = _append(data, token, tmp_path, huge)
+    assert done.returncode == 2 and "line 1" in done.stderr and "internal error" not in done.stderr, done.stderr
+    invisible = {**cert, "type": "ResultsCertified", "payload": {"authority": "\u00a0\u200b", "statement": ""}}
+    done = _append(data, token, tmp_path, invisible)
+    assert done.returncode == 1 and "payload.authority: REQUIRED" in done.stderr, done.stderr

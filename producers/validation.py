@@ -377,7 +377,8 @@ def _check_correction(command: CorrectResult, election: ElectionInfo, view: Inta
             Problem(
                 "supersedes",
                 "OTHER_UNITS_EVENT",
-                f"event {command.supersedes} is a result of unit {target.unit_id!r}, not of {command.unit_id!r}",
+                f"event {command.supersedes} is a result of unit {target.unit_id!r} of election {target.election_id!r}, "
+                f"not of unit {command.unit_id!r} of election {election.election_id!r}",
             ),
         )
     else:
@@ -422,16 +423,18 @@ def _check_tie(command: RecordTie, election: ElectionInfo, view: IntakeView) -> 
         errors.append(
             Problem("winners", "WINNER_COUNT", f"{len(command.winners)} winner(s) named for {command.seats} contested seat(s)")
         )
+    if not errors:  # a tie the current result does not have is the first thing wrong with a toss for it
+        errors += no_such_tie(command, election, view)
     if not errors:
         errors += settlement_problems(command, election.election_id, view)
-    if not errors:
-        errors += no_such_tie(command, election, view)
     if command.caller in command.witnesses:
         warnings.append(Problem("witnesses", "CALLER_AS_WITNESS", f"the caller {command.caller!r} is also listed as a witness"))
     if command.method == "coin" and len(command.contenders) != 2:
         warnings.append(
             Problem("method", "COIN_FOR_MANY", f"a coin decides between two groups; {len(command.contenders)} contenders usually draw lots (RULES §6)")
         )
+    if command.method == "lots" and len(command.contenders) == 2:
+        warnings.append(Problem("method", "LOTS_FOR_TWO", "two groups are decided by a coin toss; lots are drawn among three or more (RULES §6)"))
     return Verdict(tuple(errors), tuple(warnings))
 
 

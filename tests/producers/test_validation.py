@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ledger.events import Channel, Event, ResultReported, UnitOpened, new_event
+from ledger.events import Channel, Event, ResultReported, TieBroken, TieMethod, UnitOpened, new_event
 from producers.commands import CommandKind, parse_command
 from producers.intake_state import IntakeState
 from producers.validation import Verdict, check, conflicts, resolve_election, to_payload
@@ -206,6 +206,16 @@ def test_a_toss_for_a_tie_the_result_does_not_have_is_refused(state: IntakeState
     assert _codes(_verdict(state, CommandKind.TOSS, {**real, "seats": 2, "contenders": ["Biden", "Sanders", "Warren"],
                                                      "winners": ["Biden", "Sanders"], "method": "lots"}, "E10").errors) == {
         ("contenders", "NO_SUCH_TIE")}  # fmt: skip
+    # A tie settled against an earlier result that a correction removed: what is wrong with a second
+    # toss for it is that the result has no such tie, not that it was settled.
+    state.apply(_event(TieBroken(("Sanders", "Warren"), 1, ("Warren",), TieMethod.COIN, caller="x"), unit="E01"))
+    assert _codes(_verdict(state, CommandKind.TOSS, toss, "E01").errors) == {("contenders", "NO_SUCH_TIE")}
+
+
+def test_lots_for_two_groups_is_a_warning(state: IntakeState) -> None:
+    # RULES §6: two groups toss a coin; three or more draw lots.
+    base = {"contenders": ["Biden", "Sanders"], "seats": 1, "winners": ["Sanders"], "method": "lots", "caller": "x"}
+    assert _codes(_verdict(state, CommandKind.TOSS, base, "E10").warnings) == {("method", "LOTS_FOR_TWO")}
 
 
 @pytest.mark.parametrize(

@@ -132,6 +132,8 @@ class UnitTally:
     """Ties of the unit tossed more than once: redrawn by an official, or contradicted by a toss that
     was ignored (``TieRecord.later``); the audit reports them."""
     tosses_contradicted: tuple[str, ...] = field(default=())
+    tosses_before_result: tuple[str, ...] = field(default=())
+    """Applied tosses recorded before the unit had any result (``projections.audit.tie_checks``)."""
     """Standing tosses whose outcome the reported delegates contradict (RULES §6, §12); the reported
     figure stays official, a problem and the audit's TOSS_CONTRADICTED say so."""
     after_certification: bool = False
@@ -183,6 +185,7 @@ class UnitTally:
             "problems": list(self.problems),
             "tie_history": [t.to_json() for t in self.tie_history],
             "tosses_contradicted": list(self.tosses_contradicted),
+            "tosses_before_result": list(self.tosses_before_result),
             "after_certification": self.after_certification,
             "final_threshold": self.final_threshold,
         }
@@ -229,6 +232,7 @@ class UnitTally:
             problems=tuple(d.get("problems", ())),
             tie_history=tuple(TieRecord.from_json(t) for t in d.get("tie_history", ())),
             tosses_contradicted=tuple(d.get("tosses_contradicted", ())),
+            tosses_before_result=tuple(d.get("tosses_before_result", ())),
             after_certification=bool(d.get("after_certification", False)),
             final_threshold=d.get("final_threshold"),
         )
@@ -346,6 +350,7 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         problems=tuple(problems),
         tie_history=tuple(t for t in state.ties if t.disputed),
         tosses_contradicted=contradicted,
+        tosses_before_result=tuple(t.event_id for t in state.ties if t.recorded_against is None and t.event_id in shown.applied),
     )
 
 

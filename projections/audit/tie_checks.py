@@ -11,6 +11,11 @@ A worksheet that gives a settled tie's seats otherwise than the toss did is repo
 (``TOSS_CONTRADICTED``, error; RULES §6, §12): the reported figure stays official, as every reported
 figure does, but once a tie is settled only its outcome is legal.
 
+A tie settled by a toss recorded before the unit had any result is reported too (``TOSS_BEFORE_RESULT``,
+warn): a precinct may toss before its chair reports, so the toss stands, but when it was recorded
+nothing could check that the tie existed (RULES §6: a toss decides a tie of the result it was tossed
+for), and an official could otherwise settle likely ties of every unit in advance, unseen.
+
 The findings are read off the unit tally (``UnitTally.tie_history``), i.e. off what the projection did
 with each toss, so the audit, the tally and the paper trail tell the same story.
 """
@@ -24,7 +29,7 @@ from projections.trail import ignored_because
 
 __all__ = ["TIE_CODES", "tie_findings"]
 
-TIE_CODES: tuple[str, ...] = ("TIE_CONTRADICTED", "TIE_REDRAWN", "TOSS_CONTRADICTED")
+TIE_CODES: tuple[str, ...] = ("TIE_CONTRADICTED", "TIE_REDRAWN", "TOSS_CONTRADICTED", "TOSS_BEFORE_RESULT")
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -92,9 +97,32 @@ def _toss_contradicted(t: UnitTally, ctx: ElectionContext, event_id: str) -> Aud
     )
 
 
+def _toss_before_result(t: UnitTally, ctx: ElectionContext, event_id: str) -> AuditFinding:
+    county = ctx.counties.get(t.county_id or "")
+    return AuditFinding(
+        unit_id=t.unit_id,
+        unit_name=t.name,
+        county_id=t.county_id,
+        county_name=county.name if county else t.county_id,
+        satellite=t.satellite_group is not None,
+        status=t.status + (f" ({t.stage})" if t.stage else ""),
+        result_event_id=t.result_event_id,
+        code="TOSS_BEFORE_RESULT",
+        severity="warn",
+        message=(
+            f"coin toss {event_id} settles a tie of this result but was recorded before the unit had any result: "
+            "nothing checked then that the tie existed (RULES §6); check it against the worksheet"
+        ),
+        candidate=None,
+        expected=None,
+        reported=None,
+        likely_cause="the toss was entered before the report, or decided in advance",
+    )
+
+
 def tie_findings(t: UnitTally, ctx: ElectionContext) -> list[AuditFinding]:
-    """One finding per toss of a unit's ties after the first, whether or not the unit reports, and one
-    per standing toss the reported delegates contradict."""
+    """One finding per toss of a unit's ties after the first, whether or not the unit reports, one per
+    standing toss the reported delegates contradict, and one per applied toss recorded before any result."""
     return [_finding(t, ctx, tie, note) for tie in t.tie_history for note in tie.later] + [
         _toss_contradicted(t, ctx, event_id) for event_id in t.tosses_contradicted
-    ]
+    ] + [_toss_before_result(t, ctx, event_id) for event_id in t.tosses_before_result]

@@ -131,3 +131,17 @@ def test_reported_delegates_that_contradict_a_standing_toss_are_a_problem_and_a_
     ctx, agrees = _reported_against_a_toss(support, toss_first=False, **{**cases[0], "winner": "Baker"})  # type: ignore[arg-type]
     assert agrees.tosses_contradicted == () and agrees.problems == ()
     assert not [f for f in audit_tallies(ctx, [agrees]).findings if f.code == "TOSS_CONTRADICTED"]
+
+
+def test_a_toss_recorded_before_any_result_is_applied_and_shown_to_the_auditor(support: ModuleType) -> None:
+    """A precinct may toss before its chair reports, so such a toss still settles the tie of the result
+    (E10: D=6, A100 B50 C50, Clark wins the toss); but nothing could check the tie when it was recorded,
+    so the audit names it (an official could otherwise settle likely ties of every unit in advance)."""
+    e10 = {"Adams": 100, "Baker": 50, "Clark": 50}
+    case = dict(delegates=6, align=e10, reported=None, contenders=("Baker", "Clark"), winner="Clark")
+    for toss_first, expected in ((True, ("toss",)), (False, ())):
+        ctx, tally = _reported_against_a_toss(support, toss_first=toss_first, **case)  # type: ignore[arg-type]
+        assert tally.cds == {"Adams": 3, "Baker": 1, "Clark": 2} and tally.ties_applied == ("toss",)
+        assert tally.tosses_before_result == expected, toss_first
+        found = [(f.code, f.severity) for f in audit_tallies(ctx, [tally]).findings if f.code == "TOSS_BEFORE_RESULT"]
+        assert found == ([("TOSS_BEFORE_RESULT", "warn")] if toss_first else [])

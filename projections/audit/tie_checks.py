@@ -36,8 +36,29 @@ def _names(names: tuple[str, ...]) -> str:
     return ", ".join(names) or "none"
 
 
-def _finding(t: UnitTally, ctx: ElectionContext, tie: TieRecord, note: TossNote) -> AuditFinding:
+def _unit_finding(t: UnitTally, ctx: ElectionContext, code: str, severity: str, message: str, *, expected: object = None,
+                  reported: object = None, likely_cause: str | None = None) -> AuditFinding:
+    """A tie finding of unit ``t``: the unit's columns are the same for every code."""
     county = ctx.counties.get(t.county_id or "")
+    return AuditFinding(
+        unit_id=t.unit_id,
+        unit_name=t.name,
+        county_id=t.county_id,
+        county_name=county.name if county else t.county_id,
+        satellite=t.satellite_group is not None,
+        status=t.status + (f" ({t.stage})" if t.stage else ""),
+        result_event_id=t.result_event_id,
+        code=code,
+        severity=severity,
+        message=message,
+        candidate=None,
+        expected=expected,
+        reported=reported,
+        likely_cause=likely_cause,
+    )
+
+
+def _finding(t: UnitTally, ctx: ElectionContext, tie: TieRecord, note: TossNote) -> AuditFinding:
     what = f"the tie of {tie.seats} seat(s) among {_names(tie.contenders)}"
     if note.redrew:
         code, severity, cause = "TIE_REDRAWN", "info", None
@@ -53,69 +74,28 @@ def _finding(t: UnitTally, ctx: ElectionContext, tie: TieRecord, note: TossNote)
             f"{_names(note.against_winners)}), which had settled {what}: {ignored_because(note)}. It was ignored; "
             f"the tally keeps toss {note.against}"
         )
-    return AuditFinding(
-        unit_id=t.unit_id,
-        unit_name=t.name,
-        county_id=t.county_id,
-        county_name=county.name if county else t.county_id,
-        satellite=t.satellite_group is not None,
-        status=t.status + (f" ({t.stage})" if t.stage else ""),
-        result_event_id=t.result_event_id,
-        code=code,
-        severity=severity,
-        message=message,
-        candidate=None,
-        expected=_names(note.against_winners),
-        reported=_names(note.winners),
-        likely_cause=cause,
-    )
+    return _unit_finding(t, ctx, code, severity, message, expected=_names(note.against_winners),
+                         reported=_names(note.winners), likely_cause=cause)
 
 
 def _toss_contradicted(t: UnitTally, ctx: ElectionContext, event_id: str) -> AuditFinding:
     """The reported delegates give a tie's seats otherwise than the toss that settled it."""
-    county = ctx.counties.get(t.county_id or "")
     reported, computed = t.cds_reported or {}, t.cds_computed or {}
     differ = [c for c in sorted(set(reported) | set(computed)) if reported.get(c, 0) != computed.get(c, 0)]
-    return AuditFinding(
-        unit_id=t.unit_id,
-        unit_name=t.name,
-        county_id=t.county_id,
-        county_name=county.name if county else t.county_id,
-        satellite=t.satellite_group is not None,
-        status=t.status + (f" ({t.stage})" if t.stage else ""),
-        result_event_id=t.result_event_id,
-        code="TOSS_CONTRADICTED",
-        severity="error",
-        message=(
-            f"the reported delegates contradict coin toss {event_id}, which settled a tie (RULES §6: only its "
-            "outcome is legal); the reported figure stays official"
-        ),
-        candidate=None,
-        expected={c: computed.get(c, 0) for c in differ},
-        reported={c: reported.get(c, 0) for c in differ},
+    return _unit_finding(
+        t, ctx, "TOSS_CONTRADICTED", "error",
+        f"the reported delegates contradict coin toss {event_id}, which settled a tie (RULES §6: only its "
+        "outcome is legal); the reported figure stays official",
+        expected={c: computed.get(c, 0) for c in differ}, reported={c: reported.get(c, 0) for c in differ},
         likely_cause="the worksheet was filled in before, or without, the coin toss",
     )
 
 
 def _toss_before_result(t: UnitTally, ctx: ElectionContext, event_id: str) -> AuditFinding:
-    county = ctx.counties.get(t.county_id or "")
-    return AuditFinding(
-        unit_id=t.unit_id,
-        unit_name=t.name,
-        county_id=t.county_id,
-        county_name=county.name if county else t.county_id,
-        satellite=t.satellite_group is not None,
-        status=t.status + (f" ({t.stage})" if t.stage else ""),
-        result_event_id=t.result_event_id,
-        code="TOSS_BEFORE_RESULT",
-        severity="warn",
-        message=(
-            f"coin toss {event_id} settles a tie of this result but was recorded before the unit had any result: "
-            "nothing checked then that the tie existed (RULES §6); check it against the worksheet"
-        ),
-        candidate=None,
-        expected=None,
-        reported=None,
+    return _unit_finding(
+        t, ctx, "TOSS_BEFORE_RESULT", "warn",
+        f"coin toss {event_id} settles a tie of this result but was recorded before the unit had any result: "
+        "nothing checked then that the tie existed (RULES §6); check it against the worksheet",
         likely_cause="the toss was entered before the report, or decided in advance",
     )
 

@@ -204,8 +204,9 @@ def log_append(
     record on the import channel keeps its rule findings, as history holds them, and the audit reports
     them), redefines what an opened or reported unit is counted under (its D, county, SDE ratio, a
     candidate its result names; a published amendment may re-weight satellites), certifies an
-    election the log does not define, carries a checkpoint its key did not sign or that does not
-    state this log's records, reuses an event id the log
+    election the log does not define, carries a checkpoint not signed by a key this ledger trusts or
+    that does not state this log's records, copies a command the log holds under another event id,
+    reuses an event id the log
     holds for other content, or has a recorded_at before the log's newest record (or after now) by
     more than a minute. Each record names the official who appended it in its `caucus-writer` header."""
     from ledger.journal import Journal
@@ -227,22 +228,26 @@ def log_append(
             continue
         try:
             doc = json.loads(line)
-            events.append(event_from_json(doc))
+            event = event_from_json(doc)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, ArithmeticError) as exc:
             raise fail(f"line {lineno}: not an event: {type(exc).__name__}: {exc}") from exc
+        for name in ("occurred_at", "recorded_at"):
+            if getattr(event.envelope, name).utcoffset() is None:
+                raise fail(f"line {lineno}: not an event: {name} {doc.get(name)!r} has no UTC offset")
+        events.append(event)
         lines.append(lineno)
         docs.append(line)  # its text, parsed again when judged: a parsed line weighs several times its text
     journal = Journal(open_log(settings), writer=writer)
     try:
         for lineno, event in zip(lines, events):  # a line no encoder can write is an error before it is a refusal
-            try:
-                journal.codec.encode(event)
+            try:  # and read back: an instant past year 9999 in UTC was written and made the log unreadable
+                journal.codec.decode(journal.codec.encode(event))
             except CodecError as exc:
                 raise fail(f"not appended: line {lineno}: {exc}") from exc
             except (OverflowError, ValueError, TypeError) as exc:  # e.g. a size beyond Avro's long
                 raise fail(f"not appended: line {lineno}: not an event this ledger can write: {type(exc).__name__}: {exc}") from exc
         with intake_turn(settings):  # judged and appended while no intake beside it decides
-            positions = _judged_append(journal, events, lines, docs)
+            positions = _judged_append(journal, events, lines, docs, _checkpoint_keys(settings, events))
     except CodecError as exc:  # e.g. a string no UTF-8 encoder can write: nothing was appended
         raise fail(f"not appended: {exc}") from exc
     finally:
@@ -256,13 +261,13 @@ def log_append(
     emit(out, as_json, human)
 
 
-def _judged_append(journal: Any, events: list[Any], lines: list[int], docs: list[Any]) -> list[Any]:
+def _judged_append(journal: Any, events: list[Any], lines: list[int], docs: list[Any], trusted: Any = None) -> list[Any]:
     """``caucus log append``'s check and write: the whole file refused if one event may not be written."""
     from datetime import UTC, datetime
 
     from producers.direct_writes import REFUSED, refusals
 
-    refused = refusals(journal, events, datetime.now(UTC), docs)
+    refused = refusals(journal, events, datetime.now(UTC), docs, trusted)
     if refused:
         more = f"; and {len(refused) - 10} more lines" if len(refused) > 10 else ""
         raise fail(f"refused, nothing appended ({len(refused)} of {len(events)} lines): " + "; ".join(
@@ -270,6 +275,20 @@ def _judged_append(journal: Any, events: list[Any], lines: list[int], docs: list
             + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in refused[:10]
         ) + more, REFUSED, kind="refused")
     return list(journal.append_batch(events))
+
+
+def _checkpoint_keys(settings: Any, events: list[Any]) -> Any:
+    """The keys ``caucus verify`` trusts by default, when the file holds a checkpoint (None otherwise)."""
+    from ledger.events import CheckpointSigned
+    from ledger.integrity.keys import KeyFileError
+    from projections.audit.cli import trusted_keys
+
+    if not any(isinstance(e.payload, CheckpointSigned) for e in events):
+        return None
+    try:
+        return trusted_keys(settings, None)
+    except (KeyFileError, OSError) as exc:
+        raise fail(f"cannot read the checkpoint keys to judge the file's checkpoints: {exc}") from exc
 
 
 _registered = False

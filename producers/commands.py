@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
@@ -85,7 +86,17 @@ Digest = Annotated[
         description="SHA-256 of the signed worksheet image, as sha256:<64 lowercase hex>",
     ),
 ]
-When = Annotated[AwareDatetime, Field(strict=False, description="ISO 8601 with a UTC offset")]
+def _recordable(value: Any) -> Any:
+    """An instant the log can record and read back: the codec stores UTC, and 9999-12-31T23:59-14:00
+    (valid ISO 8601) is past the last UTC year a datetime holds; written, it made the log unreadable."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("is outside the instants the log can record (years 1 to 9999 in UTC)") from exc
+    return value
+
+
+When = Annotated[AwareDatetime, Field(strict=False, description="ISO 8601 with a UTC offset"), AfterValidator(_recordable)]
 
 
 class CommandKind(enum.StrEnum):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ledger.events import (
@@ -49,6 +49,7 @@ from producers.payloads import to_payload
 from producers.redefinition import PUBLISHED_MAY_CHANGE, redefinition_problems
 from producers.validation import check, resolve_election
 from ledger.caucus_math.checks import CHECK_CODES
+from ledger.integrity.keys import TrustedKey
 
 __all__ = ["content_problems", "KEPT_AS_RECORDED", "KEPT_ALWAYS"]
 
@@ -66,12 +67,12 @@ _RESULT = ("first_alignment", "final_alignment", "attendance", "delegates_report
 
 
 def content_problems(line: Mapping[str, Any], event: Event[Any], view: IntakeView, partitions: int = 1,
-                     trees: CheckpointTrees | None = None) -> tuple[Problem, ...]:
+                     trees: CheckpointTrees | None = None, trusted: Sequence[TrustedKey] | None = None) -> tuple[Problem, ...]:
     """Why the event of ``line`` (its JSON, as ``caucus log tail --json`` prints it) would not be
     accepted by the intake against ``view``, or, for a record no command writes, by
     ``producers.direct_records`` against a log of ``partitions`` partitions; empty when it would."""
     problems = [*_envelope_problems(line, event), *_command_problems(line, event, view),
-                *record_problems(event, view, partitions, trees)]
+                *record_problems(event, view, partitions, trees, trusted)]
     published = event.envelope.channel is Channel.IMPORT
     if isinstance(event.payload, ElectionDefined):
         changes = redefinition_problems(event.payload, event.envelope.election_id, view)

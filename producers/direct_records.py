@@ -18,10 +18,11 @@ a ghost definition then made the redefinition check compare with numbers the tal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ledger.events import CheckpointSigned, ElectionDefined, Event, Problem, ResultsCertified
-from ledger.integrity.checkpoints import CheckpointFormatError, SignedCheckpoint
+from ledger.integrity.checkpoints import CheckpointFormatError, SignedCheckpoint, micros_to_datetime
 from ledger.integrity.keys import TrustedKey, key_id
 from ledger.integrity.merkle import MerkleTree, leaf_hash
 from ledger.log.partitioning import partition_for
@@ -43,8 +44,8 @@ class CheckpointTrees:
         self.logged(partition_for(key, len(self.trees)), value)
 
 
-def record_problems(event: Event[Any], view: IntakeView, partitions: int,
-                    trees: CheckpointTrees | None = None) -> tuple[Problem, ...]:
+def record_problems(event: Event[Any], view: IntakeView, partitions: int, trees: CheckpointTrees | None = None,
+                    trusted: Sequence[TrustedKey] | None = None) -> tuple[Problem, ...]:
     """Why a definition, certification or checkpoint ``event`` may not be written to a log of
     ``partitions`` partitions whose state is ``view`` and, given ``trees``, whose records hash to them
     (empty for any other event)."""
@@ -56,6 +57,8 @@ def record_problems(event: Event[Any], view: IntakeView, partitions: int,
     if isinstance(payload, CheckpointSigned):
         problems = [_not_a_unit_record("a checkpoint", event)] if event.envelope.unit_id or event.envelope.election_id else []
         problems.extend(_checkpoint_problems(event, partitions))
+        if not problems and trusted is not None:
+            problems.extend(_trust_problems(payload, trusted))
         if not problems and trees is not None:
             problems.extend(_root_problems(payload, trees))
         return tuple(problems)
@@ -90,6 +93,10 @@ def _checkpoint_problems(event: Event[Any], partitions: int) -> tuple[Problem, .
     except (CheckpointFormatError, ValueError) as exc:
         return (Problem("payload", "CHECKPOINT_MALFORMED", str(exc)),)
     payload: CheckpointSigned = event.payload
+    try:
+        micros_to_datetime(payload.timestamp_micros)
+    except (ValueError, OverflowError) as exc:
+        return (Problem("payload.timestamp_micros", "CHECKPOINT_MALFORMED", f"its time is not a readable instant: {exc}"),)
     if key_id(payload.public_key) != payload.key_id:
         return (Problem("payload.key_id", "CHECKPOINT_SIGNATURE",
                         f"its key id {payload.key_id} is not the id of the public key it carries"),)
@@ -126,3 +133,14 @@ def _root_problems(payload: CheckpointSigned, trees: CheckpointTrees) -> list[Pr
                                f"its root of partition {part} at size {size} is not this log's: it was signed over "
                                "another log or another history"))
     return out
+
+
+def _trust_problems(payload: CheckpointSigned, trusted: Sequence[TrustedKey]) -> list[Problem]:
+    """A checkpoint signed by a key this ledger does not trust would make ``caucus verify`` and
+    ``caucus checkpoint`` refuse the log for good: any official could sign one with a key of their own."""
+    if any(k.public_key == payload.public_key for k in trusted):
+        return []
+    known = ", ".join(k.key_id for k in trusted) or "none"
+    return [Problem("payload.key_id", "CHECKPOINT_UNTRUSTED",
+                    f"it is signed by key {payload.key_id}, which this ledger does not trust (trusted: {known}); to restore "
+                    "another ledger's checkpoints, trust its public key (CAUCUS_CHECKPOINT_PUBLIC_KEY)")]

@@ -44,6 +44,7 @@ from typing import Any
 from ledger.cli_output import fail
 from ledger.config import Settings
 from ledger.events import CheckpointSigned, Event, Problem
+from ledger.integrity.keys import TrustedKey
 from ledger.journal import Journal
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
 from producers.direct_content import KEPT_ALWAYS, content_problems
@@ -107,10 +108,12 @@ def intake_turn(settings: Settings) -> Iterator[None]:
 
 
 def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
-             lines: Sequence[str | Mapping[str, Any]] | None = None) -> list[tuple[int, tuple[Problem, ...]]]:
+             lines: Sequence[str | Mapping[str, Any]] | None = None,
+             trusted: Sequence[TrustedKey] | None = None) -> list[tuple[int, tuple[Problem, ...]]]:
     """Why each of ``events`` (by index) may not be appended to the log ``journal`` reads, judged in
     order as the intake would judge them; empty when all may. Reads the whole log. With ``lines`` (each
-    event's JSON as given, or its text) what each says is judged too (``producers.direct_content``)."""
+    event's JSON as given, or its text) what each says is judged too (``producers.direct_content``), and
+    a checkpoint's key against ``trusted``."""
     state = IntakeState()
     newest: datetime | None = None
     wanted = {event.event_id for event in events}
@@ -136,12 +139,14 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
             continue
         problems = list(_time_problems(event.recorded_at, newest, now))
         verdict = recheck(event, state)
-        if verdict.action != "present":  # else a copy of a command the log holds (a retried append): kept as a copy
+        if verdict.action == "present":  # the same command under another id: the projections would fold it again
+            problems.append(_copy_of(verdict.original, event.envelope.idempotency_key))
+        else:
             refused = [p for p in verdict.problems if p.code not in KEPT_ALWAYS] if verdict.action == "refuse" else []
             if not refused and lines is not None:
                 line = lines[index]
                 doc = json.loads(line) if isinstance(line, str) else line
-                refused = list(content_problems(doc, event, state, partitions, trees))
+                refused = list(content_problems(doc, event, state, partitions, trees, trusted))
             problems.extend(refused)
             if not refused:
                 state.apply(event)
@@ -153,6 +158,13 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
         if trees is not None:
             trees.written(event.key, journal.codec.encode(event))
     return found
+
+
+def _copy_of(original: str, key: str) -> Problem:
+    return Problem("idempotency_key", "ALREADY_RECORDED",
+                   f"the log holds this command as event {original} (key {key!r}); a copy under another event id is "
+                   "not a retry the intake would take: the tallies would fold it again, over what came after it "
+                   "(a correction, a redefinition)")
 
 
 def _id_taken(event_id: str) -> Problem:

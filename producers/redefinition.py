@@ -70,7 +70,8 @@ def _unit_problems(info: ElectionInfo, new: UnitDefinition | None, uid: str, def
                       f"{old.delegates} delegate(s); a redefinition may not make it {new.delegates}")
     for name in ("county_id", "satellite_group", "sde_weight"):
         if getattr(new, name) != getattr(old, name):
-            code = "SDE_WEIGHT_CHANGED" if name == "sde_weight" else "UNIT_CHANGED"
+            satellite = old.satellite_group is not None and new.satellite_group == old.satellite_group
+            code = "SDE_WEIGHT_CHANGED" if name == "sde_weight" and satellite else "UNIT_CHANGED"
             yield Problem(f"{field}.{name}", code, f"unit {uid!r} is opened or reported; a redefinition may not "
                           f"change its {name} from {getattr(old, name)!r} to {getattr(new, name)!r}")
     old_county = _county_ratio(info.definition, old.county_id)

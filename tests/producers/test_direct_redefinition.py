@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import uuid
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -112,8 +113,21 @@ def test_a_published_amendment_may_reweight_but_not_change_a_reported_units_d(re
     done = _append(data, token, tmp_path, amended)
     assert done.returncode == 1 and "units.P3.delegates: DELEGATES_CHANGED" in done.stderr, done.stderr
     reweighted = _again(_definition(data), channel="import", actor="idp-results-site")
-    _unit(reweighted, "P3")["sde_weight"] = {"numerator": 1, "denominator": 2}
+    _unit(reweighted, "P3")["sde_weight"] = {"numerator": 1000, "denominator": 1}  # P3 is no satellite
     done = _append(data, token, tmp_path, reweighted)
+    assert done.returncode == 1 and "units.P3.sde_weight: UNIT_CHANGED" in done.stderr, done.stderr
+    with_satellite = _again(_definition(data))
+    with_satellite["payload"]["satellite_groups"] = [{"group_id": "g", "name": "G", "sde_pool": {"numerator": 3,
+                                                      "denominator": 2}, "attendance_base": 40}]
+    with_satellite["payload"]["units"].append({"unit_id": "S1", "name": "S1", "county_id": "lee", "delegates": None,
+                                               "satellite_group": "g", "short_name": None, "sde_weight": None})
+    assert _append(data, token, tmp_path, with_satellite).returncode == 0
+    sent = _caucus(data, "report", "--unit", "S1", "--attendance", "10", "--first", "A=10", "--final", "A=10",
+                   "--key", "s1", token=token)
+    assert sent.returncode == 0, sent.stderr
+    amended = _again(with_satellite, channel="import", actor="idp-results-site")
+    _unit(amended, "S1")["sde_weight"] = {"numerator": 1, "denominator": 4}
+    done = _append(data, token, tmp_path, amended)
     assert done.returncode == 0, done.stderr
 
 
@@ -172,6 +186,16 @@ def test_a_checkpoint_must_be_signed_by_the_key_it_names(reported: tuple[Path, s
     unit_bound["idempotency_key"] = unit_bound["event_id"]
     done = _append(data, token, tmp_path, unit_bound)
     assert done.returncode == 1 and "unit_id: NOT_A_LOG_RECORD" in done.stderr, done.stderr
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(data, elsewhere)
+    monkeypatch.setenv("CAUCUS_KEY_HOME", str(tmp_path / "other-keys"))
+    assert _caucus(elsewhere, "checkpoint", "--json", "--public-key", str(tmp_path / "keys" / "checkpoint-key.pub"),
+                   token=token).returncode == 0
+    monkeypatch.setenv("CAUCUS_KEY_HOME", str(tmp_path / "keys"))
+    self_signed = next(e for e in _log(elsewhere) if e["type"] == "CheckpointSigned" and e["event_id"] != checkpoint["event_id"])
+    self_signed = {k: v for k, v in self_signed.items() if k not in ("position", "record_headers")}
+    done = _append(data, token, tmp_path, self_signed)  # states this log, but signed by a key nobody trusts here
+    assert done.returncode == 1 and "payload.key_id: CHECKPOINT_UNTRUSTED" in done.stderr, done.stderr
     restored = tmp_path / "restored"
     _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
     genuine = [{k: v for k, v in e.items() if k not in ("position", "record_headers")} for e in history]
@@ -261,15 +285,22 @@ def test_a_checkpoint_of_another_log_is_refused(reported: tuple[Path, str], tmp_
     assert _caucus(data, "verify", "--json").returncode == 0
 
 
-def test_a_copy_of_a_logged_command_under_a_new_id_is_held_to_the_time_rule(reported: tuple[Path, str],
-                                                                              tmp_path: Path) -> None:
-    """It is written (the log keeps retried copies), so it may not be backdated either."""
+def test_a_copy_of_a_logged_command_under_a_new_id_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """The intake answers a retry with the event it recorded; under a new event id the tallies would
+    fold the copy again, over what came after it: P3's original report copied back after its correction
+    reverted the correction."""
     data, token = reported
     genuine = next(e for e in _log(data) if e["type"] == "ResultReported")
-    copy_of = _again(genuine, idempotency_key=genuine["idempotency_key"], recorded_at="2020-01-01T00:00:00+00:00")
-    done = _append(data, token, tmp_path, copy_of)
-    assert done.returncode == 1 and "RECORDED_OUT_OF_ORDER" in done.stderr, done.stderr
-    assert _append(data, token, tmp_path, _again(genuine, idempotency_key=genuine["idempotency_key"])).returncode == 0
+    corrected = _caucus(data, "correct", "--unit", "P3", "--supersedes", genuine["event_id"], "--attendance", "60",
+                        "--first", "A=20,B=40", "--final", "A=20,B=40", "--reason", "recount", "--authority", "county chair", "--stage", "recount",
+                        "--key", "p3-fix", token=token)
+    assert corrected.returncode == 0, corrected.stderr
+    before = _state_tally(data)
+    for recorded_at in ("2020-01-01T00:00:00+00:00", datetime.now(UTC).isoformat()):
+        copy_of = _again(genuine, idempotency_key=genuine["idempotency_key"], recorded_at=recorded_at)
+        done = _append(data, token, tmp_path, copy_of)
+        assert done.returncode == 1 and "idempotency_key: ALREADY_RECORDED" in done.stderr, done.stderr
+    assert _state_tally(data) == before
 
 
 def test_a_number_no_encoder_can_write_is_named_not_an_internal_error(reported: tuple[Path, str], tmp_path: Path) -> None:
@@ -290,3 +321,23 @@ def test_a_number_no_encoder_can_write_is_named_not_an_internal_error(reported: 
     invisible = {**cert, "type": "ResultsCertified", "payload": {"authority": "\u00a0\u200b", "statement": ""}}
     done = _append(data, token, tmp_path, invisible)
     assert done.returncode == 1 and "payload.authority: REQUIRED" in done.stderr, done.stderr
+
+
+def test_an_instant_the_log_cannot_read_back_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """9999-12-31T23:59:59-14:00 is valid ISO 8601 but past the last UTC year: written, it made every
+    later read of the log fail. A time without a UTC offset is no instant at all."""
+    data, token = reported
+    before = _log_size(data)
+    late = _again(next(e for e in _log(data) if e["type"] == "ResultReported"), unit_id="P4",
+                  occurred_at="9999-12-31T23:59:59-14:00")
+    done = _append(data, token, tmp_path, late)
+    assert done.returncode == 2 and "line 1" in done.stderr and "internal error" not in done.stderr, done.stderr
+    naive = {**late, "occurred_at": late["recorded_at"], "recorded_at": "2026-11-26T21:10:00"}
+    done = _append(data, token, tmp_path, naive)
+    assert done.returncode == 2 and "recorded_at" in done.stderr and "no UTC offset" in done.stderr, done.stderr
+    sent = _caucus(data, "report", "--unit", "P4", "--attendance", "9", "--first", "B=9", "--final", "B=9", "--key", "late",
+                   "--occurred-at", "9999-12-31T23:59:59-14:00", token=token)
+    said = sent.stdout + sent.stderr
+    assert sent.returncode == 1 and "occurred_at" in said and "years 1 to 9999" in said and "internal error" not in said, said
+    assert _log_size(data) == before + 1  # the refusal is recorded; nothing else
+    assert _caucus(data, "log", "tail", "--json").returncode == 0

@@ -308,13 +308,28 @@ def _register_commands() -> None:
 
 
 def _tidy_help(command: Command) -> None:
-    """Flags take no value, so their help shows no type (the help formatter would print ``<bool>``)."""
+    """Flags take no value, so their help shows no type (the help formatter would print ``<bool>``); a
+    command's text flows as paragraphs (the formatter keeps a docstring's line breaks, so lines written
+    for the source broke again at the terminal's width, every other line a stub)."""
     helper = command.get_help_option(Context(command))  # made once and cached by the command
     for param in [*command.params, *([helper] if helper is not None else [])]:
         if isinstance(param, TyperOption) and param.is_flag:
             param.metavar = ""
+    if command.help:
+        command.help = _flowed(command.help)
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
+
+
+def _flowed(text: str) -> str:
+    """Each paragraph on one line, except one laid out by hand (indented lines, lists, or click's
+    no-rewrap mark, a backspace, at its start)."""
+    out = []
+    for paragraph in text.split("\n\n"):
+        lines = paragraph.splitlines()
+        laid_out = paragraph.startswith("\b") or any(line.startswith((" ", "-", "*", "|")) for line in lines[1:])
+        out.append(paragraph if laid_out else " ".join(line.strip() for line in lines))
+    return "\n\n".join(out)
 
 
 def _hoist_wide(argv: list[str]) -> list[str]:

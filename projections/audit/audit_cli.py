@@ -144,7 +144,9 @@ def audit_command(
     """Run the RULES.md §12 checks over every unit's current result and list the findings by severity:
     unit, county, candidate, expected vs reported, and the likely cause. A tie tossed more than once is
     reported too: TIE_REDRAWN (info) for an official's redraw, TIE_CONTRADICTED (error) for a second
-    toss that was ignored (expected: the winners that stand; reported: the ignored toss's). So is how
+    toss that was ignored (expected: the winners that stand; reported: the ignored toss's);
+    TOSS_CONTRADICTED (error) for reported delegates that give a settled tie otherwise than its toss;
+    TOSS_BEFORE_RESULT (warn) for a toss recorded before the unit had any result. So is how
     records reached the log: DIRECT_WRITE for one an official wrote without the intake, and
     RECORDED_OUT_OF_ORDER for one dated more than a minute before records appended ahead of it.
 

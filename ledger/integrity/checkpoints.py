@@ -98,6 +98,16 @@ class Checkpoint:
                 raise CheckpointFormatError(f"partition {i}: root is not {HASH_SIZE} bytes")
         if not 0 <= self.timestamp_micros < 1 << 64:
             raise CheckpointFormatError(f"timestamp {self.timestamp_micros} is not a u64")
+        # A statement that cannot be read as a time or written as bytes is no checkpoint: signed or
+        # verified, it raised inside `caucus verify` and `caucus checkpoint` instead of being reported.
+        try:
+            micros_to_datetime(self.timestamp_micros)
+        except (ValueError, OverflowError) as exc:
+            raise CheckpointFormatError(f"timestamp {self.timestamp_micros} is not a readable instant: {exc}") from exc
+        try:
+            self.scope.encode("utf-8"), self.key_id.encode("ascii")
+        except UnicodeEncodeError as exc:
+            raise CheckpointFormatError(f"its scope or key id cannot be written: {exc}") from exc
 
     @property
     def partitions(self) -> int:

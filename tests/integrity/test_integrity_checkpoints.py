@@ -238,3 +238,15 @@ def test_the_memory_store_keeps_checkpoints_and_leaf_hashes() -> None:
         forget_checkpoints(name)
     with pytest.raises(CheckpointStoreError):
         MemoryCheckpointStore(name, create=False)
+
+
+def test_a_statement_that_cannot_be_read_as_a_time_or_written_is_no_checkpoint() -> None:
+    """A time of 2**63-1 microseconds (year 294247) or a key id no checkpoint can spell passed the parse
+    and raised inside `caucus verify` and `caucus checkpoint`; now the parse refuses them, so verify
+    reports a malformed checkpoint and `caucus log append` refuses the line."""
+    root = bytes(32)
+    with pytest.raises(CheckpointFormatError, match="readable instant"):
+        Checkpoint("", (1 << 63) - 1, "0" * 16, (0,), (root,))
+    with pytest.raises(CheckpointFormatError, match="cannot be written"):
+        Checkpoint("", 0, "k\u00e9y", (0,), (root,))
+    assert Checkpoint("scope", 0, "0" * 16, (0,), (root,)).time.year == 1970

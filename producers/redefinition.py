@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ledger.events import ElectionDefined, Problem, UnitDefinition
-from producers.intake_state import ElectionInfo, IntakeView
+from producers.intake_state import IntakeView
 
 __all__ = ["redefinition_problems", "PUBLISHED_MAY_CHANGE"]
 
@@ -45,8 +45,9 @@ def redefinition_problems(new: ElectionDefined, election_id: str, view: IntakeVi
         problems.append(Problem("rule_set", "RULE_SET_CHANGED", f"the rule set would change from {old.rule_set!r} to "
                                 f"{new.rule_set!r} while {len(under_way)} unit(s) are opened or reported under it"))
     units = {u.unit_id: u for u in new.units}
+    before, after = _Areas(old), _Areas(new)
     for uid in under_way:
-        problems.extend(_unit_problems(info, units.get(uid), uid, new))
+        problems.extend(_unit_problems(info.units[uid], units.get(uid), uid, before, after))
     named = _candidates_in_results(view, election_id, under_way)
     for name in sorted(named - set(new.candidates)):
         problems.append(Problem("candidates", "CANDIDATE_REMOVED",
@@ -59,8 +60,15 @@ def _under_way(view: IntakeView, election_id: str, unit_id: str) -> bool:
     return status.opened_event_id is not None or status.result_event_id is not None
 
 
-def _unit_problems(info: ElectionInfo, new: UnitDefinition | None, uid: str, definition: ElectionDefined) -> Iterator[Problem]:
-    old = info.units[uid]
+class _Areas:
+    """A definition's county ratios and satellite groups by id, looked up once per unit under way."""
+
+    def __init__(self, definition: ElectionDefined) -> None:
+        self.ratios = {c.county_id: c.sde_ratio for c in definition.counties}
+        self.groups = {g.group_id: (g.sde_pool, g.attendance_base) for g in definition.satellite_groups}
+
+
+def _unit_problems(old: UnitDefinition, new: UnitDefinition | None, uid: str, before: _Areas, after: _Areas) -> Iterator[Problem]:
     if new is None:
         yield Problem("units", "UNIT_REMOVED", f"unit {uid!r} would be removed, but it is opened or reported")
         return
@@ -74,27 +82,16 @@ def _unit_problems(info: ElectionInfo, new: UnitDefinition | None, uid: str, def
             code = "SDE_WEIGHT_CHANGED" if name == "sde_weight" and satellite else "UNIT_CHANGED"
             yield Problem(f"{field}.{name}", code, f"unit {uid!r} is opened or reported; a redefinition may not "
                           f"change its {name} from {getattr(old, name)!r} to {getattr(new, name)!r}")
-    old_county = _county_ratio(info.definition, old.county_id)
-    new_county = _county_ratio(definition, new.county_id)
+    old_county, new_county = before.ratios.get(old.county_id), after.ratios.get(new.county_id)
     if new.county_id == old.county_id and new_county != old_county:
         yield Problem(f"counties.{old.county_id}.sde_ratio", "COUNTY_RATIO_CHANGED",
                       f"county {old.county_id!r} holds unit {uid!r}, which is opened or reported; a redefinition may not "
                       f"change the county's SDE ratio ({old_county} to {new_county})")
-    if old.satellite_group is not None and new.satellite_group == old.satellite_group:
-        before = _group(info.definition, old.satellite_group)
-        after = _group(definition, old.satellite_group)
-        if before != after:
-            yield Problem(f"satellite_groups.{old.satellite_group}", "GROUP_CHANGED",
-                          f"satellite group {old.satellite_group!r} holds unit {uid!r}, which is opened or reported; "
-                          "a redefinition may not change the group's SDE pool or attendance base")
-
-
-def _county_ratio(definition: ElectionDefined, county_id: str) -> object:
-    return next((c.sde_ratio for c in definition.counties if c.county_id == county_id), None)
-
-
-def _group(definition: ElectionDefined, group_id: str) -> object:
-    return next(((g.sde_pool, g.attendance_base) for g in definition.satellite_groups if g.group_id == group_id), None)
+    group = old.satellite_group
+    if group is not None and new.satellite_group == group and before.groups.get(group) != after.groups.get(group):
+        yield Problem(f"satellite_groups.{group}", "GROUP_CHANGED",
+                      f"satellite group {group!r} holds unit {uid!r}, which is opened or reported; "
+                      "a redefinition may not change the group's SDE pool or attendance base")
 
 
 def _candidates_in_results(view: IntakeView, election_id: str, units: list[str]) -> set[str]:

@@ -321,6 +321,18 @@ class BatchFolder:
         if chunk.newest is not None and (folded.newest is None or chunk.newest > folded.newest):
             folded.newest = chunk.newest
 
+    def stale_tallies(self, tx: FoldTx) -> list[TallyRow]:
+        """The stored tallies computed under another context than their election's current one,
+        computed again. A fold recomputes an election when its context changes within the log; this
+        finds the tallies a change of the code made stale (a rule set's name that came to mean another
+        reading: ``RuleSet.meaning``), which no event announces."""
+        out: list[TallyRow] = []
+        for eid, row in tx.elections().items():
+            ctx = self._context(ElectionState.loads(row.state), eid)
+            if any(t.context != ctx.key for t in tx.tallies(election_id=eid).values()):
+                out.extend(self._recompute_election(tx, ctx, skip={}).values())
+        return out
+
     def _recompute_election(self, tx: FoldTx, ctx: ElectionContext, skip: dict[UnitKey, Any]) -> dict[UnitKey, TallyRow]:
         """Every stored unit of the election against its new context; only changed tallies."""
         existing = tx.tallies(election_id=ctx.election_id)

@@ -73,7 +73,19 @@ def context_key(state: ElectionState | None, rule_set: str | None = None) -> str
     if state is None:
         return f"-|-|{rule_set or '-'}"
     name = rule_set or (state.definition.rule_set if state.definition is not None else None)
-    return f"{state.defined_by or '-'}|{state.certified_by or '-'}|{name or '-'}"
+    return f"{state.defined_by or '-'}|{state.certified_by or '-'}|{_named_meaning(name)}"
+
+
+@functools.lru_cache(maxsize=64)
+def _named_meaning(name: str | None) -> str:
+    """The rule set's name and what it means now (``RuleSet.meaning``): a name may come to mean
+    another reading of an [OPEN] point, and a tally computed under the old one must not pass as current."""
+    if name is None:
+        return "-"
+    try:
+        return f"{name}@{_rule_set(name).meaning}"
+    except (KeyError, ValueError, LookupError):
+        return name
 
 
 def election_context(

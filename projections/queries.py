@@ -132,7 +132,10 @@ def _read(reader: StoreReader, info: SetInfo, election_id: str | None, rule_set:
     own = election_context(elections[chosen], chosen, rule_set=info.rule_set)
     if rule_set is None or rule_set == own.rule_set_name:
         rows = reader.tallies(election_id=chosen)
-        units = {uid: UnitTally.loads(row.tally) for (_, uid), row in rows.items()}
+        units = {uid: UnitTally.loads(row.tally) for (_, uid), row in rows.items() if row.context == own.key}
+        stale = [key for key, row in rows.items() if row.context != own.key]
+        if stale:  # computed under another meaning of the rule set's name: computed again, not served
+            units.update(tallies_from_states((UnitState.loads(row.state) for row in reader.unit_states(stale).values()), own))
         return TallyView(info, own, units, positions)
     ctx = election_context(elections[chosen], chosen, rule_set=rule_set)
     if ctx.rules_error:

@@ -14,6 +14,7 @@ a large batch's records alive every collection walks them all again (a third of 
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -30,6 +31,8 @@ from projections.sources import Source
 from projections.stores.port import Changes, ProjectionStore, StoreUnavailable
 from projections.store_outage import StoreOutage
 from projections.whole_log import OthersStalled, OthersWatch, behind
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RunnerError", "Progress", "ProjectionRunner", "tally_row"]
 
@@ -212,7 +215,19 @@ class ProjectionRunner:
     # -- the loop -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._refresh_stale()
         self.source.start(self)
+
+    def _refresh_stale(self) -> None:
+        """Tallies a change of the code made stale are computed again before the first batch, so the
+        store and the feed never serve them (``BatchFolder.stale_tallies``)."""
+        with self.store.transaction(self.set_id) as tx:
+            rows = self.folder.stale_tallies(tx)
+            if rows:
+                tx.write(Changes(tallies=rows))
+        if rows:
+            log.warning("%d stored tallies were computed under another meaning of their rule set and were computed again",
+                        len(rows))
 
     def run(self, *, until_caught_up: bool = False, stop: Callable[[], bool] | None = None) -> Progress:
         """Apply batches until ``stop()`` (or, with ``until_caught_up``, until every owned partition

@@ -214,7 +214,7 @@ def allocate(
     ties: Sequence[TieResolution] = (),
     rule_set: str = "idp-2020",
     leftover: LeftoverRule = "round_robin",
-    realign_ties: RealignTieRule = "all",
+    realign_ties: RealignTieRule = "lots",
     no_majority: NoMajorityRule = "plurality",
     recompute_threshold_at_final: bool = False,
     worksheet_decimals: int | None = None,

@@ -11,7 +11,9 @@ Rule sets
 ---------
 ``idp-2020`` (default)
     The 2020 rules as the official reporting app (APP, IowaReporterApp v1.1)
-    computed them: two alignments, viable groups locked, largest remainder.
+    computed them: two alignments, viable groups locked, largest remainder;
+    but a lot, not the APP's "all of them", decides which of equal smallest
+    groups realign under §4.5 (point 2 below).
 ``idp-2016``
     2016 practice: no lock (anyone could move, repeated realignments), coin
     tosses or lots for leftover delegates.
@@ -27,15 +29,17 @@ The [OPEN] points and the choices made
    reading as ``ambiguous``.
 2. Which of several equal smallest groups realigns when more groups are viable
    than delegates (§4.5, §17.2) -- field ``realign_ties``.
-   idp-2020: ``"all"`` (APP zeroes every group tied at the minimum size).
-   idp-2016: ``"lots"`` (a lot decides which of them realign; the reading of
-   RULES §4.5 and of worked example E05).  Evidence from the certified 2020
-   release: in 27 units the cut falls inside equal groups; the reported
-   delegates of 26 of them fit the lot reading and none fits the APP's (the
-   27th reported 4 delegates for 3).  §4.5 says the cut is "decided by lot",
-   so the checks accept both readings as legal outcomes (``accepted_options``)
-   and report nothing for those 26; ``variant(realign_ties="lots")``
-   recomputes them with the lot pending.  Both readings agree when every
+   Both rule sets: ``"lots"`` (a lot decides which of them realign: the text of
+   RULES §4.5, "our reading" of §17.2, and worked example E05).  The APP's
+   reading, ``"all"`` (it zeroes every group tied at the minimum size), is
+   ``idp-2020[realign_ties=all]``.  Evidence from the certified 2020 release:
+   in 27 units the cut falls inside equal groups; the reported delegates of 26
+   of them fit the lot reading and none fits the APP's (the 27th reported 4
+   delegates for 3).  idp-2020 meant ``"all"`` until this evidence was weighed;
+   a tally stored under that meaning is computed again, never served (a stored
+   tally records ``RuleSet.meaning``).  The checks accept both readings as
+   legal outcomes (``accepted_options``), so a unit that reported the APP's
+   outcome has no finding.  Both readings agree when every
    viable group ties at the cut (6/6/6 for two delegates; 4 units in 2020):
    realigning all of them would leave nobody to elect the D delegates, which
    §4.5 ("until #viable <= D") cannot mean, so a lot decides which realign.
@@ -127,7 +131,7 @@ class RuleSet:
     description: str
     lock_viable_groups: bool = True
     leftover: LeftoverRule = "round_robin"
-    realign_ties: RealignTieRule = "all"
+    realign_ties: RealignTieRule = "lots"
     one_delegate_no_majority: NoMajorityRule = "plurality"
     recompute_threshold_at_final: bool = False
     worksheet_decimals: int | None = None
@@ -249,8 +253,8 @@ class RuleSet:
     def variant(self, **changes: object) -> "RuleSet":
         """This rule set with other choices on some [OPEN] points, named after them.
 
-        >>> get_rule_set("idp-2020").variant(realign_ties="lots").name
-        'idp-2020[realign_ties=lots]'
+        >>> get_rule_set("idp-2020").variant(realign_ties="all").name
+        'idp-2020[realign_ties=all]'
         """
         known = {f.name for f in fields(self)} - {"name", "description"}
         unknown = set(changes) - known
@@ -263,6 +267,15 @@ class RuleSet:
             description=f"{self.description} With {tag}." if tag else self.description,
             **changes,  # type: ignore[arg-type]
         )
+
+    @property
+    def meaning(self) -> str:
+        """Every choice this rule set makes, as one string. A stored tally records it beside the rule
+        set's name, so a tally computed when a name meant another reading (idp-2020's §4.5 cut was
+        ``all`` until it became ``lots``) is recognised as stale and computed again, never served."""
+        choices = (f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                   if f.name not in ("name", "description", "ambiguous_options", "accepted_options"))
+        return ",".join(choices)
 
     def reading_of(self, other: "RuleSet") -> str:
         """Plain words for how ``other`` reads the [OPEN] points differently from this rule set."""
@@ -287,9 +300,9 @@ class RuleSet:
 IDP_2020 = RuleSet(
     name="idp-2020",
     description=(
-        "Iowa Democratic Party 2020 as computed by the official reporting app: two alignments, "
-        "viable groups locked, largest remainder with round-robin for leftovers, all groups tied "
-        "at the cut realign under the more-viable-groups-than-delegates rule."
+        "Iowa Democratic Party 2020: two alignments, viable groups locked, largest remainder with "
+        "round-robin for leftovers (the official reporting app), and a lot decides which of equal "
+        "smallest groups realign under the more-viable-groups-than-delegates rule (RULES §4.5)."
     ),
 )
 
@@ -314,7 +327,7 @@ RULE_SETS: Mapping[str, RuleSet] = MappingProxyType({rs.name: rs for rs in (IDP_
 
 def get_rule_set(name: str = DEFAULT_RULE_SET) -> RuleSet:
     """Look up a rule set by its versioned name (``idp-2020``, ``idp-2016``), or a variant of one by the
-    name ``variant`` gives it: ``idp-2020[realign_ties=lots]``, ``idp-2020[leftover=lots,realign_ties=lots]``."""
+    name ``variant`` gives it: ``idp-2020[realign_ties=all]``, ``idp-2020[leftover=lots,realign_ties=all]``."""
     if isinstance(name, str) and name.endswith("]") and "[" in name:
         base_name, _, tag = name[:-1].partition("[")
         base = get_rule_set(base_name)
@@ -342,7 +355,7 @@ def get_rule_set(name: str = DEFAULT_RULE_SET) -> RuleSet:
         raise CaucusMathError(
             "rule_set",
             f"unknown rule set {name!r}; known: {', '.join(sorted(RULE_SETS))}, or a variant such as "
-            "idp-2020[realign_ties=lots] (options: " + ", ".join(_OPTION_NAMES) + ")",
+            "idp-2020[realign_ties=all] (options: " + ", ".join(_OPTION_NAMES) + ")",
         ) from None
 
 

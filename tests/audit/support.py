@@ -20,7 +20,7 @@ The synthetic election, by unit (D, T = first-alignment total unless stated):
 ``sat``                 satellite, 50 at the first alignment but SDE weight of 67 attendees, 7 reported:
                         SATELLITE_DELEGATES (and DELEGATE_TOTAL)
 ``left``                D 4, first A40 B40 C20, final A30 B30 C13: idp-2016 recomputes the threshold
-``cut``                 D 2, A12 B9 C9 (E05): idp-2016 draws which equal group realigns
+``cut``                 D 2, A12 B9 C9 (E05): a lot draws which equal group realigns (the APP: both)
 ``corrected``           reported 6 of 5 on caucus night, corrected (recanvass) on day 2
 ``late``                first reported on day 2
 ``tie``                 D 6, W100 S50 B50 (E10): a toss pending until ``TieBroken`` on day 3

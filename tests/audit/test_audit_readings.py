@@ -112,12 +112,12 @@ def test_a_group_really_dissolved_under_4_5_is_excused(final: dict[str, int], re
 
 
 def test_variant_rule_sets_can_be_named_wherever_a_rule_set_can(iowa_caucus: Run) -> None:
-    name = "idp-2020[realign_ties=lots]"
+    name = "idp-2020[realign_ties=all]"
     shown = _doc(iowa_caucus("tally", "--unit", "946725", "--rule-set", name, "--as-of", FAR_FUTURE, "--json"), 0)
     assert shown["rule_set"] == name
     doc = _doc(iowa_caucus("diff", "log", f"rules:{name}", "--json"), 0, 1)
     assert doc["b"]["rule_set"] == name
     with pytest.raises(CaucusMathError, match="alphabetical"):
-        get_rule_set("idp-2020[realign_ties=lots,leftover=lots]")
+        get_rule_set("idp-2020[realign_ties=all,leftover=lots]")
     refused = iowa_caucus("tally", "--rule-set", "idp-2020[realign_ties=coin]", "--as-of", FAR_FUTURE)
     assert refused.exit_code == 2 and "realign_ties must be one of" in refused.output

@@ -362,15 +362,15 @@ def test_registry() -> None:
     assert (rs16.lock_viable_groups, rs16.leftover, rs16.realign_ties, rs16.recompute_threshold_at_final) == (
         False, "lots", "lots", True
     )
-    app = get_rule_set("idp-2020")
-    assert (app.lock_viable_groups, app.leftover, app.realign_ties, app.recompute_threshold_at_final) == (
-        True, "round_robin", "all", False
+    rs20 = get_rule_set("idp-2020")
+    assert (rs20.lock_viable_groups, rs20.leftover, rs20.realign_ties, rs20.recompute_threshold_at_final) == (
+        True, "round_robin", "lots", False
     )
 
 
 def test_variants_are_named_and_validated() -> None:
-    v = RS.variant(realign_ties="lots")
-    assert v.name == "idp-2020[realign_ties=lots]" and v.realign_ties == "lots"
+    v = RS.variant(realign_ties="all")
+    assert v.name == "idp-2020[realign_ties=all]" and v.realign_ties == "all"
     assert alloc({"A": 12, "B": 9, "C": 9}, 30, 2, rs=v).rule_set == v.name
     with pytest.raises(CaucusMathError):
         RS.variant(realign_ties="coin")
@@ -379,11 +379,11 @@ def test_variants_are_named_and_validated() -> None:
     # §4.5's cut inside equal groups is "decided by lot": both readings are legal outcomes, not ambiguous;
     # §12 keeps `ambiguous` for the 2016 leftover lot.
     assert {a.name for a in RS.alternatives()} == {"idp-2020[leftover=lots]"}
-    assert "lot" in RS.reading_of(v)
-    assert get_rule_set("idp-2020[realign_ties=lots]") == v
-    assert get_rule_set("idp-2020[leftover=lots,realign_ties=lots]").leftover == "lots"
+    assert "all equal smallest groups realigned" in RS.reading_of(v)
+    assert get_rule_set("idp-2020[realign_ties=all]") == v
+    assert get_rule_set("idp-2020[leftover=lots,realign_ties=all]").leftover == "lots"
     assert get_rule_set("idp-2016[recompute_threshold_at_final=False]").recompute_threshold_at_final is False
-    for bad in ("idp-2020[realign_ties=coin]", "idp-2020[nothing=1]", "idp-2020[realign_ties=lots,leftover=lots]", "idp-2030[leftover=lots]"):
+    for bad in ("idp-2020[realign_ties=coin]", "idp-2020[nothing=1]", "idp-2020[realign_ties=all,leftover=lots]", "idp-2030[leftover=lots]"):
         with pytest.raises(CaucusMathError):
             get_rule_set(bad)
 

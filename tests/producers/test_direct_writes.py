@@ -269,3 +269,32 @@ def test_a_restored_log_still_restores(reported: tuple[Path, str], tmp_path: Pat
     done = _caucus(restored, "log", "append", str(history), "--json", token=other)
     assert done.returncode == 0, done.stderr
     assert _log_size(restored) == _log_size(data)
+
+
+def test_a_log_whose_times_disagree_with_its_order_restores(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """A direct write may be dated up to ``TOLERANCE`` before the newest record: here a correction of
+    P3's result, dated 30 s before the result it corrects. ``log tail`` keeps each partition in its own
+    order (a unit's events all sit in one), so the restore judges the correction after its result; sorted
+    by time alone, the correction came first and was refused as a correction of an unknown event."""
+    data, token = reported
+    lines = [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
+    result = next(e for e in lines if e["type"] == "ResultReported" and e["unit_id"] == "P3")
+    earlier = datetime.fromisoformat(result["recorded_at"]) - timedelta(seconds=30)
+    correction = {
+        **_forged("P3", "p3-recanvass", earlier), "actor": "official:bob#0001", "type": "ResultCorrected",
+        "payload": {"authority": "county recanvass board", "reason": "worksheet", "stage": "recanvass",
+                    "supersedes": result["event_id"], "warnings": [], "result": {
+                        "attendance": 60, "delegates_reported": None, "final_alignment": {"B": 60},
+                        "first_alignment": {"B": 60}, "worksheet_digest": None}},
+    }  # fmt: skip
+    done = _append(data, token, tmp_path, correction)
+    assert done.returncode == 0, done.stderr
+    history = tmp_path / "history.jsonl"
+    history.write_text(_caucus(data, "log", "tail", "-n", "0", "--json").stdout)
+    order = [json.loads(line)["event_id"] for line in history.read_text().splitlines()]
+    assert order.index(result["event_id"]) < order.index(correction["event_id"])
+    restored = tmp_path / "restored"
+    _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
+    done = _caucus(restored, "log", "append", str(history), "--json", token=other)
+    assert done.returncode == 0, done.stderr
+    assert _log_size(restored) == _log_size(data)

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ledger.events import Problem
-from producers.identifiers import plain_id, plain_text
+from producers.identifiers import plain_id, plain_text, said
 from producers.strict_json import escaped, has_surrogates, load_json, quoted
 
 __all__ = [
@@ -62,6 +62,8 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT, description="a non-negative whole number")]
 Text = Annotated[str, Field(min_length=1, max_length=200)]
+Said = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(said)]
+"""Free text a reader must be able to see: names, reasons, authorities, callers, witnesses."""
 Ident = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^\S(.*\S)?$"), AfterValidator(plain_id)]
 Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(plain_text)]
 """A candidate's name (see ``producers.identifiers``)."""
@@ -114,7 +116,7 @@ class CommandKind(enum.StrEnum):
 class CountySpec:
     __pydantic_config__ = _STRICT
     county_id: Ident
-    name: Text
+    name: Said
     sde_ratio: Ratio
 
 
@@ -122,7 +124,7 @@ class CountySpec:
 class SatelliteGroupSpec:
     __pydantic_config__ = _STRICT
     group_id: Ident
-    name: Text
+    name: Said
     sde_pool: Ratio
     attendance_base: Count | None = None
 
@@ -131,14 +133,14 @@ class SatelliteGroupSpec:
 class UnitSpec:
     __pydantic_config__ = _STRICT
     unit_id: Ident
-    name: Text
+    name: Said
     county_id: Ident
     delegates: Annotated[
         Count | None,
         Field(description="D, the county delegates the unit elects; leave out for satellites (D follows attendance)"),
     ] = None
     satellite_group: Ident | None = None
-    short_name: Text | None = None
+    short_name: Said | None = None
     sde_weight: Ratio | None = None
 
 
@@ -149,7 +151,7 @@ class DefineElection:
     __pydantic_config__ = _STRICT
     KIND = CommandKind.DEFINE
     election_id: Ident
-    name: Text
+    name: Said
     rule_set: Text
     candidates: Annotated[tuple[Name, ...], Field(min_length=1)]
     counties: tuple[CountySpec, ...]
@@ -200,7 +202,7 @@ class ReportResult(_ResultFields):
     """A unit's first report: both alignments, optionally T, the delegates awarded and the worksheet digest."""
 
     KIND = CommandKind.REPORT
-    reporter: Annotated[Text | None, Field(description="who filled in the worksheet; defaults to the sender")] = None
+    reporter: Annotated[Said | None, Field(description="who filled in the worksheet; defaults to the sender")] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,8 +211,8 @@ class CorrectResult(_ResultFields):
 
     KIND = CommandKind.CORRECT
     supersedes: Ident
-    reason: Text
-    authority: Text
+    reason: Said
+    authority: Said
     stage: Literal["review", "recanvass", "recount"]
 
 
@@ -226,9 +228,9 @@ class RecordTie:
     seats: Annotated[int, Field(ge=1, le=MAX_COUNT)]
     winners: Annotated[tuple[Name, ...], Field(min_length=1)]
     method: Literal["coin", "lots"]
-    caller: Text
+    caller: Said
     idempotency_key: Key
-    witnesses: tuple[Text, ...] = ()
+    witnesses: tuple[Said, ...] = ()
     reason: Annotated[
         str,
         Field(max_length=2000, description="what the tie was about; for a redraw, why the settled toss is replaced (required)"),

@@ -26,6 +26,7 @@ from ledger.integrity.checkpoints import CheckpointFormatError, SignedCheckpoint
 from ledger.integrity.keys import TrustedKey, key_id
 from ledger.integrity.merkle import MerkleTree, leaf_hash
 from ledger.log.partitioning import partition_for
+from producers.identifiers import shows_a_word
 from producers.intake_state import IntakeView
 
 __all__ = ["record_problems", "CheckpointTrees"]
@@ -82,7 +83,7 @@ def _certification_problems(event: Event[Any], payload: ResultsCertified, view: 
                                 f"a certification of election {election_id!r}, which the log does not define (defined: {known})"))
     if event.envelope.unit_id:
         problems.append(_not_a_unit_record("a certification", event))
-    if not any(ch.isalnum() for ch in payload.authority):  # blank, or only spaces and invisible marks
+    if not shows_a_word(payload.authority):
         problems.append(Problem("payload.authority", "REQUIRED", "a certification must name the authority that certifies"))
     return tuple(problems)
 

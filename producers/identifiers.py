@@ -16,16 +16,24 @@ from pydantic_core import PydanticCustomError
 
 from ledger.events import Problem
 
-__all__ = ["plain_text", "plain_id", "candidate_collisions", "folded"]
+__all__ = ["plain_text", "plain_id", "candidate_collisions", "folded", "shows_a_word", "said"]
 
 _HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+"""The Hangul fillers: letters by their Unicode category, blank on every screen ("\u3164" is "a name")."""
 
 
 def _hidden(value: str) -> str | None:
     for ch in value:
-        if unicodedata.category(ch) in _HIDDEN:
+        if unicodedata.category(ch) in _HIDDEN or ch in _BLANK_LETTERS:
             return f"U+{ord(ch):04X}"
     return None
+
+
+def shows_a_word(value: str) -> bool:
+    """Whether ``value`` holds a letter or digit a reader can see: a name that is blank on screen names
+    nobody (spaces, invisible marks, the Hangul fillers)."""
+    return any(ch.isalnum() and ch not in _BLANK_LETTERS for ch in value)
 
 
 def plain_text(value: str) -> str:
@@ -43,6 +51,14 @@ def plain_id(value: str) -> str:
     plain_text(value)
     if unicodedata.normalize("NFC", value) != value:
         raise PydanticCustomError("bad_characters", "must be in Unicode normal form NFC (composed characters)", {})
+    return value
+
+
+def said(value: str) -> str:
+    """Free text that must say something: a reason, an authority, a caller, a name. Blank on screen
+    (spaces, zero-width marks, Hangul fillers) it would leave the paper trail an entry naming nobody."""
+    if not shows_a_word(value):
+        raise PydanticCustomError("blank", "must contain a visible letter or digit (it is blank on screen)", {})
     return value
 
 

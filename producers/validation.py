@@ -183,7 +183,14 @@ def _check_definition(election_id: str, payload: ElectionDefined, view: IntakeVi
     errors += _duplicates([u.unit_id for u in payload.units], "units", "unit id")
     counties = {c.county_id for c in payload.counties}
     groups = {g.group_id for g in payload.satellite_groups}
+    pools = {g.group_id: g.sde_pool for g in payload.satellite_groups if g.sde_pool is not None}
     for i, unit in enumerate(payload.units):
+        pool = pools.get(unit.satellite_group or "")
+        if pool is not None and unit.sde_weight is not None and unit.sde_weight > pool:
+            errors.append(Problem(
+                f"units.{i}.sde_weight", "SDE_WEIGHT_OVER_POOL",
+                f"satellite {unit.unit_id!r} would weigh {unit.sde_weight} SDEs, more than the whole pool of its group "
+                f"{unit.satellite_group!r} ({pool}): a satellite's SDEs are its share of the group's pool (RULES §8)"))
         if unit.county_id not in counties:
             errors.append(
                 Problem(f"units.{i}.county_id", "UNKNOWN_COUNTY", f"unit {unit.unit_id!r} names county {unit.county_id!r}, which is not in counties")

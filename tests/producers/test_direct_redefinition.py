@@ -318,9 +318,10 @@ def test_a_number_no_encoder_can_write_is_named_not_an_internal_error(reported: 
         "column_signature": ""}}
     done = _append(data, token, tmp_path, huge)
     assert done.returncode == 2 and "line 1" in done.stderr and "internal error" not in done.stderr, done.stderr
-    invisible = {**cert, "type": "ResultsCertified", "payload": {"authority": "\u00a0\u200b", "statement": ""}}
-    done = _append(data, token, tmp_path, invisible)
-    assert done.returncode == 1 and "payload.authority: REQUIRED" in done.stderr, done.stderr
+    for blank in ("\u00a0\u200b", "\u3164"):  # a Hangul filler is a letter by its category, blank on screen
+        invisible = {**cert, "type": "ResultsCertified", "payload": {"authority": blank, "statement": ""}}
+        done = _append(data, token, tmp_path, invisible)
+        assert done.returncode == 1 and "payload.authority: REQUIRED" in done.stderr, done.stderr
 
 
 def test_an_instant_the_log_cannot_read_back_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:

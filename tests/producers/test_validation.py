@@ -241,3 +241,32 @@ def test_candidate_names_are_plain_and_told_apart(election: dict[str, Any]) -> N
     verdict = _verdict(st, CommandKind.DEFINE, collide)
     assert _codes(verdict.errors) == {("candidates.1", "CANDIDATE_COLLISION"), ("candidates.3", "CANDIDATE_COLLISION"),
                                       ("candidates.4", "CANDIDATE_COLLISION")}  # fmt: skip
+
+
+@pytest.mark.parametrize("blank", [" ", "\u200b", "\u3164", " \u3164 ", "\u115f\u1160", "--"],
+                         ids=["space", "zero-width", "hangul-filler", "padded-filler", "choseong-jungseong-fillers", "punctuation"])
+def test_free_text_of_the_paper_trail_must_show_a_word(blank: str) -> None:
+    """A correction's reason and authority, a toss's caller and witnesses: blank on screen, the trail would
+    record a decision by nobody for no reason. Each is refused, naming its field."""
+    correction = {"idempotency_key": "k", "unit_id": "E01", "supersedes": "r1", "reason": blank, "authority": blank,
+                  "stage": "recanvass", "first_alignment": {"A": 3}, "final_alignment": {"A": 3}}
+    parsed = parse_command(CommandKind.CORRECT, json.dumps(correction))
+    assert sorted((p.field, p.code) for p in parsed.errors) == [("authority", "BLANK"), ("reason", "BLANK")], parsed.errors
+    toss = {"idempotency_key": "k", "unit_id": "E01", "contenders": ["A", "B"], "seats": 1, "winners": ["A"],
+            "method": "coin", "caller": blank, "witnesses": ["Ann", blank]}
+    parsed = parse_command(CommandKind.TOSS, json.dumps(toss))
+    assert sorted((p.field, p.code) for p in parsed.errors) == [("caller", "BLANK"), ("witnesses.1", "BLANK")], parsed.errors
+    fine = parse_command(CommandKind.CORRECT, json.dumps({**correction, "reason": "recount", "authority": "Polk board"}))
+    assert fine.errors == ()
+
+
+def test_a_satellite_may_not_weigh_more_than_its_groups_pool(state: IntakeState, election: dict[str, Any]) -> None:
+    """RULES §8: a satellite's SDEs are its share of its group's pool. One weighing more than the whole pool
+    (666.67 SDEs of a pool of 6) is refused; the 2020 release's refitted weights, each below its pool, pass."""
+    groups = [{"group_id": "cd1", "name": "CD1", "sde_pool": "6", "attendance_base": 448}]
+    units = [{"unit_id": "s1", "name": "S1", "county_id": "lee", "satellite_group": "cd1", "sde_weight": "2000/3"},
+             {"unit_id": "s2", "name": "S2", "county_id": "lee", "satellite_group": "cd1", "sde_weight": "6"},
+             {"unit_id": "s3", "name": "S3", "county_id": "lee", "satellite_group": "cd1", "sde_weight": "1/2"}]
+    verdict = _verdict(state, CommandKind.DEFINE, {**election, "election_id": "sat", "satellite_groups": groups, "units": units})
+    assert _codes(verdict.errors) == {("units.0.sde_weight", "SDE_WEIGHT_OVER_POOL")}, verdict.errors
+    assert "2000/3" in verdict.errors[0].message and "cd1" in verdict.errors[0].message

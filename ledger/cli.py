@@ -307,20 +307,36 @@ def _checkpoint_keys(settings: Any, events: list[Any]) -> Any:
         raise fail(f"cannot read the checkpoint keys to judge the file's checkpoints: {exc}") from exc
 
 
-_registered = False
+def _register_commands(args: list[str] | None = None) -> None:
+    """The commands of the packages (:mod:`ledger.commands` names them): the one ``args`` name, or all.
+    Imported here, not at the top: those modules import this one for ``app``, ``emit`` and ``fail``."""
+    from ledger.commands import register_all, register_for
 
-
-def _register_commands() -> None:
-    """Every package's commands (:mod:`ledger.commands` names them). Imported here, not at the top:
-    those modules import this one for ``app``, ``emit`` and ``fail``. Once per process: ``main`` may
-    be called more than once (tests run it in-process)."""
-    global _registered
-    if _registered:
+    if args is None:
+        register_all(app)
         return
-    _registered = True
-    from ledger.commands import register_all
+    name = _command_word(args)
+    if name == "log" or (name is None and "--version" in args and "--help" not in args):
+        return  # this module's own
+    register_for(app, name)
 
-    register_all(app)
+
+def _command_word(args: list[str]) -> str | None:
+    """The command a command line names: its first argument that is neither a global option nor the
+    value of one (``--data-dir log`` names no command)."""
+    valued = {opt for param in typer.main.get_command(app).params if isinstance(param, TyperOption) and not param.is_flag
+              for opt in param.opts}
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--":
+            return None
+        elif arg.startswith("-"):
+            skip = arg in valued
+        else:
+            return arg
+    return None
 
 
 def _tidy_help(command: Command) -> None:
@@ -376,9 +392,10 @@ def _operational_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-def command() -> Command:
-    """The whole ``caucus`` command tree, every package's commands registered (tests walk it)."""
-    _register_commands()
+def command(args: list[str] | None = None) -> Command:
+    """The ``caucus`` command tree: with ``args``, the commands they name (all when they name none);
+    without, every package's commands (tests walk it)."""
+    _register_commands(args)
     built = typer.main.get_command(app)
     _tidy_help(built)
     return built
@@ -386,8 +403,8 @@ def command() -> Command:
 
 def main(argv: list[str] | None = None) -> None:
     """Run ``caucus``: the README's contract (exit codes, JSON errors, no traceback for a user's error)."""
-    command_ = command()
     args = _hoist_wide(list(sys.argv[1:] if argv is None else argv))
+    command_ = command(args)
     set_args(args)
     as_json = "--json" in args
     try:

@@ -1,44 +1,55 @@
 """Every command group of ``caucus``, named here and nowhere else.
 
-Why a list of imports and not discovery: a command group that fails to import must fail the command
-line loudly, not vanish from ``--help``; and a reader finds every command's home in one place. This
-module is the edge of the program: it may import every package, and no package imports it.
+Why a table of modules and the commands each adds: a command line imports only the modules of the
+command it names (``register_for``), so ``caucus tally`` does not pay for the intake, the importer and
+the audit at start-up; ``--help``, and anything that names no known command, still gets them all. Why
+not discovery: a command group that fails to import must fail the command line loudly, not vanish from
+``--help``; a reader finds every command's home in one place; and a test holds the table to what each
+module registers. This module is the edge of the program: it may import every package, and no package
+imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from importlib import import_module
 
 import typer
 
-from ledger import config_cli, demo
-from producers import cli as producers_cli
-from producers.importers import cli as importers_cli
-from producers.simulator import cli as simulator_cli
-from projections import cli as projections_cli
-from projections import feed_cli, replay_cli, schemas_cli
-from projections.audit import audit_cli, diff_cli
-from projections.audit import cli as evidence_cli
-from projections.read_api import cli as read_api_cli
-
-REGISTRATIONS: tuple[Callable[[typer.Typer], None], ...] = (
-    config_cli.register,  # config
-    producers_cli.register,  # define, open, report, correct, toss, spool, credentials, intake, serve
-    importers_cli.register,  # import iowa2020
-    simulator_cli.register,  # simulate
-    projections_cli.register,  # project, tally, trail, projections
-    replay_cli.register,  # replay
-    feed_cli.register,  # subscribe
-    read_api_cli.register,  # serve results
-    schemas_cli.register,  # schemas export
-    evidence_cli.register,  # checkpoint, verify, prove, witness
-    diff_cli.register,  # diff
-    audit_cli.register,  # audit, recount-package
-    demo.register,  # demo
+COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ledger.config_cli", ("config",)),
+    ("producers.cli", ("define", "open", "report", "correct", "toss", "spool", "credentials", "intake", "serve")),
+    ("producers.importers.cli", ("import",)),
+    ("producers.simulator.cli", ("simulate",)),
+    ("projections.cli", ("project", "tally", "trail", "projections")),
+    ("projections.replay_cli", ("replay",)),
+    ("projections.feed_cli", ("subscribe",)),
+    ("projections.read_api.cli", ("serve",)),
+    ("projections.schemas_cli", ("schemas",)),
+    ("projections.audit.cli", ("checkpoint", "verify", "prove", "witness")),
+    ("projections.audit.diff_cli", ("diff",)),
+    ("projections.audit.audit_cli", ("audit", "recount-package")),
+    ("ledger.demo", ("demo",)),
 )
+"""Each module with a ``register(app)`` and the top-level commands it adds, in ``--help``'s order."""
+
+_done: set[str] = set()
 
 
 def register_all(app: typer.Typer) -> None:
     """Add every command group to ``app``, in the order ``--help`` lists them."""
-    for register in REGISTRATIONS:
-        register(app)
+    _register(app, [module for module, _ in COMMANDS])
+
+
+def register_for(app: typer.Typer, name: str | None) -> None:
+    """Add the command groups that define the command ``name``, or all of them when no group does
+    (``--help``, a mistyped command: click then lists every command, or suggests one)."""
+    wanted = [module for module, names in COMMANDS if name in names]
+    _register(app, wanted or [module for module, _ in COMMANDS])
+
+
+def _register(app: typer.Typer, modules: list[str]) -> None:
+    """Once per module and process: ``main`` may run more than once in one process (tests)."""
+    for module in modules:
+        if module not in _done:
+            _done.add(module)
+            import_module(module).register(app)

@@ -46,7 +46,6 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 
 from ledger.config import DEFAULT_DATA_DIR, DEFAULT_TOPIC, Settings, results_topic_for
 from ledger.files import check_file_mode
-from ledger.log.kafka import normalise_options
 
 __all__ = ["CaucusSettings", "LoadedSettings", "SettingsError", "load_settings", "DEFAULT_CONFIG_FILE", "ENV_PREFIX"]
 
@@ -172,6 +171,10 @@ class CaucusSettings(BaseSettings):
     @field_validator("kafka_client")
     @classmethod
     def _client(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not value:
+            return value
+        from ledger.log.kafka import normalise_options  # kafka-python loads in ~0.1 s: only when a client property is given
+
         return normalise_options(value)
 
     @field_validator("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile")

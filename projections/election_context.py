@@ -25,6 +25,9 @@ class RuleSetLike(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def meaning(self) -> str: ...
+
     def allocate(self, *, delegates: int, attendance: int | None, first: Mapping[str, int],
                  final: Mapping[str, int], ties: tuple[TieResolution, ...] = ()) -> Any: ...
 

@@ -1,0 +1,60 @@
+"""``ledger.commands.COMMANDS`` says which module adds which command, so a command line imports only the
+module of the command it names. The table must say what each module really registers: a command missing
+from it would still run (an unknown word registers every module) but pay the whole start-up, and one
+listed under the wrong module would vanish."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import import_module
+
+import pytest
+import typer
+import typer.main
+
+from ledger.cli import _command_word, command
+from ledger.commands import COMMANDS
+
+
+@pytest.mark.parametrize("module, names", COMMANDS, ids=[m for m, _ in COMMANDS])
+def test_each_module_registers_the_commands_the_table_names(module: str, names: tuple[str, ...]) -> None:
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None: ...
+
+    import_module(module).register(app)
+    assert sorted(typer.main.get_command(app).commands) == sorted(names)  # type: ignore[attr-defined]
+
+
+def test_the_whole_tree_is_the_table_and_log() -> None:
+    listed = {name for _, names in COMMANDS for name in names}
+    assert set(command().commands) == listed | {"log"}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("args, word", [
+    (["tally", "--json"], "tally"),
+    (["--data-dir", "log", "tally"], "tally"),  # an option's value is not the command
+    (["--wide", "--kafka", "h:9092", "audit"], "audit"),
+    (["--data-dir=x", "report", "--unit", "tally"], "report"),
+    (["--version"], None),
+    (["--", "tally"], None),
+])
+def test_the_command_word_skips_global_options_and_their_values(args: list[str], word: str | None) -> None:
+    assert _command_word(args) == word
+
+
+def test_a_command_line_imports_only_the_module_of_its_command(tmp_path) -> None:
+    """``caucus tally`` does not load the intake, the importer or the audit (each is start-up time paid
+    by every call), and ``caucus --help`` still lists every command."""
+    probe = ("import sys; from ledger.cli import main\n"
+             "try:\n    main(['--data-dir', sys.argv[1], 'tally', '--help'])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in ('producers.cli', 'producers.importers.cli', 'projections.audit.audit_cli', "
+             "'projections.cli', 'kafka') if m in sys.modules), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.stderr.strip().splitlines()[-1] == "['projections.cli']", done.stderr
+    shown = subprocess.run([sys.executable, "-c", "from ledger.cli import main; main(['--help'])"],
+                           capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": ""})
+    for name in ("define", "report", "tally", "audit", "import", "demo", "log"):
+        assert f" {name} " in shown.stdout, name

@@ -40,10 +40,15 @@ def register_all(app: typer.Typer) -> None:
     _register(app, [module for module, _ in COMMANDS])
 
 
+DRIVES_OTHERS = frozenset({"demo"})
+"""Commands that run other commands in-process (``caucus demo`` runs the steps a user would type)."""
+
+
 def register_for(app: typer.Typer, name: str | None) -> None:
     """Add the command groups that define the command ``name``, or all of them when no group does
-    (``--help``, a mistyped command: click then lists every command, or suggests one)."""
-    wanted = [module for module, names in COMMANDS if name in names]
+    (``--help``, a mistyped command: click then lists every command, or suggests one) or when the
+    command drives others (``DRIVES_OTHERS``)."""
+    wanted = [module for module, names in COMMANDS if name in names and name not in DRIVES_OTHERS]
     _register(app, wanted or [module for module, _ in COMMANDS])
 
 

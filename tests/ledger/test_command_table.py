@@ -58,3 +58,15 @@ def test_a_command_line_imports_only_the_module_of_its_command(tmp_path) -> None
                            capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": ""})
     for name in ("define", "report", "tally", "audit", "import", "demo", "log"):
         assert f" {name} " in shown.stdout, name
+
+
+def test_the_demo_runs_the_other_commands_from_a_fresh_process(tmp_path) -> None:
+    """``caucus demo`` invokes the commands a user would type, in-process: started on its own, it must
+    have them all (it once stopped at its second step, exit 2, with ``project`` not registered)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+    done = subprocess.run([sys.executable, "-c", "from ledger.cli import main; main(['demo'])"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "every checkpointed record matches its signed checkpoint" in done.stdout

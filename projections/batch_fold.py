@@ -80,6 +80,8 @@ class FoldTx(Protocol):
         self, *, election_id: str | None = None, county_id: str | None = None, keys: Iterable[UnitKey] | None = None
     ) -> dict[UnitKey, TallyRow]: ...
 
+    def tally_contexts(self) -> set[tuple[str, str]]: ...
+
     def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]: ...
 
 
@@ -327,9 +329,10 @@ class BatchFolder:
         finds the tallies a change of the code made stale (a rule set's name that came to mean another
         reading: ``RuleSet.meaning``), which no event announces."""
         out: list[TallyRow] = []
+        contexts = tx.tally_contexts()
         for eid, row in tx.elections().items():
             ctx = self._context(ElectionState.loads(row.state), eid)
-            if any(t.context != ctx.key for t in tx.tallies(election_id=eid).values()):
+            if any(e == eid and c != ctx.key for e, c in contexts):
                 out.extend(self._recompute_election(tx, ctx, skip={}).values())
         return out
 

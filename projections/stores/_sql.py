@@ -195,6 +195,10 @@ class SqlReader:
             rows = self._keyed(base, params, keys)
         return {(e, u): UnitRow(u, e, int(p), s) for u, e, p, s in rows}
 
+    def tally_contexts(self) -> set[tuple[str, str]]:
+        sql = "SELECT DISTINCT election_id, context FROM proj_unit_tallies WHERE set_id = ?"
+        return {(str(e), str(c)) for e, c in self._q(self._sql(sql), [self.set_id])}
+
     def tallies(
         self, *, election_id: str | None = None, county_id: str | None = None, keys: Iterable[UnitKey] | None = None
     ) -> dict[UnitKey, TallyRow]:

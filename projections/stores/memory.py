@@ -122,6 +122,9 @@ class _Reader:
         return {k: row for k, row in picked
                 if (election_id is None or k[0] == election_id) and (county_id is None or row.county_id == county_id)}
 
+    def tally_contexts(self) -> set[tuple[str, str]]:
+        return {(k[0], row.context) for k, row in self._t.tallies.items()}
+
     def processed(self, event_ids: Sequence[str]) -> set[str]:
         events = self._t.events
         return {e for e in event_ids if e in events}

@@ -186,6 +186,11 @@ class StoreReader(Protocol):
         self, *, election_id: str | None = None, county_id: str | None = None, keys: Iterable[UnitKey] | None = None
     ) -> dict[UnitKey, TallyRow]: ...
 
+    def tally_contexts(self) -> set[tuple[str, str]]:
+        """The distinct (election id, context key) pairs the stored tallies were computed under: which
+        elections hold a tally that a change of the code made stale, without reading the tallies."""
+        ...
+
     def processed(self, event_ids: Sequence[str]) -> set[str]:
         """Those of ``event_ids`` already applied to this set."""
         ...

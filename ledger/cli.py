@@ -263,16 +263,20 @@ def log_append(
             except (OverflowError, ValueError, TypeError) as exc:  # e.g. a size beyond Avro's long
                 raise fail(f"not appended: line {lineno}: not an event this ledger can write: {type(exc).__name__}: {exc}") from exc
         with intake_turn(settings):  # judged and appended while no intake beside it decides
+            before = journal.log.high_watermarks()
             positions = _judged_append(journal, events, lines, docs, _checkpoint_keys(settings, events))
     except CodecError as exc:  # e.g. a string no UTF-8 encoder can write: nothing was appended
         raise fail(f"not appended: {exc}") from exc
     finally:
         journal.close()
-    out = [{"event_id": e.event_id, "type": e.type, "position": str(p)} for e, p in zip(events, positions)]
+    out = [{"event_id": e.event_id, "type": e.type, "position": str(p), "appended": p.offset >= before.get(p.partition, 0)}
+           for e, p in zip(events, positions)]  # a line the log held already keeps its position, and is not written again
 
     def human() -> None:
         for o in out:
-            typer.echo(f"{o['position']:>10}  {o['type']:<18} {o['event_id']}")
+            typer.echo(f"{o['position']:>10}  {o['type']:<18} {o['event_id']}{'' if o['appended'] else '  (already in the log)'}")
+        fresh = sum(1 for o in out if o["appended"])
+        typer.echo(f"{fresh} appended, {len(out) - fresh} already in the log")
 
     emit(out, as_json, human)
 

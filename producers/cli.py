@@ -194,7 +194,19 @@ def define(
     channel: str = typer.Option("app", "--channel", help="app, phone or paper."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Define an election: candidates, counties with exact SDE ratios ("n/d"), units, rule set. Needs an official."""
+    """Define an election: candidates, counties with exact SDE ratios ("n/d"), units, rule set. Needs an official.
+
+    \b
+    The JSON, e.g.:
+      {"election_id": "ia-2020", "name": "Iowa 2020", "rule_set": "idp-2020",
+       "candidates": ["Biden", "Sanders", "Uncommitted"],
+       "counties": [{"county_id": "lee", "name": "Lee", "sde_ratio": "21/150"}],
+       "units": [{"unit_id": "P3", "name": "Precinct 3",
+                  "county_id": "lee", "delegates": 6}]}
+
+    A satellite names its group instead of delegates ("satellite_group"; the groups in "satellite_groups", each
+    with "group_id", "name", "sde_pool", "attendance_base"). Every field, as JSON Schema: the /docs page of the
+    HTTP intake (`caucus serve intake`)."""
     _submit(ctx, CommandKind.DEFINE, text=_read_source(source), data=None, unit_id=None, key=key, token=token,
             credentials=credentials, channel=channel, as_json=as_json)
 

@@ -303,6 +303,13 @@ def _check_result(
     attendance = command.attendance
     if attendance is None:
         attendance = status.attendance
+        stated = status.result.attendance if status.result is not None else None
+        if stated is not None and stated != attendance:
+            warnings.append(Problem(
+                "attendance", "ATTENDANCE_REVERTS",
+                f"the current result (event {status.result_event_id}) gave T {stated}; this one gives none, so T is "
+                f"{'unknown' if attendance is None else f'the {attendance} counted when the unit opened'}: give the "
+                f"attendance again to keep {stated}"))
     elif status.attendance is not None and status.attendance != attendance:
         warnings.append(
             Problem(

@@ -199,7 +199,7 @@ def tally(
     as_json: bool = JsonOption,
     projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True),
     as_of: Optional[str] = typer.Option(
-        None, "--as-of", help="The tally as it stood then, replayed from the log: a time (2020-02-08T06:28:00Z; events "
+        None, "--as-of", help="The tally as it stood then (from the projection's history when it holds the time, else replayed from the log): a time (2020-02-08T06:28:00Z; events "
         "recorded at that time count) or log positions (3:120,5:88 = records before those offsets)."),
 ) -> None:
     """The current tally: statewide, per county (--county), per unit (--unit); --as-of for an earlier one."""
@@ -252,7 +252,7 @@ def tally(
 
     def human_state() -> None:
         if view.cut is not None:
-            console.print(f"as of: {view.cut.describe()} (replayed from {settings.describe_log()})", highlight=False)
+            console.print(f"as of: {view.cut.describe()}, log {settings.describe_log()}", highlight=False)
         print_area(console, view, area, "statewide")
         if view.undefined_units:
             console.print(f"{len(view.undefined_units)} unit(s) reported but not in the definition (left out of the sums): "
@@ -289,13 +289,16 @@ def trail(
             try:
                 with store.reader(info.set_id) as reader:
                     result = unit_trail(log, reader, view.context.election_id, unit_id, rule_set=rule_set)
+                behind = sum(max(0, m - view.positions.get(p, 0)) for p, m in log.high_watermarks().items())
             finally:
                 log.close()
         except (QueryError, LogError, CodecError) as exc:
             raise fail(str(exc)) from exc
     if not result.entries and not result.unattributed:
+        lag = (f"; the projection has not read the log's last {behind} record(s), and the trail finds a unit's events "
+               "through it: run `caucus project` first") if behind else ""
         raise fail(f"no events for unit {unit_id!r} of election {result.election_id!r} in {settings.describe_log()} "
-                   "(give a unit id, or a name `caucus tally --county C` lists)", code=2)
+                   f"(give a unit id, or a name `caucus tally --county C` lists{lag})", code=2)
     emit(result.to_json(), as_json, lambda: print_trail(cli_console(), result))
 
 

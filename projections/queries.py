@@ -117,7 +117,9 @@ def choose_election(elections: dict[str, ElectionState], wanted: str | None, *, 
     try:
         return select_election(elections, wanted, unit=unit, where="in the projection")
     except AsOfError as exc:
-        raise QueryError(str(exc)) from None
+        hint = (" (an election defined since the projection last read the log is there once `caucus project` has "
+                "run)") if wanted is not None and wanted not in elections else ""
+        raise QueryError(f"{exc}{hint}") from None
 
 
 def tallies_from_states(states: Iterable[UnitState], ctx: ElectionContext) -> dict[str, UnitTally]:
@@ -155,10 +157,11 @@ def view_as_of(
     unit: str | None = None,
 ) -> TallyView:
     """The view as it stood at ``as_of``: a time (events recorded at or before it, inclusive) or a
-    ``Cut`` (log positions, or both), folded from the log by ``projections.asof`` with the same
-    reducers and tally code the runner uses. The store is not read: the answer does not depend on
-    any projection having been run. ``info`` (the set that would otherwise answer, if any) only
-    lends its rule set; the view's set is a stand-in (id 0, state ``as-of``)."""
+    ``Cut`` (log positions, or both). Read from the projection's unit history when the set holds it
+    for the cut (``projections.asof_store``), else folded from the log by ``projections.asof`` with
+    the same reducers and tally code the runner uses; the view's set name says which. ``info`` (the
+    set that would otherwise answer, if any) lends its rule set and history; the view's set is a
+    stand-in (id 0, state ``as-of``)."""
     if log is None:
         raise QueryError("--as-of replays the log, but no log was given")
     cut = as_of if isinstance(as_of, Cut) else Cut(at=as_of)

@@ -98,10 +98,13 @@ def test_a_whole_log_restores_into_an_empty_one(reported: tuple[Path, str], tmp_
     history.write_text(_caucus(data, "log", "tail", "--json").stdout)
     restored = tmp_path / "restored"
     _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
-    for _ in range(2):  # the second time everything is there already: nothing new, nothing refused
+    for first in (True, False):  # the second time everything is there already: nothing new, nothing refused
         done = _caucus(restored, "log", "append", str(history), "--json", token=other)
         assert done.returncode == 0, done.stderr
+        assert {line["appended"] for line in json.loads(done.stdout)} == {first}, "each line says whether it was written"
     assert _log_size(restored) == _log_size(data)
+    shown = _caucus(restored, "log", "append", str(history), token=other)
+    assert shown.stdout.rstrip().endswith(f"0 appended, {_log_size(data)} already in the log"), shown.stdout
 
 
 def test_the_trail_names_who_wrote_a_direct_write(reported: tuple[Path, str], tmp_path: Path) -> None:

@@ -270,3 +270,26 @@ def test_a_satellite_may_not_weigh_more_than_its_groups_pool(state: IntakeState,
     verdict = _verdict(state, CommandKind.DEFINE, {**election, "election_id": "sat", "satellite_groups": groups, "units": units})
     assert _codes(verdict.errors) == {("units.0.sde_weight", "SDE_WEIGHT_OVER_POOL")}, verdict.errors
     assert "2000/3" in verdict.errors[0].message and "cd1" in verdict.errors[0].message
+
+
+def test_a_correction_that_leaves_out_a_changed_attendance_says_t_reverts(state: IntakeState) -> None:
+    """Opened with T 20, corrected to T 21: a later correction without T falls back to the 20 counted at the
+    door (the tally does the same). The chair is told so by name, whether or not the counts then pass."""
+    state.apply(_event(UnitOpened(20), unit="E01"))
+    counts = {"first_alignment": {"Biden": 20}, "final_alignment": {"Biden": 20}}
+    payload, _ = to_payload(_command(CommandKind.REPORT, counts, "E01"), "t")
+    report = _event(payload, unit="E01")
+    state.apply(report)
+    fix = {"first_alignment": {"Biden": 21}, "final_alignment": {"Biden": 21}, "attendance": 21, "reason": "r",
+           "authority": "a", "stage": "review", "supersedes": report.event_id}
+    payload, _ = to_payload(_command(CommandKind.CORRECT, fix, "E01"), "t")
+    corrected = _event(payload, unit="E01")
+    state.apply(corrected)
+    again = {**fix, "supersedes": corrected.event_id}
+    del again["attendance"]
+    verdict = _verdict(state, CommandKind.CORRECT, again, "E01")
+    assert ("first_alignment", "OVERCOUNT") in _codes(verdict.errors)
+    (note,) = [w for w in verdict.warnings if w.code == "ATTENDANCE_REVERTS"]
+    assert "gave T 21" in note.message and "the 20 counted when the unit opened" in note.message
+    kept = _verdict(state, CommandKind.CORRECT, {**again, "attendance": 21}, "E01")
+    assert kept.errors == () and "ATTENDANCE_REVERTS" not in {w.code for w in kept.warnings}

@@ -222,9 +222,8 @@ def log_append(
     candidate its result names; a published amendment may re-weight satellites), certifies an
     election the log does not define, carries a checkpoint not signed by a key this ledger trusts or
     that does not state this log's records, copies a command the log holds under another event id,
-    reuses an event id the log
-    holds for other content, or has a recorded_at before the log's newest record (or after now) by
-    more than a minute. Each record names the official who appended it in its `caucus-writer` header."""
+    reuses an event id the log holds for other content, or has a recorded_at more than a minute before
+    the log's newest record, or after now. Each record names the official who appended it in its `caucus-writer` header."""
     from ledger.journal import Journal
     from ledger.render import event_from_json
 

@@ -97,7 +97,7 @@ def cred_issue(
     try:
         cred, token = store.issue("chair" if unit else "official", unit_id=unit, name=official or name,
                                   election_id=election)
-    except CredentialError as exc:
+    except (CredentialError, ValueError) as exc:  # a ValueError names the argument the credential cannot take
         raise fail(str(exc)) from exc
     data = {**cred.public(), "token": token}
 

@@ -34,6 +34,7 @@ from typing import Literal
 from ledger.events import Problem
 from ledger.files import lock_beside, replace_secret_file
 from producers.commands import CommandKind
+from producers.identifiers import hidden_character, shows_a_word
 
 __all__ = [
     "Role",
@@ -205,6 +206,11 @@ class CredentialStore:
             raise ValueError("an official's credential is not scoped to an election")
         if role == "official" and not name:
             raise ValueError("an official's credential needs the official's name")
+        if name is not None:  # it names them in every record they write (the actor, the writer header)
+            hidden = hidden_character(name)
+            if hidden is not None or not shows_a_word(name):
+                raise ValueError(f"the name {name!r} must show a letter or digit and hold no control or invisible "
+                                 f"character{f' (found {hidden})' if hidden else ''}")
         secret = secrets.token_urlsafe(32)
         salt = secrets.token_bytes(16)
         with self._locked() as entries:

@@ -20,7 +20,7 @@ is a published record: the importer writes one when a later release amends the f
 history holds two), so a restored log holds it too; the audit lists it among the direct writes.
 Certifications and checkpoints are held to ``producers.direct_records``. Refused too is a
 ``recorded_at`` that goes back before the newest record of the log (or of the file) by more than
-``TOLERANCE``, or that lies ahead of now by more: ``recorded_at`` is when the ledger accepted an event,
+``TOLERANCE``, or that lies ahead of now at all: ``recorded_at`` is when the ledger accepted an event,
 and as-of reads, the trail and the audit order history by it. Such a record is refused rather than
 given the time of the append: a restore must keep the times it restores, and a command that changes
 what an official handed it without saying so would hide the very thing an auditor looks for. Events
@@ -178,8 +178,9 @@ def _time_problems(recorded_at: datetime, newest: datetime | None, now: datetime
                         f"{recorded_at.isoformat()} is before {newest.isoformat()}, the newest record of the log and of the "
                         f"lines before it, by more than {int(TOLERANCE.total_seconds())} s: a direct write may not backdate "
                         "an event"),)
-    if recorded_at > now + TOLERANCE:
+    if recorded_at > now:
         return (Problem("recorded_at", "RECORDED_IN_FUTURE",
-                        f"{recorded_at.isoformat()} is after now ({now.isoformat()}) by more than "
-                        f"{int(TOLERANCE.total_seconds())} s: a direct write may not postdate an event"),)
+                        f"{recorded_at.isoformat()} is after now ({now.isoformat()}): a direct write may not postdate an "
+                        "event (records appended after it would be dated before it, and a restore, which reads the log "
+                        "in time order, would judge them before it)"),)
     return ()

@@ -16,7 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from ledger.events import Problem
 
-__all__ = ["plain_text", "plain_id", "candidate_collisions", "folded", "shows_a_word", "said"]
+__all__ = ["plain_text", "plain_id", "candidate_collisions", "folded", "shows_a_word", "said", "hidden_character"]
 
 _HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 _BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
@@ -28,6 +28,11 @@ def _hidden(value: str) -> str | None:
         if unicodedata.category(ch) in _HIDDEN or ch in _BLANK_LETTERS:
             return f"U+{ord(ch):04X}"
     return None
+
+
+def hidden_character(value: str) -> str | None:
+    """The first control, format or invisible character of ``value`` (as U+XXXX), or None."""
+    return _hidden(value)
 
 
 def shows_a_word(value: str) -> bool:

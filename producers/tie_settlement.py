@@ -15,6 +15,7 @@ from typing import Any
 from ledger.caucus_math import CaucusMathError, TieResolution, get_rule_set, satellite_delegates, ties_called_for
 from ledger.events import Event, Problem, TieBroken
 from producers.commands import RecordTie
+from producers.identifiers import shows_a_word
 from producers.intake_state import ElectionInfo, IntakeView
 
 __all__ = ["settlement_problems", "settled_meanwhile", "no_such_tie"]
@@ -68,7 +69,7 @@ def settlement_problems(command: RecordTie, election_id: str, view: IntakeView) 
                 f"toss {command.supersedes} was already redrawn by {standing}; a redraw must name the toss that stands ({standing})",
             )
         )
-    if not command.reason.strip():
+    if not shows_a_word(command.reason):  # blank, or only spaces and invisible marks
         errors.append(Problem("reason", "REQUIRED", "a redraw of a settled tie must say why the settled toss is replaced"))
     return errors
 

@@ -483,6 +483,7 @@ def publishing(
         return
     publisher.attach(runner)
     try:
+        runner.refresh_stale()  # what the store holds is current before any of it is published
         publisher.resume()
         yield publisher
         publisher.flush()

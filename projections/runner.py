@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ledger.caucus_math import RULES_REVISION
 from ledger.codec import Codec, default_codec
 from ledger.log.port import LogLostError, StoredRecord
 from projections.batch_fold import DEFAULT_CHUNK, BatchFolder, FoldedBatch, FoldError, tally_row
@@ -215,19 +216,25 @@ class ProjectionRunner:
     # -- the loop -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._refresh_stale()
+        self.refresh_stale()
         self.source.start(self)
 
-    def _refresh_stale(self) -> None:
-        """Tallies a change of the code made stale are computed again before the first batch, so the
-        store and the feed never serve them (``BatchFolder.stale_tallies``)."""
+    def refresh_stale(self) -> int:
+        """Compute again the tallies a change of the code made stale (``BatchFolder.stale_tallies``), before
+        the first batch and before a feed publishes what the store holds (``projections.feed.publishing``),
+        so neither serves them. The set keeps a mark of the rules' revision it was checked against, so a
+        start with the same code does not scan the tallies. Returns how many were computed again."""
         with self.store.transaction(self.set_id) as tx:
+            if tx.tally_mark() == RULES_REVISION:
+                return 0
             rows = self.folder.stale_tallies(tx)
             if rows:
                 tx.write(Changes(tallies=rows))
+            tx.set_tally_mark(RULES_REVISION)
         if rows:
             log.warning("%d stored tallies were computed under another meaning of their rule set and were computed again",
                         len(rows))
+        return len(rows)
 
     def run(self, *, until_caught_up: bool = False, stop: Callable[[], bool] | None = None) -> Progress:
         """Apply batches until ``stop()`` (or, with ``until_caught_up``, until every owned partition

@@ -133,6 +133,9 @@ class UnitTally:
     was ignored (``TieRecord.later``); the audit reports them."""
     tosses_contradicted: tuple[str, ...] = field(default=())
     tosses_before_result: tuple[str, ...] = field(default=())
+    tosses_unused: tuple[str, ...] = field(default=())
+    """Standing tosses the current result's allocation does not use: tossed for a tie of a result since
+    corrected, or of another reading of the rules than the rule set's (``TOSS_UNUSED`` in the audit)."""
     """Applied tosses recorded before the unit had any result (``projections.audit.tie_checks``)."""
     """Standing tosses whose outcome the reported delegates contradict (RULES §6, §12); the reported
     figure stays official, a problem and the audit's TOSS_CONTRADICTED say so."""
@@ -186,6 +189,7 @@ class UnitTally:
             "tie_history": [t.to_json() for t in self.tie_history],
             "tosses_contradicted": list(self.tosses_contradicted),
             "tosses_before_result": list(self.tosses_before_result),
+            **({"tosses_unused": list(self.tosses_unused)} if self.tosses_unused else {}),
             "after_certification": self.after_certification,
             "final_threshold": self.final_threshold,
         }
@@ -233,6 +237,7 @@ class UnitTally:
             tie_history=tuple(TieRecord.from_json(t) for t in d.get("tie_history", ())),
             tosses_contradicted=tuple(d.get("tosses_contradicted", ())),
             tosses_before_result=tuple(d.get("tosses_before_result", ())),
+            tosses_unused=tuple(d.get("tosses_unused", ())),
             after_certification=bool(d.get("after_certification", False)),
             final_threshold=d.get("final_threshold"),
         )
@@ -310,6 +315,10 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
                                  reporting=result is not None, problems=problems)
     display = {c: (_shown(v) if v else _ZERO_SHOWN) for c, v in sde.items()}
     shown = computed or _NOT_COMPUTED
+    unused = () if computed is None else tuple(t.event_id for t in state.ties if t.event_id not in shown.applied)
+    for event_id in unused:
+        if not any(event_id in p for p in problems):
+            problems.append(f"coin toss {event_id} matches no tie of this result under {ctx.rule_set_name}: it decides nothing")
 
     return UnitTally(
         unit_id=state.unit_id,
@@ -351,6 +360,7 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         tie_history=tuple(t for t in state.ties if t.disputed),
         tosses_contradicted=contradicted,
         tosses_before_result=tuple(t.event_id for t in state.ties if t.recorded_against is None and t.event_id in shown.applied),
+        tosses_unused=unused,
     )
 
 

@@ -27,7 +27,7 @@ from .allocation import Allocation, LeftoverRule
 from .checks import CHECK_CODES, Finding, Severity
 from .errors import CaucusMathError
 from .one_delegate import NoMajorityRule
-from .rulesets import DEFAULT_RULE_SET, RULE_SETS, RuleSet, get_rule_set
+from .rulesets import DEFAULT_RULE_SET, RULE_SETS, RULES_REVISION, RuleSet, get_rule_set
 from .satellites import (
     SATELLITE_SDE_POOLS_2020,
     satellite_delegates,
@@ -43,6 +43,7 @@ __all__ = [
     "RuleSet",
     "get_rule_set",
     "RULE_SETS",
+    "RULES_REVISION",
     "DEFAULT_RULE_SET",
     "Allocation",
     "PendingTie",

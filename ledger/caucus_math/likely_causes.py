@@ -73,7 +73,9 @@ def likely_causes(
 def _rounded_only(
     viable: list[str], final_s: dict[str, int], d: int, t: int, rules: RuleReading | None
 ) -> Counts[int]:
-    """Every share rounded half up (at least 1), no adjustment; §4.5 applied if ``rules`` given."""
+    """Every share rounded half up (at least 1), no adjustment; §4.5 applied if ``rules`` given, as the
+    reporting app applied it (every equal smallest group realigns): a likely cause is what a worksheet
+    or the app would have produced, whatever the rule set's reading of the cut."""
     keep = set(viable)
     if rules is not None and len(viable) > d:
         keep = set(realignment_cut([(k, final_s[k]) for k in viable], d, "all", TieBook(())).keep)

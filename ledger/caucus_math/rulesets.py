@@ -79,6 +79,7 @@ The [OPEN] points and the choices made
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from itertools import combinations
@@ -93,7 +94,7 @@ from .thresholds import viability_threshold
 from .ties import TieResolution
 from .viability import RealignTieRule
 
-__all__ = ["RuleSet", "RULE_SETS", "DEFAULT_RULE_SET", "get_rule_set"]
+__all__ = ["RuleSet", "RULE_SETS", "DEFAULT_RULE_SET", "RULES_REVISION", "get_rule_set"]
 
 _READINGS: dict[tuple[str, object], str] = {
     ("leftover", "lots"): "leftover delegates decided by coin toss or lot (2016 practice, RULES §5.5)",
@@ -323,6 +324,12 @@ IDP_2016 = RuleSet(
 DEFAULT_RULE_SET = "idp-2020"
 
 RULE_SETS: Mapping[str, RuleSet] = MappingProxyType({rs.name: rs for rs in (IDP_2020, IDP_2016)})
+
+RULES_REVISION = hashlib.sha256("|".join(f"{n}={rs.meaning}" for n, rs in sorted(RULE_SETS.items())).encode()).hexdigest()[:16]
+"""What every rule set name means in this code, in one digest (every variant derives from a base's
+meaning). Whatever was computed and handed out under a name (a published feed record's id, a read
+API answer's ETag, the mark a store keeps of its tallies' meanings) carries it, so that when a name
+comes to mean another reading the old answers are recognised as old."""
 
 
 def get_rule_set(name: str = DEFAULT_RULE_SET) -> RuleSet:

@@ -42,7 +42,7 @@ def locked_groups(first: Mapping[str, int], attendance: int, delegates: int) -> 
 def too_many_viable(
     sizes: Mapping[str, int],
     delegates: int,
-    tie_rule: RealignTieRule = "all",
+    tie_rule: RealignTieRule = "lots",
     ties: Iterable[TieResolution] = (),
 ) -> RealignmentCut:
     """Apply §4.5: while more groups are viable than there are delegates, the smallest realign.

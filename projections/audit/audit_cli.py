@@ -146,7 +146,8 @@ def audit_command(
     reported too: TIE_REDRAWN (info) for an official's redraw, TIE_CONTRADICTED (error) for a second
     toss that was ignored (expected: the winners that stand; reported: the ignored toss's);
     TOSS_CONTRADICTED (error) for reported delegates that give a settled tie otherwise than its toss;
-    TOSS_BEFORE_RESULT (warn) for a toss recorded before the unit had any result. So is how
+    TOSS_BEFORE_RESULT (warn) for a toss recorded before the unit had any result; TOSS_UNUSED (warn)
+    for a standing toss the current result's allocation does not use. So is how
     records reached the log: DIRECT_WRITE for one an official wrote without the intake, and
     RECORDED_OUT_OF_ORDER for one dated more than a minute before records appended ahead of it.
 

@@ -11,6 +11,10 @@ A worksheet that gives a settled tie's seats otherwise than the toss did is repo
 (``TOSS_CONTRADICTED``, error; RULES §6, §12): the reported figure stays official, as every reported
 figure does, but once a tie is settled only its outcome is legal.
 
+A standing toss the current result's allocation does not use is reported (``TOSS_UNUSED``, warn): tossed
+for a tie of a result since corrected, or recorded under another reading of the rules; the tally says so
+among its problems, but nothing else would show that a recorded toss changed nothing.
+
 A tie settled by a toss recorded before the unit had any result is reported too (``TOSS_BEFORE_RESULT``,
 warn): a precinct may toss before its chair reports, so the toss stands, but when it was recorded
 nothing could check that the tie existed (RULES §6: a toss decides a tie of the result it was tossed
@@ -29,7 +33,7 @@ from projections.trail import ignored_because
 
 __all__ = ["TIE_CODES", "tie_findings"]
 
-TIE_CODES: tuple[str, ...] = ("TIE_CONTRADICTED", "TIE_REDRAWN", "TOSS_CONTRADICTED", "TOSS_BEFORE_RESULT")
+TIE_CODES: tuple[str, ...] = ("TIE_CONTRADICTED", "TIE_REDRAWN", "TOSS_CONTRADICTED", "TOSS_BEFORE_RESULT", "TOSS_UNUSED")
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -100,9 +104,21 @@ def _toss_before_result(t: UnitTally, ctx: ElectionContext, event_id: str) -> Au
     )
 
 
+def _toss_unused(t: UnitTally, ctx: ElectionContext, event_id: str) -> AuditFinding:
+    return _unit_finding(
+        t, ctx, "TOSS_UNUSED", "warn",
+        f"coin toss {event_id} stands but matches no tie of the current result under {t.rule_set}: the tally "
+        "does not use it (RULES §6: a toss decides a tie of the result it was tossed for)",
+        likely_cause="the result was corrected after the toss, or the toss was recorded under another reading of the "
+                     "rules (idp-2020 read the §4.5 cut inside equal groups as 'all realign' before it read it as a lot)",
+    )
+
+
 def tie_findings(t: UnitTally, ctx: ElectionContext) -> list[AuditFinding]:
     """One finding per toss of a unit's ties after the first, whether or not the unit reports, one per
-    standing toss the reported delegates contradict, and one per applied toss recorded before any result."""
+    standing toss the reported delegates contradict, one per applied toss recorded before any result, and
+    one per standing toss the current result's allocation does not use."""
     return [_finding(t, ctx, tie, note) for tie in t.tie_history for note in tie.later] + [
         _toss_contradicted(t, ctx, event_id) for event_id in t.tosses_contradicted
-    ] + [_toss_before_result(t, ctx, event_id) for event_id in t.tosses_before_result]
+    ] + [_toss_before_result(t, ctx, event_id) for event_id in t.tosses_before_result] + [
+        _toss_unused(t, ctx, event_id) for event_id in t.tosses_unused]

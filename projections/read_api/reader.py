@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from ledger.caucus_math import RULES_REVISION
 from ledger.config import Settings
 from ledger.log.port import EventLog, LogError
 from projections.asof import AsOfError, Cut, parse_cut
@@ -124,7 +125,9 @@ def _by_position(as_of: str) -> bool:
 
 
 def _etag(*parts: object) -> str:
-    return 'W/"' + hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest() + '"'
+    """The answer's validator. The rules' revision is part of it: the same log positions give another
+    answer once a rule set's name means another reading, and a cached copy must not pass for it."""
+    return 'W/"' + hashlib.blake2b(repr((RULES_REVISION, *parts)).encode(), digest_size=12).hexdigest() + '"'
 
 
 def dumps(data: Any) -> bytes:

@@ -199,6 +199,14 @@ class SqlReader:
         sql = "SELECT DISTINCT election_id, context FROM proj_unit_tallies WHERE set_id = ?"
         return {(str(e), str(c)) for e, c in self._q(self._sql(sql), [self.set_id])}
 
+    def tally_mark(self) -> str | None:
+        rows = self._q(self._sql("SELECT value FROM proj_meta WHERE name = ?"), [f"tally_rules:{self.set_id}"])
+        return str(rows[0][0]) if rows else None
+
+    def set_tally_mark(self, revision: str) -> None:
+        self._q(self._sql("INSERT INTO proj_meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = "
+                          "excluded.value RETURNING name"), [f"tally_rules:{self.set_id}", revision])
+
     def tallies(
         self, *, election_id: str | None = None, county_id: str | None = None, keys: Iterable[UnitKey] | None = None
     ) -> dict[UnitKey, TallyRow]:

@@ -49,6 +49,7 @@ class _Tables:
     units: dict[UnitKey, UnitRow] = field(default_factory=dict)
     tallies: dict[UnitKey, TallyRow] = field(default_factory=dict)
     events: dict[str, EventRow] = field(default_factory=dict)
+    marks: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,6 +126,9 @@ class _Reader:
     def tally_contexts(self) -> set[tuple[str, str]]:
         return {(k[0], row.context) for k, row in self._t.tallies.items()}
 
+    def tally_mark(self) -> str | None:
+        return self._t.marks.get("tally_rules")
+
     def processed(self, event_ids: Sequence[str]) -> set[str]:
         events = self._t.events
         return {e for e in event_ids if e in events}
@@ -157,6 +161,9 @@ class _Tx(_Reader):
     @property
     def tables(self) -> _Tables:
         return self._t
+
+    def set_tally_mark(self, revision: str) -> None:
+        self._own("marks")["tally_rules"] = revision
 
     def write(self, changes: Changes) -> None:
         if changes.events:

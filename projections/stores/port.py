@@ -191,6 +191,11 @@ class StoreReader(Protocol):
         elections hold a tally that a change of the code made stale, without reading the tallies."""
         ...
 
+    def tally_mark(self) -> str | None:
+        """The rules' revision (``ledger.caucus_math.RULES_REVISION``) every tally of this set was last
+        checked against; None before the first check."""
+        ...
+
     def processed(self, event_ids: Sequence[str]) -> set[str]:
         """Those of ``event_ids`` already applied to this set."""
         ...
@@ -210,6 +215,10 @@ class StoreReader(Protocol):
 
 class StoreTx(StoreReader, Protocol):
     """A write transaction on one set; its reads see everything committed before the lock."""
+
+    def set_tally_mark(self, revision: str) -> None:
+        """Record that every tally of this set is current under the rules' ``revision``."""
+        ...
 
     def write(self, changes: Changes) -> None: ...
 

@@ -71,6 +71,10 @@ def test_roles(tmp_path: Path) -> None:
         assert denied is not None and denied.code == "FORBIDDEN" and "official" in denied.message
     with pytest.raises(ValueError):
         store.issue("chair")
+    # the name goes into every record the holder writes (official:<name>#<id>): it must show, and hide nothing
+    for blank in ("\u3164", "\u200b", " ", "Pa\u202et"):
+        with pytest.raises(ValueError, match="must show a letter or digit"):
+            store.issue("official", name=blank)
 
 
 def test_lock_files_beside_secrets_are_private(tmp_path: Path) -> None:

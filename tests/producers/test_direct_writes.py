@@ -83,6 +83,10 @@ def test_a_forged_second_result_is_refused(reported: tuple[Path, str], tmp_path:
     assert backdated.returncode == 1 and "recorded_at" in backdated.stderr and "RECORDED_OUT_OF_ORDER" in backdated.stderr
     ahead = _append(data, token, tmp_path, _forged("P4", "forged-3", now + timedelta(hours=6)))
     assert ahead.returncode == 1 and "RECORDED_IN_FUTURE" in ahead.stderr, ahead.stderr
+    # Not even by seconds: a report the intake took after it would be dated before it, and a restore, which reads
+    # the log in time order, would judge that report first (refused, were it for a unit a postdated redefinition adds).
+    slightly = _append(data, token, tmp_path, _forged("P4", "forged-4", datetime.now(UTC) + timedelta(seconds=50)))
+    assert slightly.returncode == 1 and "RECORDED_IN_FUTURE" in slightly.stderr, slightly.stderr
     # one refused line refuses the file: the good line before it is not appended either
     mixed = _append(data, token, tmp_path, _forged("P4", "fine", now), _forged("P4", "second", now))
     assert mixed.returncode == 1 and "line 2" in mixed.stderr and "ALREADY_REPORTED" in mixed.stderr, mixed.stderr
@@ -301,3 +305,22 @@ def test_a_log_whose_times_disagree_with_its_order_restores(reported: tuple[Path
     done = _caucus(restored, "log", "append", str(history), "--json", token=other)
     assert done.returncode == 0, done.stderr
     assert _log_size(restored) == _log_size(data)
+
+
+def test_text_the_intake_once_took_blank_still_restores(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """The intake now refuses a correction whose reason is blank on screen (BLANK); a log it accepted such a
+    correction into before must still restore: nothing the ledger accepted may be lost."""
+    data, token = reported
+    lines = [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
+    result = next(e for e in lines if e["type"] == "ResultReported" and e["unit_id"] == "P3")
+    correction = {
+        **_forged("P3", "p3-blank", datetime.now(UTC)), "actor": "official:bob#0001", "type": "ResultCorrected",
+        "payload": {"authority": "\u3164", "reason": "\u200b", "stage": "review", "supersedes": result["event_id"],
+                    "warnings": [], "result": {"attendance": 60, "delegates_reported": None, "final_alignment": {"B": 60},
+                                               "first_alignment": {"B": 60}, "worksheet_digest": None}},
+    }  # fmt: skip
+    done = _append(data, token, tmp_path, correction)
+    assert done.returncode == 0, done.stderr
+    refused = _caucus(data, "correct", "--unit", "P3", "--supersedes", correction["event_id"], "--reason", "\u3164",
+                      "--authority", "board", "--stage", "review", "--first", "B=59", "--final", "B=59", token=token)
+    assert refused.returncode == 1 and "BLANK" in refused.stdout + refused.stderr, refused.stdout + refused.stderr

@@ -157,6 +157,7 @@ def test_the_intake_keeps_a_tie_settled_across_restarts_and_logs(
                       [("supersedes", "OTHER_TIE")]),
         "other-unit": ("E01", _tie("Biden", supersedes=first.event_id, reason="r"), [("supersedes", "OTHER_UNITS_EVENT")]),
         "blank-reason": ("E10", _tie("Sanders", supersedes=first.event_id, reason="  "), [("reason", "REQUIRED")]),
+        "invisible-reason": ("E10", _tie("Sanders", supersedes=first.event_id, reason="\u200b\u3164"), [("reason", "REQUIRED")]),
     }  # fmt: skip
     for name, (unit, body, expected) in cases.items():
         refusal = send(CommandKind.TOSS, body, unit=unit, key=f"x-{name}")

@@ -145,3 +145,20 @@ def test_a_toss_recorded_before_any_result_is_applied_and_shown_to_the_auditor(s
         assert tally.tosses_before_result == expected, toss_first
         found = [(f.code, f.severity) for f in audit_tallies(ctx, [tally]).findings if f.code == "TOSS_BEFORE_RESULT"]
         assert found == ([("TOSS_BEFORE_RESULT", "warn")] if toss_first else [])
+
+
+def test_a_standing_toss_the_result_does_not_use_is_a_problem_and_a_finding(support: ModuleType) -> None:
+    """A toss recorded against the result that stands, for a tie that result does not call for under the
+    rule set (the intake refuses it as NO_SUCH_TIE; a log written under another reading of the rules, or
+    by hand, may hold one): the tally does not use it, and says so, and so does the audit (TOSS_UNUSED).
+    E10 (D=6, A100 B50 C50) calls for a Baker/Clark toss; an Adams/Baker toss decides nothing there."""
+    e10 = {"Adams": 100, "Baker": 50, "Clark": 50}
+    ctx, tally = _reported_against_a_toss(support, toss_first=False, delegates=6, align=e10, reported=None,
+                                          contenders=("Adams", "Baker"), winner="Baker")
+    assert tally.tosses_unused == ("toss",) and tally.ties_applied == ()
+    assert [p for p in tally.problems if "coin toss toss matches no tie of this result under idp-2020" in p], tally.problems
+    found = [(f.code, f.severity) for f in audit_tallies(ctx, [tally]).findings if f.code == "TOSS_UNUSED"]
+    assert found == [("TOSS_UNUSED", "warn")]
+    _, used = _reported_against_a_toss(support, toss_first=False, delegates=6, align=e10, reported=None,
+                                       contenders=("Baker", "Clark"), winner="Clark")
+    assert used.tosses_unused == () and not [p for p in used.problems if "matches no tie" in p]

@@ -69,6 +69,27 @@ def _append(data: Path, token: str, tmp_path: Path, *events: dict[str, Any]) -> 
     return _caucus(data, "log", "append", str(source), "--json", token=token)
 
 
+def _correction(key: str, at: datetime, supersedes: str, reason: str, authority: str) -> dict[str, Any]:
+    """An official's correction of P3's result to B 60, as a line of ``log tail --json``."""
+    return {**_forged("P3", key, at), "actor": "official:bob#0001", "type": "ResultCorrected",
+            "payload": {"authority": authority, "reason": reason, "stage": "recanvass", "supersedes": supersedes,
+                        "warnings": [], "result": {"attendance": 60, "delegates_reported": None, "final_alignment": {"B": 60},
+                                                   "first_alignment": {"B": 60}, "worksheet_digest": None}}}  # fmt: skip
+
+
+def _restore(data: Path, tmp_path: Path) -> list[str]:
+    """Restore the log of ``data`` into an empty data directory (``log tail`` into ``log append``, by another
+    official); asserts it restores whole, and returns the event ids in the order restored."""
+    history = tmp_path / f"history-{uuid.uuid4()}.jsonl"
+    history.write_text(_caucus(data, "log", "tail", "-n", "0", "--json").stdout)
+    restored = tmp_path / f"restored-{uuid.uuid4()}"
+    _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
+    done = _caucus(restored, "log", "append", str(history), "--json", token=other)
+    assert done.returncode == 0, done.stderr
+    assert _log_size(restored) == _log_size(data)
+    return [json.loads(line)["event_id"] for line in history.read_text().splitlines()]
+
+
 def _log_size(data: Path) -> int:
     return int(json.loads(_caucus(data, "log", "info", "--json").stdout)["records"])
 
@@ -269,13 +290,7 @@ def test_a_restored_log_still_restores(reported: tuple[Path, str], tmp_path: Pat
     """Every event the intake wrote passes the content checks: the whole log restores into an empty one."""
     data, token = reported
     _append(data, token, tmp_path, _forged("P4", "p4", datetime.now(UTC)))
-    history = tmp_path / "history.jsonl"
-    history.write_text(_caucus(data, "log", "tail", "-n", "0", "--json").stdout)
-    restored = tmp_path / "restored"
-    _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
-    done = _caucus(restored, "log", "append", str(history), "--json", token=other)
-    assert done.returncode == 0, done.stderr
-    assert _log_size(restored) == _log_size(data)
+    _restore(data, tmp_path)
 
 
 def test_a_log_whose_times_disagree_with_its_order_restores(reported: tuple[Path, str], tmp_path: Path) -> None:
@@ -287,24 +302,11 @@ def test_a_log_whose_times_disagree_with_its_order_restores(reported: tuple[Path
     lines = [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
     result = next(e for e in lines if e["type"] == "ResultReported" and e["unit_id"] == "P3")
     earlier = datetime.fromisoformat(result["recorded_at"]) - timedelta(seconds=30)
-    correction = {
-        **_forged("P3", "p3-recanvass", earlier), "actor": "official:bob#0001", "type": "ResultCorrected",
-        "payload": {"authority": "county recanvass board", "reason": "worksheet", "stage": "recanvass",
-                    "supersedes": result["event_id"], "warnings": [], "result": {
-                        "attendance": 60, "delegates_reported": None, "final_alignment": {"B": 60},
-                        "first_alignment": {"B": 60}, "worksheet_digest": None}},
-    }  # fmt: skip
+    correction = _correction("p3-recanvass", earlier, result["event_id"], "worksheet", "county recanvass board")
     done = _append(data, token, tmp_path, correction)
     assert done.returncode == 0, done.stderr
-    history = tmp_path / "history.jsonl"
-    history.write_text(_caucus(data, "log", "tail", "-n", "0", "--json").stdout)
-    order = [json.loads(line)["event_id"] for line in history.read_text().splitlines()]
+    order = _restore(data, tmp_path)
     assert order.index(result["event_id"]) < order.index(correction["event_id"])
-    restored = tmp_path / "restored"
-    _, other = CredentialStore(restored / "credentials.json").issue("official", name="Restorer")
-    done = _caucus(restored, "log", "append", str(history), "--json", token=other)
-    assert done.returncode == 0, done.stderr
-    assert _log_size(restored) == _log_size(data)
 
 
 def test_text_the_intake_once_took_blank_still_restores(reported: tuple[Path, str], tmp_path: Path) -> None:
@@ -313,14 +315,10 @@ def test_text_the_intake_once_took_blank_still_restores(reported: tuple[Path, st
     data, token = reported
     lines = [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
     result = next(e for e in lines if e["type"] == "ResultReported" and e["unit_id"] == "P3")
-    correction = {
-        **_forged("P3", "p3-blank", datetime.now(UTC)), "actor": "official:bob#0001", "type": "ResultCorrected",
-        "payload": {"authority": "\u3164", "reason": "\u200b", "stage": "review", "supersedes": result["event_id"],
-                    "warnings": [], "result": {"attendance": 60, "delegates_reported": None, "final_alignment": {"B": 60},
-                                               "first_alignment": {"B": 60}, "worksheet_digest": None}},
-    }  # fmt: skip
+    correction = _correction("p3-blank", datetime.now(UTC), result["event_id"], "\u200b", "\u3164")
     done = _append(data, token, tmp_path, correction)
     assert done.returncode == 0, done.stderr
+    _restore(data, tmp_path)
     refused = _caucus(data, "correct", "--unit", "P3", "--supersedes", correction["event_id"], "--reason", "\u3164",
                       "--authority", "board", "--stage", "review", "--first", "B=59", "--final", "B=59", token=token)
     assert refused.returncode == 1 and "BLANK" in refused.stdout + refused.stderr, refused.stdout + refused.stderr

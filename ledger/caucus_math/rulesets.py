@@ -79,7 +79,6 @@ The [OPEN] points and the choices made
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from itertools import combinations
@@ -325,8 +324,8 @@ DEFAULT_RULE_SET = "idp-2020"
 
 RULE_SETS: Mapping[str, RuleSet] = MappingProxyType({rs.name: rs for rs in (IDP_2020, IDP_2016)})
 
-RULES_REVISION = hashlib.sha256("|".join(f"{n}={rs.meaning}" for n, rs in sorted(RULE_SETS.items())).encode()).hexdigest()[:16]
-"""What every rule set name means in this code, in one digest (every variant derives from a base's
+RULES_REVISION = ";".join(f"{n}:{rs.meaning}" for n, rs in sorted(RULE_SETS.items()))
+"""What every rule set name means in this code, in one string (every variant derives from a base's
 meaning). Whatever was computed and handed out under a name (a published feed record's id, a read
 API answer's ETag, the mark a store keeps of its tallies' meanings) carries it, so that when a name
 comes to mean another reading the old answers are recognised as old."""

@@ -268,8 +268,12 @@ def log_append(
         raise fail(f"not appended: {exc}") from exc
     finally:
         journal.close()
-    out = [{"event_id": e.event_id, "type": e.type, "position": str(p), "appended": p.offset >= before.get(p.partition, 0)}
-           for e, p in zip(events, positions)]  # a line the log held already keeps its position, and is not written again
+    seen: set[Any] = set()  # a line the log held already (or an earlier line of the file) keeps its position
+    out = []
+    for e, p in zip(events, positions):
+        out.append({"event_id": e.event_id, "type": e.type, "position": str(p),
+                    "appended": p.offset >= before.get(p.partition, 0) and p not in seen})
+        seen.add(p)
 
     def human() -> None:
         for o in out:

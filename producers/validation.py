@@ -301,15 +301,17 @@ def _check_result(
     warnings: list[Problem] = []
     status = view.unit(election.election_id, command.unit_id)
     attendance = command.attendance
+    reverts: Problem | None = None
     if attendance is None:
         attendance = status.attendance
         stated = status.result.attendance if status.result is not None else None
         if stated is not None and stated != attendance:
-            warnings.append(Problem(
+            reverts = Problem(
                 "attendance", "ATTENDANCE_REVERTS",
                 f"the current result (event {status.result_event_id}) gave T {stated}; this one gives none, so T is "
                 f"{'unknown' if attendance is None else f'the {attendance} counted when the unit opened'}: give the "
-                f"attendance again to keep {stated}"))
+                f"attendance again to keep {stated}")
+            warnings.append(reverts)
     elif status.attendance is not None and status.attendance != attendance:
         warnings.append(
             Problem(
@@ -352,6 +354,8 @@ def _check_result(
         return [Problem(where, "IMPOSSIBLE_COUNTS", str(exc))], warnings
     for finding in findings:
         (errors if finding.severity is Severity.ERROR else warnings).append(_problem_of_finding(finding))
+    if errors and reverts is not None:  # a refusal shows its errors only: the reason T is what it is goes with them
+        errors.append(reverts)
     return errors, warnings
 
 

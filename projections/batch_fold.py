@@ -80,8 +80,6 @@ class FoldTx(Protocol):
         self, *, election_id: str | None = None, county_id: str | None = None, keys: Iterable[UnitKey] | None = None
     ) -> dict[UnitKey, TallyRow]: ...
 
-    def tally_contexts(self) -> set[tuple[str, str]]: ...
-
     def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]: ...
 
 
@@ -326,14 +324,13 @@ class BatchFolder:
     def stale_tallies(self, tx: FoldTx) -> list[TallyRow]:
         """The stored tallies computed under another context than their election's current one,
         computed again. A fold recomputes an election when its context changes within the log; this
-        finds the tallies a change of the code made stale (a rule set's name that came to mean another
-        reading: ``RuleSet.meaning``), which no event announces."""
+        finds the tallies a change of the code made stale, which no event announces: every election's
+        (the tally code may have changed, ``TALLY_CODE``), keeping only the rows that differ. The runner
+        calls it once per revision of the code (``ProjectionRunner.refresh_stale``)."""
         out: list[TallyRow] = []
-        contexts = tx.tally_contexts()
         for eid, row in tx.elections().items():
             ctx = self._context(ElectionState.loads(row.state), eid)
-            if any(e == eid and c != ctx.key for e, c in contexts):
-                out.extend(self._recompute_election(tx, ctx, skip={}).values())
+            out.extend(self._recompute_election(tx, ctx, skip={}).values())
         return out
 
     def _recompute_election(self, tx: FoldTx, ctx: ElectionContext, skip: dict[UnitKey, Any]) -> dict[UnitKey, TallyRow]:

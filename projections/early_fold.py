@@ -68,9 +68,6 @@ class _Snapshot:
                 keys: Iterable[UnitKey] | None = None) -> dict[UnitKey, TallyRow]:
         return self.reader.tallies(election_id=election_id, county_id=county_id, keys=keys)
 
-    def tally_contexts(self) -> set[tuple[str, str]]:
-        return self.reader.tally_contexts()
-
     def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]:
         held = {r.event_id for r in rows if r.event_id in self.seen}
         fresh = [r for r in rows if r.event_id not in self.seen]

@@ -22,10 +22,10 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from ledger.caucus_math import RULES_REVISION
 from ledger.codec import Codec, load_catalogue
 from ledger.events import Channel, Event, Payload, new_event
 from projections.candidate_results import candidate_results
+from projections.tally import TALLIES_REVISION
 from projections.feed_checkpoint_events import CheckpointPublished, checkpoint_json
 from projections.tally import AreaTally, UnitTally, fraction_text
 
@@ -247,11 +247,11 @@ def feed_event_id(stamp: FeedStamp, election_id: str, key: str) -> str:
 
     The same tally at the same version always gets the same id, so a log that dedupes by id (the
     embedded one, a Kafka producer's recent ids) does not even store a republished copy, and a
-    publisher knows, by id, whether the latest view already holds it. The rules' revision is part of it:
+    publisher knows, by id, whether the latest view already holds it. The tallies' revision (the tally code and the rules' meanings) is part of it:
     a tally computed anew because a rule set's name came to mean another reading has the same version
     (no event changed), and must be published again all the same."""
     return str(uuid.uuid5(_NS, f"{stamp.projection}|{stamp.projection_version}|{election_id}|{key}|{stamp.version}"
-                               f"|{RULES_REVISION}"))
+                               f"|{TALLIES_REVISION}"))
 
 
 def _event(payload: Payload, *, election_id: str, unit_id: str, key: str, at: datetime) -> Event[Any]:

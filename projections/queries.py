@@ -117,8 +117,8 @@ def choose_election(elections: dict[str, ElectionState], wanted: str | None, *, 
     try:
         return select_election(elections, wanted, unit=unit, where="in the projection")
     except AsOfError as exc:
-        hint = (" (an election defined since the projection last read the log is there once `caucus project` has "
-                "run)") if wanted is not None and wanted not in elections else ""
+        hint = (" (if it was defined since the projection last read the log, `caucus project` brings it in)"
+                if wanted is not None and wanted not in elections else "")
         raise QueryError(f"{exc}{hint}") from None
 
 

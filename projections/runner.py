@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.caucus_math import RULES_REVISION
 from ledger.codec import Codec, default_codec
 from ledger.log.port import LogLostError, StoredRecord
 from projections.batch_fold import DEFAULT_CHUNK, BatchFolder, FoldedBatch, FoldError, tally_row
+from projections.tally import TALLIES_REVISION
 from projections.early_fold import BaseMoved, EarlyFold, fold_early
 from projections.exactly_once import Claim, claim, start_positions
 from projections.sources import Source
@@ -222,15 +222,16 @@ class ProjectionRunner:
     def refresh_stale(self) -> int:
         """Compute again the tallies a change of the code made stale (``BatchFolder.stale_tallies``), before
         the first batch and before a feed publishes what the store holds (``projections.feed.publishing``),
-        so neither serves them. The set keeps a mark of the rules' revision it was checked against, so a
+        so neither serves them. The set keeps a mark of the revision (``TALLIES_REVISION``: the tally code
+and the rules' meanings) it was checked against, so a
         start with the same code does not scan the tallies. Returns how many were computed again."""
         with self.store.transaction(self.set_id) as tx:
-            if tx.tally_mark() == RULES_REVISION:
+            if tx.tally_mark() == TALLIES_REVISION:
                 return 0
             rows = self.folder.stale_tallies(tx)
             if rows:
                 tx.write(Changes(tallies=rows))
-            tx.set_tally_mark(RULES_REVISION)
+            tx.set_tally_mark(TALLIES_REVISION)
         if rows:
             log.warning("%d stored tallies were computed under another meaning of their rule set and were computed again",
                         len(rows))

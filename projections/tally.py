@@ -37,7 +37,7 @@ from fractions import Fraction
 from typing import Any
 
 from ledger.events import County, Result, UnitDefinition
-from ledger.caucus_math import CaucusMathError, TieResolution, satellite_delegates
+from ledger.caucus_math import RULES_REVISION, CaucusMathError, TieResolution, satellite_delegates
 from projections.area_tally import AreaTally, aggregate, aggregate_counties
 from projections.election_context import ElectionContext, RuleSetLike, context_key, election_context
 from projections.fraction_text import fraction_text, parse_fraction
@@ -70,6 +70,15 @@ def _shown(value: Fraction) -> Decimal:
     num, den = value.numerator, value.denominator
     return Decimal((2 * num * 10_000 + den) // (2 * den)).scaleb(-4)
 
+
+TALLY_CODE = 2
+"""Bumped whenever ``compute_unit_tally`` gives another tally for the same state and rules (2: the
+standing tosses a result does not use, ``tosses_unused``)."""
+
+TALLIES_REVISION = f"tallies v{TALLY_CODE};{RULES_REVISION}"
+"""What a stored or published tally was computed by: this code and every rule set's meaning. A store's
+mark, a feed record's id and a read-API ETag carry it, so tallies of older code are computed again,
+published again, and not answered 304."""
 
 @dataclass(frozen=True)
 class PendingTieView:
@@ -132,13 +141,13 @@ class UnitTally:
     """Ties of the unit tossed more than once: redrawn by an official, or contradicted by a toss that
     was ignored (``TieRecord.later``); the audit reports them."""
     tosses_contradicted: tuple[str, ...] = field(default=())
+    """Standing tosses whose outcome the reported delegates contradict (RULES §6, §12); the reported
+    figure stays official, a problem and the audit's TOSS_CONTRADICTED say so."""
     tosses_before_result: tuple[str, ...] = field(default=())
+    """Applied tosses recorded before the unit had any result (``projections.audit.tie_checks``)."""
     tosses_unused: tuple[str, ...] = field(default=())
     """Standing tosses the current result's allocation does not use: tossed for a tie of a result since
     corrected, or of another reading of the rules than the rule set's (``TOSS_UNUSED`` in the audit)."""
-    """Applied tosses recorded before the unit had any result (``projections.audit.tie_checks``)."""
-    """Standing tosses whose outcome the reported delegates contradict (RULES §6, §12); the reported
-    figure stays official, a problem and the audit's TOSS_CONTRADICTED say so."""
     after_certification: bool = False
     """The result was recorded after the election's certification, which therefore does not cover it."""
     final_threshold: int | None = None

@@ -28,10 +28,10 @@ from typing import Any
 
 import orjson
 
-from ledger.caucus_math import RULES_REVISION
 from ledger.config import Settings
 from ledger.log.port import EventLog, LogError
 from projections.asof import AsOfError, Cut, parse_cut
+from projections.tally import TALLIES_REVISION
 from projections.queries import DEFAULT_SET, QueryError, TallyView, load_view, resolve_set
 from projections.reducers import ElectionState
 from projections.stores.port import ProjectionStore, StoreError, StoreMissing
@@ -127,7 +127,7 @@ def _by_position(as_of: str) -> bool:
 def _etag(*parts: object) -> str:
     """The answer's validator. The rules' revision is part of it: the same log positions give another
     answer once a rule set's name means another reading, and a cached copy must not pass for it."""
-    return 'W/"' + hashlib.blake2b(repr((RULES_REVISION, *parts)).encode(), digest_size=12).hexdigest() + '"'
+    return 'W/"' + hashlib.blake2b(repr((TALLIES_REVISION, *parts)).encode(), digest_size=12).hexdigest() + '"'
 
 
 def dumps(data: Any) -> bytes:

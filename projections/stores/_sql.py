@@ -195,10 +195,6 @@ class SqlReader:
             rows = self._keyed(base, params, keys)
         return {(e, u): UnitRow(u, e, int(p), s) for u, e, p, s in rows}
 
-    def tally_contexts(self) -> set[tuple[str, str]]:
-        sql = "SELECT DISTINCT election_id, context FROM proj_unit_tallies WHERE set_id = ?"
-        return {(str(e), str(c)) for e, c in self._q(self._sql(sql), [self.set_id])}
-
     def tally_mark(self) -> str | None:
         rows = self._q(self._sql("SELECT value FROM proj_meta WHERE name = ?"), [f"tally_rules:{self.set_id}"])
         return str(rows[0][0]) if rows else None

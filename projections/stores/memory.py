@@ -123,9 +123,6 @@ class _Reader:
         return {k: row for k, row in picked
                 if (election_id is None or k[0] == election_id) and (county_id is None or row.county_id == county_id)}
 
-    def tally_contexts(self) -> set[tuple[str, str]]:
-        return {(k[0], row.context) for k, row in self._t.tallies.items()}
-
     def tally_mark(self) -> str | None:
         return self._t.marks.get("tally_rules")
 

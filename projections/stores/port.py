@@ -186,14 +186,9 @@ class StoreReader(Protocol):
         self, *, election_id: str | None = None, county_id: str | None = None, keys: Iterable[UnitKey] | None = None
     ) -> dict[UnitKey, TallyRow]: ...
 
-    def tally_contexts(self) -> set[tuple[str, str]]:
-        """The distinct (election id, context key) pairs the stored tallies were computed under: which
-        elections hold a tally that a change of the code made stale, without reading the tallies."""
-        ...
-
     def tally_mark(self) -> str | None:
-        """The rules' revision (``ledger.caucus_math.RULES_REVISION``) every tally of this set was last
-        checked against; None before the first check."""
+        """The revision (``projections.tally.TALLIES_REVISION``) every tally of this set was last checked
+        against; None before the first check."""
         ...
 
     def processed(self, event_ids: Sequence[str]) -> set[str]:

@@ -322,3 +322,13 @@ def test_text_the_intake_once_took_blank_still_restores(reported: tuple[Path, st
     refused = _caucus(data, "correct", "--unit", "P3", "--supersedes", correction["event_id"], "--reason", "\u3164",
                       "--authority", "board", "--stage", "review", "--first", "B=59", "--final", "B=59", token=token)
     assert refused.returncode == 1 and "BLANK" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+
+
+def test_a_line_given_twice_in_one_file_is_appended_once_and_said_so(reported: tuple[Path, str], tmp_path: Path) -> None:
+    data, token = reported
+    before = _log_size(data)
+    line = _forged("P4", "twice", datetime.now(UTC))
+    done = _append(data, token, tmp_path, line, line)
+    assert done.returncode == 0, done.stderr
+    assert [entry["appended"] for entry in json.loads(done.stdout)] == [True, False]
+    assert _log_size(data) == before + 1

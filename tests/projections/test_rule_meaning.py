@@ -17,7 +17,6 @@ from types import ModuleType
 
 import pytest
 
-from ledger.caucus_math import RULES_REVISION
 from ledger.events import County, ElectionDefined, Result, ResultReported, UnitDefinition
 from ledger.log.sqlite import SqliteLog
 from projections.batch_fold import tally_row
@@ -27,7 +26,7 @@ from projections.runner import ProjectionRunner
 from projections.sources import EmbeddedSource
 from projections.stores.port import Changes, ProjectionStore, TallyRow
 from projections.stores.sqlite import SqliteStore
-from projections.tally import election_context
+from projections.tally import TALLIES_REVISION, election_context
 from producers.credentials import CredentialStore
 
 Open = Callable[[], ProjectionStore]
@@ -136,7 +135,7 @@ def test_the_feed_publishes_no_tally_of_an_old_meaning(tmp_path: Path) -> None:
     store = SqliteStore(data / "store.sqlite3")
     try:
         with store.reader(set_id) as reader:
-            assert reader.tally_mark() == RULES_REVISION
+            assert reader.tally_mark() == TALLIES_REVISION
             row = reader.tallies()[("e1", "cut")]
         assert row.context != old.context
     finally:
@@ -153,7 +152,27 @@ def test_a_feed_record_and_a_cached_answer_name_the_rules_revision(monkeypatch: 
 
     stamp = feed_events.FeedStamp.of("tally", 1, None, {0: 5}).at(7)
     before = feed_events.feed_event_id(stamp, "e1", "unit:cut"), reader._etag("/state", "e1", (0, 5))
-    monkeypatch.setattr(feed_events, "RULES_REVISION", "another")
-    monkeypatch.setattr(reader, "RULES_REVISION", "another")
+    monkeypatch.setattr(feed_events, "TALLIES_REVISION", "another")
+    monkeypatch.setattr(reader, "TALLIES_REVISION", "another")
     after = feed_events.feed_event_id(stamp, "e1", "unit:cut"), reader._etag("/state", "e1", (0, 5))
     assert before[0] != after[0] and before[1] != after[1]
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite"])
+def test_a_tally_of_older_tally_code_is_computed_again_once(
+    support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog], store_kind: str
+) -> None:
+    """A tally an older ``compute_unit_tally`` wrote under the same context (it lacked a field the code
+    now fills) is computed again when the set's mark names another revision, and only then."""
+    log = embedded_log(_events(support))
+    store = open_store()
+    sid = store.ensure_serving("tally", source="test").set_id
+    _run(store, sid, log)
+    current = support.snapshot(store, sid)["tallies"][("e1", "plain")]
+    with store.transaction(sid) as tx:
+        row = tx.tallies()[("e1", "plain")]
+        tx.write(Changes(tallies=[TallyRow(row.unit_id, row.election_id, row.county_id, row.status, row.context, "{}")]))
+        tx.set_tally_mark("tallies v1;" + TALLIES_REVISION.partition(";")[2])
+    runner = ProjectionRunner(store, sid, EmbeddedSource(SqliteLog(log.path)), batch_size=50, poll_timeout=0.01)
+    assert runner.refresh_stale() == 1 and runner.refresh_stale() == 0
+    assert support.snapshot(store, sid)["tallies"][("e1", "plain")] == current

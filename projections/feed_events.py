@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from ledger.codec import Codec, load_catalogue
 from ledger.events import Channel, Event, Payload, new_event
 from projections.candidate_results import candidate_results
-from projections.tally import TALLIES_REVISION
+from projections.tally_revision import TALLIES_REVISION
 from projections.feed_checkpoint_events import CheckpointPublished, checkpoint_json
 from projections.tally import AreaTally, UnitTally, fraction_text
 

@@ -25,7 +25,7 @@ from typing import Any
 from ledger.codec import Codec, default_codec
 from ledger.log.port import LogLostError, StoredRecord
 from projections.batch_fold import DEFAULT_CHUNK, BatchFolder, FoldedBatch, FoldError, tally_row
-from projections.tally import TALLIES_REVISION
+from projections.tally_revision import TALLIES_REVISION
 from projections.early_fold import BaseMoved, EarlyFold, fold_early
 from projections.exactly_once import Claim, claim, start_positions
 from projections.sources import Source

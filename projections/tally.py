@@ -37,7 +37,7 @@ from fractions import Fraction
 from typing import Any
 
 from ledger.events import County, Result, UnitDefinition
-from ledger.caucus_math import RULES_REVISION, CaucusMathError, TieResolution, satellite_delegates
+from ledger.caucus_math import CaucusMathError, TieResolution, satellite_delegates
 from projections.area_tally import AreaTally, aggregate, aggregate_counties
 from projections.election_context import ElectionContext, RuleSetLike, context_key, election_context
 from projections.fraction_text import fraction_text, parse_fraction
@@ -70,15 +70,6 @@ def _shown(value: Fraction) -> Decimal:
     num, den = value.numerator, value.denominator
     return Decimal((2 * num * 10_000 + den) // (2 * den)).scaleb(-4)
 
-
-TALLY_CODE = 2
-"""Bumped whenever ``compute_unit_tally`` gives another tally for the same state and rules (2: the
-standing tosses a result does not use, ``tosses_unused``)."""
-
-TALLIES_REVISION = f"tallies v{TALLY_CODE};{RULES_REVISION}"
-"""What a stored or published tally was computed by: this code and every rule set's meaning. A store's
-mark, a feed record's id and a read-API ETag carry it, so tallies of older code are computed again,
-published again, and not answered 304."""
 
 @dataclass(frozen=True)
 class PendingTieView:

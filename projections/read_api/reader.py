@@ -31,7 +31,7 @@ import orjson
 from ledger.config import Settings
 from ledger.log.port import EventLog, LogError
 from projections.asof import AsOfError, Cut, parse_cut
-from projections.tally import TALLIES_REVISION
+from projections.tally_revision import TALLIES_REVISION
 from projections.queries import DEFAULT_SET, QueryError, TallyView, load_view, resolve_set
 from projections.reducers import ElectionState
 from projections.stores.port import ProjectionStore, StoreError, StoreMissing

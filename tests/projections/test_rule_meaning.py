@@ -26,7 +26,8 @@ from projections.runner import ProjectionRunner
 from projections.sources import EmbeddedSource
 from projections.stores.port import Changes, ProjectionStore, TallyRow
 from projections.stores.sqlite import SqliteStore
-from projections.tally import TALLIES_REVISION, election_context
+from projections.tally import election_context
+from projections.tally_revision import TALLIES_REVISION
 from producers.credentials import CredentialStore
 
 Open = Callable[[], ProjectionStore]

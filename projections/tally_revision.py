@@ -1,0 +1,20 @@
+"""Which code computed a stored or published tally.
+
+Why apart from the tallies: the store's mark, the feed's record ids and the read API's ETags all carry it,
+and none of them needs the tally code itself.
+"""
+
+from __future__ import annotations
+
+from ledger.caucus_math import RULES_REVISION
+
+__all__ = ["TALLY_CODE", "TALLIES_REVISION"]
+
+TALLY_CODE = 2
+"""Bumped whenever ``compute_unit_tally`` gives another tally for the same state and rules (2: the
+standing tosses a result does not use, ``tosses_unused``)."""
+
+TALLIES_REVISION = f"tallies v{TALLY_CODE};{RULES_REVISION}"
+"""What a stored or published tally was computed by: this code and every rule set's meaning. A store's
+mark, a feed record's id and a read-API ETag carry it, so tallies of older code are computed again,
+published again, and not answered 304."""

@@ -322,11 +322,11 @@ class BatchFolder:
             folded.newest = chunk.newest
 
     def stale_tallies(self, tx: FoldTx) -> list[TallyRow]:
-        """The stored tallies computed under another context than their election's current one,
-        computed again. A fold recomputes an election when its context changes within the log; this
-        finds the tallies a change of the code made stale, which no event announces: every election's
-        (the tally code may have changed, ``TALLY_CODE``), keeping only the rows that differ. The runner
-        calls it once per revision of the code (``ProjectionRunner.refresh_stale``)."""
+        """Every stored tally computed again, keeping only the rows that differ. A fold recomputes an
+        election when its context changes within the log; this catches what a change of the code made
+        stale, which no event announces (a rule set's name that came to mean another reading, or tally
+        code that computes another tally, ``TALLY_CODE``). The runner calls it once per revision of the
+        code (``ProjectionRunner.refresh_stale``)."""
         out: list[TallyRow] = []
         for eid, row in tx.elections().items():
             ctx = self._context(ElectionState.loads(row.state), eid)

@@ -16,13 +16,13 @@ Each application has its own registry, so several can live in one process (tests
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from producers.intake import Intake
 from producers.outcomes import Outcome, Refusal
@@ -53,19 +53,43 @@ class IntakeMetrics:
                 self.rejections.labels(problem.code).inc()
 
 
+class _Timed:
+    """Times every request and counts it by route, method and status.
+
+    A plain ASGI middleware, not ``@app.middleware("http")``: Starlette's BaseHTTPMiddleware runs the
+    application in a task of its own and streams its answer through a memory channel, which cost the
+    intake about a fifth of its CPU on each report on caucus night's busiest path."""
+
+    def __init__(self, app: ASGIApp, metrics: IntakeMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.perf_counter()
+        status = 500  # what the client hears if the application fails before it answers
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            template = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.latency.labels(template).observe(time.perf_counter() - began)
+            self.metrics.requests.labels(template, scope["method"], str(status)).inc()
+
+
 def instrument(app: FastAPI, intake: Intake, metrics: IntakeMetrics | None = None) -> IntakeMetrics:
     """Add the timing middleware, ``/metrics`` and ``/ready`` to the intake's application."""
     metrics = metrics or IntakeMetrics(intake)
 
-    @app.middleware("http")
-    async def timed(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        began = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        template = getattr(route, "path", None) or "unmatched"
-        metrics.latency.labels(template).observe(time.perf_counter() - began)
-        metrics.requests.labels(template, request.method, str(response.status_code)).inc()
-        return response
+    app.add_middleware(_Timed, metrics=metrics)
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus() -> Response:

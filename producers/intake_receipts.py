@@ -22,10 +22,16 @@ def duplicate_receipt(claim: Claim) -> Receipt:
     return Receipt("duplicate", claim.event_id, claim.event_type, claim.election_id, claim.unit_id, claim.key, claim.position)
 
 
-def repeated(claim: Claim, draft: Event[Any], key: str) -> Receipt | Problem:
-    """A key already claimed: the original receipt if ``draft`` says the same, else the conflict."""
+def repeated(claim: Claim, draft: Event[Any], key: str, *, shown: bool = True) -> Receipt | Problem:
+    """A key already claimed: the original receipt if ``draft`` says the same, else the conflict.
+    ``shown``: whether the sender may read the original (its own, or an official's reader; see
+    ``answer``). A chair who meets another sender's key hears only that it is taken: the refusal is
+    kept in the log and told to the sender, and must not name what someone else sent."""
     if claim.fingerprint() == fingerprint(draft):
         return duplicate_receipt(claim)
+    if not shown:
+        return Problem("idempotency_key", "IDEMPOTENCY_CONFLICT",
+                       f"key {key!r} was already used by another sender; use a new key for a new command")
     return Problem(
         "idempotency_key",
         "IDEMPOTENCY_CONFLICT",

@@ -12,7 +12,7 @@ import pytest
 from ledger.events import Channel, ResultCorrected, ResultReported, SubmissionRejected, TieBroken
 from ledger.journal import LoggedEvent
 from producers.commands import CommandKind
-from producers.credentials import Credential
+from producers.credentials import Credential, CredentialStore
 from producers.intake import Intake, Outcome, Receipt, Refusal, Submission
 
 Send = Callable[..., Outcome]
@@ -85,6 +85,30 @@ def test_same_key_other_content_is_refused_and_recorded(defined: Outcome, send: 
     assert [e.code for e in refusal.errors] == ["IDEMPOTENCY_CONFLICT"]
     assert first.event_id in refusal.errors[0].message
     assert isinstance(_by_id(logged)[refusal.rejection_event_id].event.payload, SubmissionRejected)
+
+
+def test_another_senders_key_is_refused_without_naming_what_they_sent(
+    defined: Outcome, send: Send, chair: Credential, official: Credential, store: CredentialStore,
+    fm5: dict[str, Any], logged: Logged,
+) -> None:
+    """A chair who meets a key another sender took hears it is taken, and nothing of the original (the
+    refusal is kept in the log under the chair's name); the original's sender and officials hear which."""
+    first = _receipt(send(CommandKind.REPORT, json.dumps(fm5), chair, unit="FM5", key="shared"))
+    other_chair = store.issue("chair", unit_id="E01")[0]
+    e01 = {"first_alignment": {"Biden": 3}, "final_alignment": {"Biden": 3}, "attendance": 3,
+           "delegates_reported": {"Biden": 5}}
+    refusal = _refusal(send(CommandKind.REPORT, json.dumps(e01), other_chair, unit="E01", key="shared"))
+    assert [e.code for e in refusal.errors] == ["IDEMPOTENCY_CONFLICT"]
+    assert "another sender" in refusal.errors[0].message
+    kept = _by_id(logged)[refusal.rejection_event_id].event.payload
+    assert isinstance(kept, SubmissionRejected)
+    assert first.event_id not in refusal.errors[0].message
+    assert all(first.event_id not in e.message and "FM5" not in e.message for e in kept.errors)
+    for sender in (chair, official):  # the original's own sender, and an official, hear which event took it
+        changed = {**fm5, "attendance": fm5["attendance"] + 1}
+        told = _refusal(send(CommandKind.REPORT, json.dumps(changed), sender, unit="FM5", key="shared"))
+        assert [e.code for e in told.errors] == ["IDEMPOTENCY_CONFLICT"]
+        assert first.event_id in told.errors[0].message
 
 
 def test_corrections_supersede_the_current_result_only(defined: Outcome, send: Send, chair: Credential,

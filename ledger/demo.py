@@ -72,17 +72,17 @@ def demo(
     _run(ctx, "project", "--until-caught-up", "--quiet")
     if not quiet:
         _heading("3. Statewide tally")
-        _run(ctx, "tally")
+        _run(ctx, "tally", "--election", election.election_id)  # the log may hold other elections too
     tossed = sorted({c.unit_id for c in commands if c.kind == "toss" and c.unit_id})
     if tossed and not quiet:
         _heading(f"4. Paper trail of unit {tossed[0]}, where a coin toss or lots settled a seat")
-        _run(ctx, "trail", tossed[0])
+        _run(ctx, "trail", tossed[0], "--election", election.election_id)
     if quiet:
         emit({"seed": seed, "units": units, "intake": sent, "log": settings.describe_log(), "tossed_units": tossed}, True)
         return
     _heading("5. Auditor's checks (RULES.md §12) over every unit")
     try:
-        _run(ctx, "audit")
+        _run(ctx, "audit", "--election", election.election_id)
     except typer.Exit:
         pass  # findings of severity error exit 1 by design; in a demo they are the point
     _heading("6. Sign a checkpoint of the log and verify it")
@@ -90,7 +90,8 @@ def demo(
     _run(ctx, "verify")
     typer.echo(
         "\nNext: `caucus tally --county <name>`, `caucus trail <unit>`, `caucus diff live rules:idp-2016`, "
-        "`caucus import idp2020 --data ../shared/data/iowa2020` for the real 2020 history."
+        f"all with `--election {election.election_id}` once the log holds another election; the real 2020 history in "
+        "a log of its own: `caucus --data-dir iowa2020 import idp2020 --data ../shared/data/iowa2020`."
     )
 
 

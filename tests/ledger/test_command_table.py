@@ -70,3 +70,23 @@ def test_the_demo_runs_the_other_commands_from_a_fresh_process(tmp_path) -> None
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "every checkpointed record matches its signed checkpoint" in done.stdout
+
+
+def test_the_demo_walks_through_a_log_that_holds_another_election(tmp_path) -> None:
+    """A log may hold several elections, and a command that names none then exits 2; the demo names its
+    own, so run again beside another election (here a second seed's) it still walks through every step."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+
+    def demo(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", f"from ledger.cli import main; main({['demo', '--units', '8', *args]!r})"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    assert demo("--seed", "7").returncode == 0
+    again = demo()
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "sim-2020" in again.stdout and "every checkpointed record matches its signed checkpoint" in again.stdout
+    bare = subprocess.run([sys.executable, "-c", "from ledger.cli import main; main(['tally'])"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 2 and "--election" in bare.stderr

@@ -78,6 +78,7 @@ class AsOfError(ValueError):
     """A cut that cannot be read, or that the log cannot answer; the message names what and why."""
 
 
+_MOST_DIGITS = 18  # every number of up to 18 digits fits a signed 64-bit offset, as the stores keep them
 _POSITION_ITEM = re.compile(r"^\s*(?P<part>\*|\d+)\s*:\s*(?P<op>\.\.=?)?\s*(?P<end>\d+|end)\s*$")
 
 
@@ -136,7 +137,10 @@ def parse_time(text: str) -> datetime:
         # The suggestion must itself be accepted: a date alone gets a time of day as well as the zone.
         example = f"{raw}Z" if "T" in raw or " " in raw else f"{raw}T23:59:59Z (the end of that day, UTC)"
         raise AsOfError(f"as-of time {text!r} has no time zone, so it is ambiguous; add one, e.g. {example}")
-    return at.astimezone(UTC)
+    try:
+        return at.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-12:00 lies past the last instant Python (and the log) can hold
+        raise AsOfError(f"as-of time {text!r} is outside the instants the log can record (UTC years 1 to 9999)") from None
 
 
 def parse_positions(text: str) -> Cut:
@@ -155,6 +159,9 @@ def parse_positions(text: str) -> Cut:
                 "PARTITION:..=OFFSET (inclusive) or *:end"
             )
         part, op, end_text = m["part"], m["op"] or "..", m["end"]
+        if max(len(part), len(end_text)) > _MOST_DIGITS:  # beyond a 64-bit offset: no log has such a position
+            raise AsOfError(f"log position {item.strip()!r}: a partition or offset of more than {_MOST_DIGITS} digits "
+                            "is beyond any log")
         if end_text == "end":
             if op != "..":
                 raise AsOfError(f"log position {item.strip()!r}: 'end' cannot be inclusive")
@@ -308,6 +315,10 @@ def select_election(elections: Mapping[str, ElectionState], wanted: str | None, 
         if wanted not in elections:
             known = ", ".join(sorted(e for e in elections if e)) or "none"
             raise AsOfError(f"election {wanted!r} is unknown: it has no events {where} (elections: {known})")
+        if elections[wanted].definition is None:  # only refusals (a refused definition among them) name it
+            defined = ", ".join(sorted(e for e, s in elections.items() if s.definition is not None)) or "none"
+            raise AsOfError(f"election {wanted!r} is not defined {where}: events name it, but no ElectionDefined "
+                            f"event was accepted for it (defined: {defined})")
         return wanted
     defined = sorted(e for e, s in elections.items() if s.definition is not None)
     if len(defined) == 1:

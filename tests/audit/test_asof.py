@@ -31,6 +31,19 @@ def test_position_syntax() -> None:
             parse_positions(bad)
 
 
+def test_instants_and_positions_beyond_any_log_are_named_not_crashed_on() -> None:
+    """An instant whose UTC form Python cannot hold, and an offset no 64-bit store column can, are the
+    user's errors (they were an OverflowError and a 500)."""
+    for text in ("9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00+14:00"):
+        with pytest.raises(AsOfError, match="outside the instants the log can record"):
+            parse_cut(text)
+    assert parse_time("9999-12-31T23:59:59-00:00").year == 9999
+    for text in ("0:99999999999999999999999", "99999999999999999999:1", "*:1234567890123456789"):
+        with pytest.raises(AsOfError, match="beyond any log"):
+            parse_cut(text)
+    assert parse_positions("0:999999999999999999").ends == {0: 999_999_999_999_999_999}
+
+
 def test_time_syntax() -> None:
     assert parse_time("2020-02-08T06:28:00Z") == parse_time("2020-02-08T07:28:00+01:00")
     with pytest.raises(AsOfError, match="time zone"):

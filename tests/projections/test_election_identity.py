@@ -223,3 +223,22 @@ def test_the_demo_and_a_simulated_election_in_one_log(workspace: Callable[[str],
 def _no_leftover_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("CAUCUS_CONFIG", raising=False)
     yield
+
+
+def test_a_refused_definition_names_an_election_that_no_command_tallies(workspace: Callable[[str], Caucus], tmp_path: Path) -> None:
+    """A definition the intake refused is kept (its refusal names the election id) but defines nothing:
+    tally, audit and diff of that id say it is not defined and exit 2 (the tally printed an empty
+    table under "rule set None" and exited 0, the read API's audit answered 500); the defined election's
+    tally is unchanged and still needs no --election."""
+    caucus = workspace("ghost")
+    official = _official(caucus)
+    _define(caucus, tmp_path, official)
+    ghost = tmp_path / "ghost.json"
+    ghost.write_text(json.dumps({**ELECTION, "election_id": "ghost", "candidates": ["Adams", "Adams"]}))
+    code, refused = caucus("define", str(ghost), "--token", official, "--json")
+    assert code == 1 and [e["code"] for e in refused["errors"]] == ["DUPLICATE"]
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    for command in (("tally",), ("audit",), ("diff", "live", "rules:idp-2016")):
+        code, said = caucus(*command, "--election", "ghost")
+        assert code == 2 and "'ghost' is not defined" in str(said), (command, said)
+    assert _tally(caucus)["state"]["units_defined"] == len(ELECTION["units"])

@@ -31,7 +31,7 @@ from projections.reducers import TieRecord, TossNote
 from projections.tally import ElectionContext, UnitTally
 from projections.trail import ignored_because
 
-__all__ = ["TIE_CODES", "tie_findings"]
+__all__ = ["TIE_CODES", "tie_findings", "unit_finding"]
 
 TIE_CODES: tuple[str, ...] = ("TIE_CONTRADICTED", "TIE_REDRAWN", "TOSS_CONTRADICTED", "TOSS_BEFORE_RESULT", "TOSS_UNUSED")
 
@@ -40,7 +40,7 @@ def _names(names: tuple[str, ...]) -> str:
     return ", ".join(names) or "none"
 
 
-def _unit_finding(t: UnitTally, ctx: ElectionContext, code: str, severity: str, message: str, *, expected: object = None,
+def unit_finding(t: UnitTally, ctx: ElectionContext, code: str, severity: str, message: str, *, expected: object = None,
                   reported: object = None, likely_cause: str | None = None) -> AuditFinding:
     """A tie finding of unit ``t``: the unit's columns are the same for every code."""
     county = ctx.counties.get(t.county_id or "")
@@ -78,7 +78,7 @@ def _finding(t: UnitTally, ctx: ElectionContext, tie: TieRecord, note: TossNote)
             f"{_names(note.against_winners)}), which had settled {what}: {ignored_because(note)}. It was ignored; "
             f"the tally keeps toss {note.against}"
         )
-    return _unit_finding(t, ctx, code, severity, message, expected=_names(note.against_winners),
+    return unit_finding(t, ctx, code, severity, message, expected=_names(note.against_winners),
                          reported=_names(note.winners), likely_cause=cause)
 
 
@@ -86,7 +86,7 @@ def _toss_contradicted(t: UnitTally, ctx: ElectionContext, event_id: str) -> Aud
     """The reported delegates give a tie's seats otherwise than the toss that settled it."""
     reported, computed = t.cds_reported or {}, t.cds_computed or {}
     differ = [c for c in sorted(set(reported) | set(computed)) if reported.get(c, 0) != computed.get(c, 0)]
-    return _unit_finding(
+    return unit_finding(
         t, ctx, "TOSS_CONTRADICTED", "error",
         f"the reported delegates contradict coin toss {event_id}, which settled a tie (RULES §6: only its "
         "outcome is legal); the reported figure stays official",
@@ -96,7 +96,7 @@ def _toss_contradicted(t: UnitTally, ctx: ElectionContext, event_id: str) -> Aud
 
 
 def _toss_before_result(t: UnitTally, ctx: ElectionContext, event_id: str) -> AuditFinding:
-    return _unit_finding(
+    return unit_finding(
         t, ctx, "TOSS_BEFORE_RESULT", "warn",
         f"coin toss {event_id} settles a tie of this result but was recorded before the unit had any result: "
         "nothing checked then that the tie existed (RULES §6); check it against the worksheet",
@@ -105,7 +105,7 @@ def _toss_before_result(t: UnitTally, ctx: ElectionContext, event_id: str) -> Au
 
 
 def _toss_unused(t: UnitTally, ctx: ElectionContext, event_id: str) -> AuditFinding:
-    return _unit_finding(
+    return unit_finding(
         t, ctx, "TOSS_UNUSED", "warn",
         f"coin toss {event_id} stands but matches no tie of the current result under {t.rule_set}: the tally "
         "does not use it (RULES §6: a toss decides a tie of the result it was tossed for)",

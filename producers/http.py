@@ -18,6 +18,8 @@ an unknown key). ``/metrics`` (Prometheus) and ``/ready`` come from ``producers.
 
 from __future__ import annotations
 
+import hashlib
+
 import math
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -143,6 +145,28 @@ def _unavailable(exc: Exception, retry_seconds: float) -> JSONResponse:
     return JSONResponse({"status": "error", "message": str(exc)}, status_code=503, headers={"Retry-After": retry})
 
 
+async def _bounded_body(request: Request) -> tuple[bytes, tuple[int, str] | None]:
+    """The body, or, past ``MAX_BODY``, its start and the (size, SHA-256) of the whole: the rest is read
+    and hashed but not kept, so no body, however large (and no token is needed to send one), holds more
+    than about 1 MiB of the service's memory; the refusal still records how large it was."""
+    kept = bytearray()
+    digest = None
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if digest is None and size > MAX_BODY:
+            digest = hashlib.sha256(kept)
+            kept += chunk[: MAX_BODY + 1 - len(kept)]
+            digest.update(chunk)
+        elif digest is not None:
+            digest.update(chunk)
+        else:
+            kept += chunk
+    if digest is None:
+        return bytes(kept), None
+    return bytes(kept), (size, digest.hexdigest())
+
+
 def _add_command_routes(
     app: FastAPI, intake: Intake, store: CredentialStore, metrics: IntakeMetrics, retry_seconds: float
 ) -> None:
@@ -156,7 +180,7 @@ def _add_command_routes(
             sender = store.authenticate(_token(request))
         except CredentialError as exc:
             return unavailable(exc)
-        body = await request.body()
+        body, whole = await _bounded_body(request)
         try:
             chosen = Channel(channel) if channel in ("app", "phone", "paper") else Channel.APP
             outcome = await run_in_threadpool(
@@ -169,6 +193,7 @@ def _add_command_routes(
                     unit_id=unit,
                     idempotency_key=request.headers.get("idempotency-key"),
                     via=f"{request.method} {request.url.path}",
+                    whole=whole,
                 ),
             )
         except (LogError, SpoolError, OSError) as exc:
@@ -177,7 +202,7 @@ def _add_command_routes(
         if isinstance(outcome, Receipt):
             return JSONResponse(outcome.to_json(), status_code=_STATUS[outcome.status])
         headers = {"WWW-Authenticate": 'Bearer realm="caucus"'} if outcome.category == "unauthenticated" else None
-        code = 413 if len(body) > MAX_BODY else _REFUSED[outcome.category]
+        code = 413 if whole is not None or len(body) > MAX_BODY else _REFUSED[outcome.category]
         return JSONResponse(outcome.to_json(), status_code=code, headers=headers)
 
     def route(path: str, kind: CommandKind, summary: str) -> Callable[..., Any]:

@@ -65,8 +65,8 @@ class Judgment:
 
 def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Judgment:
     """Judge ``sub`` against ``view`` (the log's state, the spool's and the group's before it on top)."""
-    if len(sub.body) > MAX_BODY:
-        too_large = Problem("body", "TOO_LARGE", f"the input is {len(sub.body)} bytes; at most {MAX_BODY} are accepted")
+    if sub.size > MAX_BODY:
+        too_large = Problem("body", "TOO_LARGE", f"the input is {sub.size} bytes; at most {MAX_BODY} are accepted")
         parsed = Parsed(None, (too_large,), unit_id=claimable(sub.unit_id), idempotency_key=claimable(sub.idempotency_key))
     else:
         parsed = parse_command(sub.kind, sub.body, unit_id=sub.unit_id, idempotency_key=sub.idempotency_key)

@@ -16,8 +16,9 @@ from ledger.events import Channel, Event, Problem, SubmissionRejected, new_event
 from ledger.render import event_to_json
 from producers.commands import claimable
 from producers.intake_state import rejection_key
+from producers.credentials import AuthFailure
 from producers.outcomes import Submission
-from producers.rejections import raw_record, recordable
+from producers.rejections import MAX_ANONYMOUS_INPUT, MAX_RAW_INPUT, raw_record, recordable
 from producers.strict_json import escaped
 
 __all__ = ["INTAKE_ACTOR", "rejection_event", "submission_refused", "forward_refused"]
@@ -57,7 +58,8 @@ def rejection_event(
 def submission_refused(sub: Submission, errors: tuple[Problem, ...], sender: str, election_id: str, unit_id: str, key: str,
                        now: datetime) -> Event[SubmissionRejected]:
     """A submission refused: its input kept verbatim (``raw_record``), filed under what it claimed."""
-    raw, raw_bytes = raw_record(sub.body)
+    anonymous = isinstance(sub.sender, AuthFailure)
+    raw, raw_bytes = raw_record(sub.body, most=MAX_ANONYMOUS_INPUT if anonymous else MAX_RAW_INPUT, whole=sub.whole)
     return rejection_event(
         command=f"{sub.kind.value}{f' ({sub.via})' if sub.via else ''}",
         raw=raw,

@@ -32,6 +32,16 @@ class Submission:
     unit_id: str | None = None
     idempotency_key: str | None = None
     via: str = ""
+    whole: tuple[int, str] | None = None
+    """(size, SHA-256 hex) of the input when ``body`` is only its start: a surface that stops keeping an
+    oversized body (the HTTP intake keeps just over ``MAX_BODY``) still says how large it was."""
+
+    @property
+    def size(self) -> int:
+        """The input's size in bytes (of a str body: its UTF-8 length, near enough for the size limit)."""
+        if self.whole is not None:
+            return self.whole[0]
+        return len(self.body) if isinstance(self.body, bytes) else len(self.body.encode("utf-8", "surrogatepass"))
 
 
 @dataclass(frozen=True, slots=True)

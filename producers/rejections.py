@@ -16,11 +16,15 @@ import hashlib
 from ledger.events import Problem
 from producers.strict_json import MAX_PROBLEMS, escaped
 
-__all__ = ["MAX_RAW_INPUT", "raw_record", "recordable"]
+__all__ = ["MAX_RAW_INPUT", "MAX_ANONYMOUS_INPUT", "raw_record", "recordable"]
 
 MAX_RAW_INPUT = 256 * 1024
 """Raw input kept verbatim in a SubmissionRejected, in bytes; beyond it the start is kept with the
 size and SHA-256 of the whole (a Kafka record must stay under the broker's 1 MB limit)."""
+
+MAX_ANONYMOUS_INPUT = 4096
+"""... and of a submission that came with no valid credential: anyone can send those, so each keeps
+only its start (with the size and SHA-256 of the whole), or a stream of them would fill the log's disk."""
 
 _PREVIEW = 4096
 """Characters of readable rendering kept in ``raw_input`` beside the exact bytes of non-UTF-8 input."""
@@ -40,15 +44,16 @@ def _input_bytes(body: str | bytes) -> bytes:
             return body.encode("utf-8", "surrogatepass")
 
 
-def raw_record(body: str | bytes) -> tuple[str, bytes]:
+def raw_record(body: str | bytes, *, most: int = MAX_RAW_INPUT, whole: tuple[int, str] | None = None) -> tuple[str, bytes]:
     """(raw_input, raw_bytes) of a SubmissionRejected: the input verbatim as text when it is UTF-8,
-    else its exact bytes and a readable rendering. Beyond MAX_RAW_INPUT bytes the start is kept, with
-    the size and SHA-256 of the whole."""
+    else its exact bytes and a readable rendering. Beyond ``most`` bytes the start is kept, with the
+    size and SHA-256 of the whole (``whole``, when ``body`` is itself only the start of the input)."""
     data = _input_bytes(body)
-    kept = data[:MAX_RAW_INPUT]
+    kept = data[:most]
     note = ""
-    if len(data) > MAX_RAW_INPUT:
-        note = f"\n[truncated: {len(data)} bytes in all, sha256 {hashlib.sha256(data).hexdigest()}]"
+    if whole is not None or len(data) > most:
+        size, digest = whole if whole is not None else (len(data), hashlib.sha256(data).hexdigest())
+        note = f"\n[truncated: {size} bytes in all, sha256 {digest}]"
     try:
         return kept.decode("utf-8") + note, b""
     except UnicodeDecodeError as exc:

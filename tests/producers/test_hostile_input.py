@@ -210,3 +210,54 @@ def test_log_append_refuses_hostile_lines_without_a_traceback(tmp_path: Path) ->
         done = _caucus(tmp_path / "data", "log", "append", str(source), "--token", token)
         assert done.returncode == 2 and done.stderr.startswith(b"error: "), (name, done.stderr[-400:])
         assert b"Traceback" not in done.stderr
+
+
+def test_a_body_of_any_size_holds_about_a_mebibyte_of_the_service(client: TestClient, tmp_path: Path) -> None:
+    """The service reads a body past MAX_BODY without keeping it (it kept all 300 MB of one, no token
+    needed): it keeps the start and hashes the rest, and the refusal records the whole size and digest."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from producers.http import _bounded_body
+    from producers.intake import MAX_BODY
+
+    chunks = [bytes([65 + i]) * (1 << 20) for i in range(20)]  # 20 MiB in 1 MiB pieces
+
+    async def receive() -> dict[str, Any]:
+        piece = chunks.pop(0)
+        return {"type": "http.request", "body": piece, "more_body": bool(chunks)}
+
+    whole = b"".join(chunks)
+    body, kept_whole = asyncio.run(_bounded_body(Request({"type": "http", "method": "POST", "headers": []}, receive)))
+    assert len(body) == MAX_BODY + 1 and body == whole[: MAX_BODY + 1]
+    assert kept_whole == (len(whole), hashlib.sha256(whole).hexdigest())
+    small, none = asyncio.run(_bounded_body(Request({"type": "http", "method": "POST", "headers": []},
+                                                    _once(b'{"attendance": 3}'))))
+    assert (small, none) == (b'{"attendance": 3}', None)
+    big = b"x" * (3 * MAX_BODY)
+    response = client.post("/units/FM5/open", content=big, headers={"Idempotency-Key": "huge"})
+    assert response.status_code == 413
+    kept = _recorded(tmp_path / "log.sqlite3", response.json()["rejection"]["event_id"]).input_bytes()
+    assert kept.endswith(f"[truncated: {len(big)} bytes in all, sha256 {hashlib.sha256(big).hexdigest()}]".encode())
+
+
+def _once(data: bytes) -> Any:
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": data, "more_body": False}
+
+    return receive
+
+
+def test_a_refusal_without_a_credential_keeps_only_the_start_of_its_input(client: TestClient, defined: None,
+                                                                          tmp_path: Path) -> None:
+    """Anyone can send a request without a token, and each refusal stays in the append-only log: it
+    keeps the first MAX_ANONYMOUS_INPUT bytes and the size and SHA-256 of the whole (it kept 256 KiB)."""
+    from producers.rejections import MAX_ANONYMOUS_INPUT
+
+    body = b'{"attendance": 3, "note": "' + b"y" * 200_000 + b'"}'
+    response = client.post("/units/FM5/open", content=body, headers={"Idempotency-Key": "anon"})
+    assert response.status_code == 401
+    kept = _recorded(tmp_path / "log.sqlite3", response.json()["rejection"]["event_id"]).input_bytes()
+    assert kept.startswith(body[:MAX_ANONYMOUS_INPUT]) and not kept.startswith(body[: MAX_ANONYMOUS_INPUT + 1])
+    assert kept.endswith(f"[truncated: {len(body)} bytes in all, sha256 {hashlib.sha256(body).hexdigest()}]".encode())

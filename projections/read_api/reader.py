@@ -328,7 +328,9 @@ class ResultsReader:
         return made
 
     def elections(self) -> list[dict[str, Any]]:
-        """Every election the serving projection holds, with what a reader needs to choose one."""
+        """Every election the serving projection holds a definition of, with what a reader needs to choose
+        one. Refusals keep the election id they named, a refused definition too, and anyone can send one
+        (no token needed): listing those would let anybody add elections to the public results site."""
         try:
             with self.store() as store:
                 info = resolve_set(store, self.projection)
@@ -341,6 +343,8 @@ class ResultsReader:
         out = []
         for eid, st in sorted(states.items()):
             d = st.definition
+            if d is None:
+                continue
             out.append({
                 "election_id": eid, "name": d.name if d else None, "rule_set": d.rule_set if d else None,
                 "defined": d is not None, "certified": st.certified_by is not None,

@@ -120,11 +120,20 @@ def test_a_log_with_two_elections_lists_both(tmp_path: Path, support_module: Any
     token = backend.json("credentials", "issue", "--official", "Pat Official")["token"]
     (tmp_path / "second.json").write_text(json.dumps(SECOND))
     backend.run("define", str(tmp_path / "second.json"), "--token", token)
+    # refused definitions name elections too, one of them sent with no token at all: none is listed
+    (tmp_path / "phantom.json").write_text(json.dumps({**SECOND, "election_id": "phantom", "candidates": ["A", "A"]}))
+    backend.run("define", str(tmp_path / "phantom.json"), "--token", token, ok=(1,))
+    (tmp_path / "anonymous.json").write_text(json.dumps({"election_id": "zz-anonymous", "idempotency_key": "x"}))
+    backend.run("define", str(tmp_path / "anonymous.json"), ok=(1,))
     backend.run("project", "--until-caught-up", "-q")
     with TestClient(results_app(Settings(data_dir=tmp_path / "data"))) as client:
         listed = client.get("/api/elections").json()["elections"]
         assert len(listed) == 2 and "second-test" in {e["election_id"] for e in listed}
-        assert "A second caucus" in client.get("/").text
+        assert all(e["defined"] for e in listed)
+        page = client.get("/").text
+        assert "A second caucus" in page and "phantom" not in page and "zz-anonymous" not in page
+        for refused in ("phantom", "zz-anonymous"):
+            assert client.get(f"/api/elections/{refused}/state").status_code == 404
         for e in listed:
             state = client.get(f"/api/elections/{e['election_id']}/state").json()
             assert state["election_id"] == e["election_id"] and state["reporting"]["units_defined"] == e["units"]

@@ -25,6 +25,7 @@ from projections.asof import AsOfError, Cut, parse_cut, tally_as_of
 from projections.audit.cli import trusted_keys as _trusted_keys
 from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditFinding, AuditReport, audit_tallies
 from projections.audit.record_checks import RECORD_CODES, log_record_findings
+from projections.audit.certification_checks import CERTIFICATION_CODES
 from projections.audit.sde_checks import SDE_CODES
 from projections.audit.tie_checks import TIE_CODES
 from ledger.caucus_math import CHECK_CODES, CaucusMathError
@@ -131,7 +132,7 @@ def audit_command(
         None, "--severity", help=f"Only these severities ({', '.join(SEVERITY_ORDER)}); repeatable or comma separated."
     ),
     code: Optional[list[str]] = typer.Option(
-        None, "--code", help=f"Only these checks ({', '.join(CHECK_CODES + TIE_CODES + SDE_CODES + RECORD_CODES)}); repeatable or comma separated."
+        None, "--code", help=f"Only these checks ({', '.join(CHECK_CODES + TIE_CODES + SDE_CODES + CERTIFICATION_CODES + RECORD_CODES)}); repeatable or comma separated."
     ),
     as_of: Optional[str] = typer.Option(
         None, "--as-of", help="Audit the log as of a time (2020-02-08T06:28:00Z; events recorded at that time count) "
@@ -149,7 +150,8 @@ def audit_command(
     TOSS_CONTRADICTED (error) for reported delegates that give a settled tie otherwise than its toss;
     TOSS_BEFORE_RESULT (warn) for a toss recorded before the unit had any result; TOSS_UNUSED (warn)
     for a standing toss the current result's allocation does not use. SDE_UNWEIGHED (error) names a unit
-    whose delegates carry no SDEs (a satellite whose weight cannot be computed). So is how
+    whose delegates carry no SDEs (a satellite whose weight cannot be computed); CHANGED_AFTER_CERTIFICATION
+    (warn) a unit whose current result was recorded after the election's certification. So is how
     records reached the log: DIRECT_WRITE for one an official wrote without the intake, and
     RECORDED_OUT_OF_ORDER for one dated more than a minute before records appended ahead of it.
 
@@ -157,7 +159,7 @@ def audit_command(
     if as_json and as_csv:
         raise fail("choose one of --json and --csv", OPERATIONAL)
     severities = _choices(severity, SEVERITY_ORDER, "--severity")
-    codes = _choices(code, CHECK_CODES + TIE_CODES + SDE_CODES + RECORD_CODES, "--code")
+    codes = _choices(code, CHECK_CODES + TIE_CODES + SDE_CODES + CERTIFICATION_CODES + RECORD_CODES, "--code")
     settings = settings_of(ctx)
     try:
         cut = parse_cut(as_of) if as_of else None

@@ -256,7 +256,8 @@ def audit_tallies(
     name = rule_set or ctx.rule_set_name
     if name is None:
         raise CaucusMathError("rule_set", "the election names no rule set and none was given")
-    from projections.audit.sde_checks import sde_findings  # they build AuditFindings: imported here, not at the top
+    from projections.audit.certification_checks import certification_findings  # they build AuditFindings:
+    from projections.audit.sde_checks import sde_findings  # imported here, not at the top
     from projections.audit.tie_checks import tie_findings
 
     rules = get_rule_set(name)
@@ -277,6 +278,7 @@ def audit_tallies(
         checked += 1
         findings.extend(unit_findings)
         findings.extend(sde_findings(t, ctx))
+        findings.extend(certification_findings(t, ctx))
     sev = {s: i for i, s in enumerate(SEVERITY_ORDER)}
     order = {c: i for i, c in enumerate(CHECK_CODES)}
     findings.sort(key=lambda f: (sev.get(f.severity, 9), order.get(f.code, 99), f.county_name or "", f.unit_name or "",

@@ -127,6 +127,11 @@ def test_only_results_recorded_before_the_certification_are_certified(caucus: Ru
     assert _unit(caucus, "P2")["status"] == "certified"
     code, table = caucus("tally", "--unit", "P4")
     assert code == 0 and "after certification" in table
+    # and the audit names both (it said "no findings" over numbers the certification never covered)
+    code, audit = caucus("audit", "--json")
+    late_units = {(f["unit_id"], f["severity"], f["reported"]) for f in audit["findings"] if f["code"] == "CHANGED_AFTER_CERTIFICATION"}
+    assert late_units == {("P4", "warn", late["event_id"]), ("P5", "warn", fixed["event_id"])}
+    assert "State Central Committee" in next(f["message"] for f in audit["findings"] if f["unit_id"] == "P4")
 
 
 def test_idp2016_shows_the_threshold_the_final_alignment_was_judged_by(caucus: Run, tmp_path: Path) -> None:

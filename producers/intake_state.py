@@ -38,6 +38,7 @@ from ledger.events import (
     Result,
     ResultCorrected,
     ResultReported,
+    ResultsCertified,
     SubmissionRejected,
     TieBroken,
     UnitDefinition,
@@ -65,7 +66,7 @@ __all__ = [
     "SNAPSHOT_FORMAT",
 ]
 
-SNAPSHOT_FORMAT = 4
+SNAPSHOT_FORMAT = 5
 """3: claims and refusals keep who sent them (receipts are shown to their sender and officials only).
 4: an election's latest definition stands (a format 3 snapshot holds its first)."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -194,6 +195,7 @@ class IntakeView(Protocol):
     def rejection(self, key: str) -> RejectionRecord | None: ...
     def settled_by(self, tie: TieKey) -> str | None: ...
     def toss(self, event_id: str) -> TossRecord | None: ...
+    def certified_by(self, election_id: str) -> str | None: ...
 
 
 _NO_UNIT = UnitIntakeStatus()
@@ -215,6 +217,7 @@ class IntakeState:
     rejections: dict[str, RejectionRecord] = field(default_factory=dict)
     tosses: dict[str, TossRecord] = field(default_factory=dict)
     settled: dict[TieKey, str] = field(default_factory=dict)
+    certified: dict[str, str] = field(default_factory=dict)  # election id -> its (last) certification event
     applied: int = 0
 
     # -- the reducer --------------------------------------------------------------------------------
@@ -273,6 +276,8 @@ class IntakeState:
             standing = self.settled.get(toss.tie)
             if standing is None or payload.redraws(standing):
                 self.settled[toss.tie] = event.event_id
+        elif isinstance(payload, ResultsCertified):
+            self.certified[env.election_id] = event.event_id
         return True
 
     def note_position(self, event: Event[Any], position: Position) -> None:
@@ -307,6 +312,9 @@ class IntakeState:
 
     def election(self, election_id: str) -> ElectionInfo | None:
         return self.elections.get(election_id)
+
+    def certified_by(self, election_id: str) -> str | None:
+        return self.certified.get(election_id)
 
     def election_ids(self) -> list[str]:
         return list(self.elections)
@@ -365,6 +373,7 @@ class IntakeState:
             ],
             "tosses": [[t.event_id, t.election_id, t.unit_id, list(t.contenders), t.seats, list(t.winners)] for t in self.tosses.values()],
             "settled": [[*tie[:2], list(tie[2]), tie[3], event_id] for tie, event_id in self.settled.items()],
+            "certified": dict(self.certified),
         }
 
     @classmethod
@@ -390,6 +399,7 @@ class IntakeState:
         }
         state.tosses = {t[0]: TossRecord(t[0], t[1], t[2], tuple(t[3]), t[4], tuple(t[5])) for t in data["tosses"]}
         state.settled = {(e, u, tuple(c), n): event_id for e, u, c, n, event_id in data["settled"]}
+        state.certified = dict(data["certified"])
         return state
 
 
@@ -448,3 +458,6 @@ class Layered:
 
     def toss(self, event_id: str) -> TossRecord | None:
         return self.top.toss(event_id) or self.base.toss(event_id)
+
+    def certified_by(self, election_id: str) -> str | None:
+        return self.top.certified_by(election_id) or self.base.certified_by(election_id)

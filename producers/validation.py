@@ -39,6 +39,7 @@ from ledger.events import (
 from producers.commands import Command, CorrectResult, DefineElection, OpenUnit, RecordTie, ReportResult
 from producers.identifiers import candidate_collisions
 from producers.intake_state import ElectionInfo, IntakeView
+from producers.after_certification import late_notice
 from producers.payloads import result_of, to_payload, with_warnings
 from producers.tie_settlement import no_such_tie, settled_meanwhile, settlement_problems
 from ledger.caucus_math import CaucusMathError, Finding, Severity, get_rule_set, satellite_delegates
@@ -140,15 +141,14 @@ def check(command: Command, payload: Payload, election_id: str, view: IntakeView
         return _check_definition(election_id, payload, view)
     election = view.election(election_id)
     assert election is not None, "resolve_election first"
-    if isinstance(command, OpenUnit):
-        return _check_open(command, election, view)
-    if isinstance(command, ReportResult):
-        return _check_report(command, election, view)
-    if isinstance(command, CorrectResult):
-        return _check_correction(command, election, view)
-    if isinstance(command, RecordTie):
-        return _check_tie(command, election, view)
-    raise TypeError(f"not a command: {type(command).__name__}")
+    checks = {OpenUnit: (_check_open, "opening"), ReportResult: (_check_report, "report"),
+              CorrectResult: (_check_correction, "correction"), RecordTie: (_check_tie, "toss")}
+    if type(command) not in checks:
+        raise TypeError(f"not a command: {type(command).__name__}")
+    judged, what = checks[type(command)]
+    verdict: Verdict = judged(command, election, view)  # type: ignore[operator]
+    late = None if verdict.errors else late_notice(election_id, view, what)
+    return verdict if late is None else Verdict(verdict.errors, (*verdict.warnings, late))
 
 
 def _duplicates(values: Any, where: str, what: str) -> list[Problem]:

@@ -261,3 +261,32 @@ def test_a_state_that_no_longer_matches_the_log_is_reported(defined: Outcome, in
     assert rebuilt.rebuild()["events_applied"] == 1
     rebuilt.close()
     assert make_intake(intake.workdir).state.applied == 1
+
+
+def test_a_command_after_the_certification_is_accepted_with_a_warning_that_says_so(
+    defined: Outcome, send: Send, fm5: dict[str, Any], connect: Callable[[], Any], intake: Intake,
+    make_intake: Callable[..., Intake], official: Credential, logged: Logged,
+) -> None:
+    """A certification covers the results that stood when it was recorded: a report or a correction
+    recorded later is accepted (a recount after certification is lawful), and its receipt and event say
+    that the certification does not cover it (they said nothing). A restarted intake still knows."""
+    from ledger.events import ResultsCertified, new_event
+    from ledger.journal import Journal
+
+    before = _receipt(send(CommandKind.REPORT, json.dumps(fm5), unit="FM5", key="before"))
+    assert "AFTER_CERTIFICATION" not in {w.code for w in before.warnings}
+    certification = new_event(ResultsCertified("State Central Committee"), election_id="ia-test", actor="official:canvass",
+                              channel=Channel.APP)
+    Journal(connect(), writer="official:canvass").append(certification)
+    e01 = {"first_alignment": {"Biden": 3}, "final_alignment": {"Biden": 3}, "attendance": 3, "delegates_reported": {"Biden": 5}}
+    late = _receipt(send(CommandKind.REPORT, json.dumps(e01), unit="E01", key="late"))
+    notice = [w for w in late.warnings if w.code == "AFTER_CERTIFICATION"]
+    assert len(notice) == 1 and certification.event_id in notice[0].message and notice[0].field == "election_id"
+    recorded = _by_id(logged)[late.event_id].event.payload
+    assert isinstance(recorded, ResultReported) and "AFTER_CERTIFICATION" in {w.code for w in recorded.warnings}
+    intake.close()  # its snapshot now holds the certification
+    restarted = make_intake()
+    fix = {**fm5, "supersedes": before.event_id, "reason": "recount", "authority": "IDP", "stage": "recount"}
+    fixed = restarted.submit(Submission(CommandKind.CORRECT, json.dumps(fix), official, Channel.APP, unit_id="FM5",
+                                        idempotency_key="fix"))
+    assert "AFTER_CERTIFICATION" in {w.code for w in _receipt(fixed).warnings}

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ledger.events import Event, Problem, new_event
 from ledger.log.port import Position
 from producers.commands import CommandKind, Parsed, claimable, parse_command
-from producers.credentials import AuthFailure, authorize, election_scope
+from producers.credentials import AuthFailure, Credential, authorize, election_scope
 from producers.intake_receipts import duplicate_receipt, repeated
 from producers.intake_refusals import submission_refused
 from producers.intake_state import Claim, IntakeView
@@ -63,6 +63,15 @@ class Judgment:
                        position, claimable(self.key))
 
 
+def _in_credentials_election(command: Any, credential: Credential) -> Any:
+    """A chair's command that names no election is about the election the chair's credential names, if
+    it names one: a unit id repeated in another election must not make it ambiguous (AMBIGUOUS_ELECTION),
+    as the credential says which of them its chair was trusted with."""
+    if getattr(command, "election_id", "") is None and credential.role == "chair" and credential.election_id:
+        return replace(command, election_id=credential.election_id)
+    return command
+
+
 def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Judgment:
     """Judge ``sub`` against ``view`` (the log's state, the spool's and the group's before it on top)."""
     if sub.size > MAX_BODY:
@@ -95,7 +104,7 @@ def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Jud
         # another election with the same unit was defined since (which would make it ambiguous).
         election_id, problems = claim.election_id, ()
     else:
-        election_id, problems = resolve_election(command, view)
+        election_id, problems = resolve_election(_in_credentials_election(command, credential), view)
     if election_id is None:
         return refuse(problems, actor)
     payload, problems = to_payload(command, actor)

@@ -126,7 +126,7 @@ def category_of(errors: tuple[Problem, ...]) -> Category:
     codes = {e.code for e in errors}
     if codes & {"UNAUTHENTICATED", "REVOKED"}:
         return "unauthenticated"
-    if codes & {"FORBIDDEN", "WRONG_UNIT"}:
+    if codes & {"FORBIDDEN", "WRONG_UNIT", "WRONG_ELECTION", "AMBIGUOUS_CREDENTIAL"}:  # what the credential may not do
         return "forbidden"
     if codes & CONFLICT_CODES:
         return "conflict"

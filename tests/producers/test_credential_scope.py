@@ -98,3 +98,22 @@ def test_a_retry_that_names_no_election_gets_its_receipt_after_a_second_election
     new = send(CommandKind.REPORT, _report(fm5, "r-2"), sender=chair)
     assert not new.accepted
     assert [p["code"] for p in new.to_json()["errors"]] == ["AMBIGUOUS_ELECTION"]
+
+
+def test_a_scoped_chair_need_not_name_its_election_when_another_shares_the_unit(
+    send: Callable[..., Outcome], defined: Outcome, store: CredentialStore, election: dict[str, Any], fm5: dict[str, Any]
+) -> None:
+    """The credential names the election its chair was trusted with: a report that names none is about
+    that one, however many elections have the unit (it was refused AMBIGUOUS_ELECTION). A refusal for
+    what the credential may not do is 'forbidden' (HTTP 403), as WRONG_UNIT is, not 'invalid'."""
+    assert send(CommandKind.DEFINE, json.dumps(_second_election(election))).accepted
+    chair, _ = store.issue("chair", unit_id="FM5", election_id="ia-other")
+    outcome = send(CommandKind.REPORT, _report(fm5, "r-scoped"), sender=chair)
+    assert outcome.accepted, outcome.to_json()
+    assert outcome.to_json()["election_id"] == "ia-other"
+    wrong = send(CommandKind.REPORT, _report(fm5, "r-wrong", "ia-test"), sender=chair)
+    assert not wrong.accepted and wrong.to_json()["category"] == "forbidden"
+    unscoped, _ = store.issue("chair", unit_id="FM5")
+    ambiguous = send(CommandKind.REPORT, _report(fm5, "r-unscoped", "ia-test"), sender=unscoped)
+    assert [p["code"] for p in ambiguous.to_json()["errors"]] == ["AMBIGUOUS_CREDENTIAL"]
+    assert ambiguous.to_json()["category"] == "forbidden"

@@ -145,6 +145,10 @@ def _unavailable(exc: Exception, retry_seconds: float) -> JSONResponse:
     return JSONResponse({"status": "error", "message": str(exc)}, status_code=503, headers={"Retry-After": retry})
 
 
+_CHANNELS = ("app", "phone", "paper")
+"""The channels a sender may name; ``import`` is the importer's own, never a request's."""
+
+
 async def _bounded_body(request: Request) -> tuple[bytes, tuple[int, str] | None]:
     """The body, or, past ``MAX_BODY``, its start and the (size, SHA-256) of the whole: the rest is read
     and hashed but not kept, so no body, however large (and no token is needed to send one), holds more
@@ -176,13 +180,19 @@ def _add_command_routes(
         return _unavailable(exc, retry_seconds)
 
     async def submit(request: Request, kind: CommandKind, unit: str | None, channel: str | None) -> JSONResponse:
+        if channel is not None and channel not in _CHANNELS:
+            # Not a command yet: nothing to judge or record. It was taken as "app", silently.
+            return JSONResponse({"status": "rejected", "category": "invalid", "errors": [{
+                "field": "channel", "code": "UNKNOWN_CHANNEL",
+                "message": f"channel {channel[:40]!r} is not one of {', '.join(_CHANNELS)} (leave it out for app)"}]},
+                status_code=422)
         try:
             sender = store.authenticate(_token(request))
         except CredentialError as exc:
             return unavailable(exc)
         body, whole = await _bounded_body(request)
         try:
-            chosen = Channel(channel) if channel in ("app", "phone", "paper") else Channel.APP
+            chosen = Channel(channel) if channel is not None else Channel.APP
             outcome = await run_in_threadpool(
                 intake.submit,
                 Submission(

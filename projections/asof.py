@@ -316,9 +316,9 @@ def select_election(elections: Mapping[str, ElectionState], wanted: str | None, 
             known = ", ".join(sorted(e for e in elections if e)) or "none"
             raise AsOfError(f"election {wanted!r} is unknown: it has no events {where} (elections: {known})")
         if elections[wanted].definition is None:  # only refusals (a refused definition among them) name it
-            defined = ", ".join(sorted(e for e, s in elections.items() if s.definition is not None)) or "none"
+            named = ", ".join(sorted(e for e, s in elections.items() if s.definition is not None)) or "none"
             raise AsOfError(f"election {wanted!r} is not defined {where}: events name it, but no ElectionDefined "
-                            f"event was accepted for it (defined: {defined})")
+                            f"event was accepted for it (defined: {named})")
         return wanted
     defined = sorted(e for e, s in elections.items() if s.definition is not None)
     if len(defined) == 1:

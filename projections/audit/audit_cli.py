@@ -24,11 +24,9 @@ from ledger.log.port import LogError
 from projections.asof import AsOfError, Cut, parse_cut, tally_as_of
 from projections.audit.cli import trusted_keys as _trusted_keys
 from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditFinding, AuditReport, audit_tallies
-from projections.audit.record_checks import RECORD_CODES, log_record_findings
-from projections.audit.certification_checks import CERTIFICATION_CODES
-from projections.audit.sde_checks import SDE_CODES
-from projections.audit.tie_checks import TIE_CODES
-from ledger.caucus_math import CHECK_CODES, CaucusMathError
+from projections.audit.record_checks import log_record_findings
+from projections.audit.codes import AUDIT_CODES
+from ledger.caucus_math import CaucusMathError
 from projections.queries import QueryError, find_county, load_view
 from projections.stores.port import EventRow, StoreError
 from projections.tally import ElectionContext
@@ -132,7 +130,7 @@ def audit_command(
         None, "--severity", help=f"Only these severities ({', '.join(SEVERITY_ORDER)}); repeatable or comma separated."
     ),
     code: Optional[list[str]] = typer.Option(
-        None, "--code", help=f"Only these checks ({', '.join(CHECK_CODES + TIE_CODES + SDE_CODES + CERTIFICATION_CODES + RECORD_CODES)}); repeatable or comma separated."
+        None, "--code", help=f"Only these checks ({', '.join(AUDIT_CODES)}); repeatable or comma separated."
     ),
     as_of: Optional[str] = typer.Option(
         None, "--as-of", help="Audit the log as of a time (2020-02-08T06:28:00Z; events recorded at that time count) "
@@ -159,7 +157,7 @@ def audit_command(
     if as_json and as_csv:
         raise fail("choose one of --json and --csv", OPERATIONAL)
     severities = _choices(severity, SEVERITY_ORDER, "--severity")
-    codes = _choices(code, CHECK_CODES + TIE_CODES + SDE_CODES + CERTIFICATION_CODES + RECORD_CODES, "--code")
+    codes = _choices(code, AUDIT_CODES, "--code")
     settings = settings_of(ctx)
     try:
         cut = parse_cut(as_of) if as_of else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from projections.audit.checks import AuditReport, audit_tallies
+from projections.audit.codes import unknown_filters
 from projections.queries import QueryError, TallyView, find_county, find_unit
 from projections.read_api.reader import ReadError, ResultsReader, area_extras, last_updated
 from projections.tally_documents import county_document, state_document, unit_document
@@ -80,6 +81,9 @@ def audit_report(view: TallyView, unit_id: str | None = None) -> AuditReport:
 def audit(view: TallyView, *, county: str | None = None, unit: str | None = None, severity: list[str] | None = None,
           code: list[str] | None = None) -> dict[str, Any]:
     """The RULES.md §12 findings (``caucus audit``), narrowed to a county or a unit if asked."""
+    unknown = unknown_filters(severity, code)
+    if unknown is not None:
+        raise ReadError(unknown, 400)
     uid = unit_id_of(view, unit) if unit else None
     cid = county_id_of(view, county) if county else None
     shown = audit_report(view, uid).filtered(severity or (), [c.upper() for c in code or ()], cid)

@@ -196,3 +196,16 @@ def test_a_receipt_is_shown_to_its_sender_and_officials_only(defined: None, clie
         assert client.get(f"/receipts/{key}", headers=tokens["chair"]).status_code == 200, key
         assert client.get(f"/receipts/{key}", headers=tokens["official"]).status_code == 200, key
         assert client.get(f"/receipts/{key}", headers=other).status_code == 404, key
+
+
+def test_an_unknown_channel_is_refused_not_taken_as_the_app(defined: None, client: TestClient,
+                                                            tokens: dict[str, dict[str, str]], fm5: dict[str, Any]) -> None:
+    """``?channel=import`` (the importer's own) or any other name was recorded as ``app``, silently."""
+    for bogus in ("import", "fax"):
+        refused = client.post(f"/units/FM5/results?channel={bogus}", content=json.dumps(fm5),
+                              headers={**tokens["official"], "Idempotency-Key": f"c-{bogus}"})
+        assert refused.status_code == 422
+        assert [(e["field"], e["code"]) for e in refused.json()["errors"]] == [("channel", "UNKNOWN_CHANNEL")]
+    phoned = client.post("/units/FM5/results?channel=phone", content=json.dumps(fm5),
+                         headers={**tokens["official"], "Idempotency-Key": "c-phone"})
+    assert phoned.status_code == 201, phoned.text

@@ -195,3 +195,8 @@ def test_a_precinct_page_shows_its_coin_tosses_corrections_and_findings(client: 
     findings = client.get(f"/api/elections/{e}/audit", params={"unit": corrected}).json()["findings"]
     shown = page.split('<table class="findings">')[1].split("</table>")[0]
     assert all(f["code"] in shown for f in findings) and (findings or "No finding." in shown)
+    # a filter that names no severity or code a finding can have is refused, not answered "no findings"
+    for params in ({"severity": "bogus"}, {"code": "BOGUS"}, {"code": ["ALLOCATION", "NOPE"]}):
+        refused = client.get(f"/api/elections/{e}/audit", params=params)
+        assert refused.status_code == 400 and "not one of" in refused.json()["error"]["message"], params
+    assert client.get(f"/api/elections/{e}/audit", params={"severity": "ERROR", "code": "allocation"}).status_code == 200

@@ -36,7 +36,11 @@ def parse_feed_position(text: str | None) -> dict[int, int] | None:
         return None
     if not _POSITION.match(text):
         raise ValueError(f"{text!r} is not a feed position (PARTITION:OFFSET,..., e.g. 0:12,1:40)")
-    return {int(p): int(o) for p, o in (item.split(":") for item in text.replace(" ", "").split(","))}
+    pairs = [item.split(":") for item in text.replace(" ", "").split(",")]
+    named = [int(p) for p, _ in pairs]
+    if len(set(named)) != len(named):
+        raise ValueError(f"{text!r} names partition {next(p for p in named if named.count(p) > 1)} twice")
+    return {int(p): int(o) for p, o in pairs}
 
 
 def feed_position_text(positions: dict[int, int]) -> str:

@@ -8,7 +8,10 @@ small query and a 304.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Header, Query, Request
@@ -19,7 +22,7 @@ from ledger.config import Settings
 from ledger.log.port import LogError
 from projections.read_api import documents
 from projections.read_api.reader import Answer, ReadError, ResultsReader, dumps
-from projections.read_api.stream import FeedFilter, parse_resume, sse_events
+from projections.read_api.stream import FeedFilter, check_resume, parse_resume, sse_events
 from projections.stores.port import StoreError
 
 __all__ = ["create_app", "respond", "feed_schemas"]
@@ -38,6 +41,31 @@ def respond(answer: Answer, max_age: int, media_type: str = "application/json") 
     return Response(answer.body, media_type=media_type, headers=headers)
 
 
+def private_words(settings: Settings) -> Callable[[str], str]:
+    """What a public answer must not show of the server: where its files are, its database and broker
+    (the diff's sources and some errors name them, as ``caucus`` does for its operator)."""
+    words: dict[str, str] = {}
+    data_dir = Path(settings.data_dir)
+    for path in {str(data_dir.resolve()), str(data_dir)}:
+        words[path] = "<data dir>"
+    if settings.database:
+        words[settings.database] = "<database>"
+    if settings.kafka:
+        words[settings.kafka] = "<kafka>"
+    order = sorted(words, key=len, reverse=True)  # the longer first: the resolved path contains the given one
+
+    def hide(text: str) -> str:
+        text = _PG_URL.sub("<database>", text)
+        for word in order:
+            text = text.replace(word, words[word])
+        return text
+
+    return hide
+
+
+_PG_URL = re.compile(r"postgres(?:ql)?://\S+")
+
+
 def _error(exc: ReadError) -> JSONResponse:
     return JSONResponse({"error": {"message": str(exc), "status": exc.status}}, status_code=exc.status,
                         headers={"Cache-Control": "no-store"})
@@ -50,17 +78,19 @@ def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -
         "SDEs exact (n/d) and rounded, the paper trail of a unit, audit findings, diffs, and the live results feed "
         "(Server-Sent Events). The same numbers as `caucus tally --json`."))  # fmt: skip
 
+    hide = private_words(settings)
+
     @app.exception_handler(ReadError)
     async def read_error(_request: Request, exc: ReadError) -> JSONResponse:
-        return _error(exc)
+        return _error(ReadError(hide(str(exc)), exc.status))
 
     @app.exception_handler(StoreError)
     async def store_error(_request: Request, exc: StoreError) -> JSONResponse:
-        return _error(ReadError(str(exc), 503))
+        return _error(ReadError(hide(str(exc)), 503))
 
     @app.exception_handler(LogError)
     async def log_error(_request: Request, exc: LogError) -> JSONResponse:
-        return _error(ReadError(str(exc), 503))
+        return _error(ReadError(hide(str(exc)), 503))
 
     _tally_routes(app, reader, max_age)
     _evidence_routes(app, reader, settings, max_age)
@@ -139,7 +169,7 @@ def _evidence_routes(app: FastAPI, reader: ResultsReader, settings: Settings, ma
                 snaps = [load_snapshot(s, sources, election_id=election) for s in (side_a, side_b)]
             except DiffError as exc:
                 raise ReadError(str(exc), 400) from exc
-            return diff_snapshots(*snaps).to_json()
+            return json.loads(private_words(settings)(json.dumps(diff_snapshots(*snaps).to_json())))
 
         return respond(reader.with_log("diff", election, if_none_match, build, a, b), max_age)
 
@@ -169,6 +199,7 @@ def _feed_route(app: FastAPI, settings: Settings) -> None:
              last_event_id: str | None = Header(None)) -> StreamingResponse:
         try:
             resume = parse_resume(last_event_id) or parse_resume(start)
+            check_resume(settings, resume)
         except ValueError as exc:
             raise ReadError(str(exc), 400) from exc
         return StreamingResponse(sse_events(settings, resume, FeedFilter(election, county, unit)),

@@ -280,7 +280,7 @@ class ResultsReader:
             return None
         token, _cut, immutable = self.token(as_of)
         etag = _etag(route, election, params, token)
-        if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
+        if client_has(if_none_match, etag):
             return Answer(None, etag, immutable)
         cached: Answer | None = self._answers.get(etag)
         return cached
@@ -290,7 +290,7 @@ class ResultsReader:
         """A tally answer: 304-able by its ETag, built (from the cached view) only when not cached."""
         token, cut, immutable = self.token(as_of)
         etag = _etag(route, election, params, token)
-        if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
+        if client_has(if_none_match, etag):
             return Answer(None, etag, immutable)
         cached: Answer | None = self._answers.get(etag)
         if cached is not None:
@@ -304,7 +304,7 @@ class ResultsReader:
               encode: Callable[[Any], bytes] | None = None) -> Answer:
         """An answer about the serving set as a whole (the elections), with no election's view."""
         etag = _etag(route, self.live_token())
-        if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
+        if client_has(if_none_match, etag):
             return Answer(None, etag)
         cached: Answer | None = self._answers.get(etag)
         if cached is not None:
@@ -318,7 +318,7 @@ class ResultsReader:
         """An answer that also reads the log (a trail, a diff): its token adds the log's high watermarks."""
         token = (self.live_token(), self.log_marks())
         etag = _etag(route, election, params, token)
-        if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
+        if client_has(if_none_match, etag):
             return Answer(None, etag)
         cached: Answer | None = self._answers.get(etag)
         if cached is not None:
@@ -352,6 +352,15 @@ class ResultsReader:
                 "units": len(d.units) if d else 0,
             })  # fmt: skip
         return out
+
+
+def client_has(if_none_match: str | None, etag: str) -> bool:
+    """Whether ``If-None-Match`` says the client holds this version (RFC 9110 §13.1.2: ``*`` for any,
+    weak comparison, so a ``W/`` prefix a proxy added still matches)."""
+    if if_none_match is None:
+        return False
+    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
+    return "*" in tags or etag.removeprefix("W/") in tags
 
 
 def now_text() -> str:

@@ -30,7 +30,7 @@ from projections.feed_subscribers import feed_position_text as position_text
 from projections.feed_subscribers import parse_feed_position as parse_resume
 from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key
 
-__all__ = ["FeedFilter", "parse_resume", "position_text", "sse_events"]
+__all__ = ["FeedFilter", "check_resume", "parse_resume", "position_text", "sse_events"]
 
 KEEP_ALIVE_SECONDS = 15.0
 
@@ -85,6 +85,28 @@ def _pump(settings: Settings, start: dict[int, int] | None, put: Callable[[objec
         if log is not None:
             log.close()
         put(None)
+
+
+def check_resume(settings: Settings, start: dict[int, int] | None) -> None:
+    """Refuse (``ValueError``) a start the results log cannot have given: a partition it does not have,
+    or an offset beyond its end (a lost feed, or another one). The stream would answer 200 and then an
+    error event, and a browser's EventSource would reconnect with the same id every second."""
+    if not start:
+        return
+    try:
+        log = open_results_log(settings, read_only=True)
+    except LogMissingError:
+        raise ValueError("there is no results feed yet, so no position in it: connect without Last-Event-ID or from") from None
+    try:
+        marks = log.high_watermarks()
+    finally:
+        log.close()
+    for part, offset in sorted(start.items()):
+        if part not in marks:
+            raise ValueError(f"position {part}:{offset}: the results feed has partitions 0 to {len(marks) - 1}")
+        if offset > marks[part]:
+            raise ValueError(f"position {part}:{offset} lies beyond the results feed ({part}:{marks[part]}): it belongs to "
+                             "another or a lost feed; connect without Last-Event-ID to start from now")
 
 
 async def sse_events(settings: Settings, start: dict[int, int] | None, wanted: FeedFilter) -> AsyncIterator[bytes]:

@@ -62,6 +62,10 @@ def test_conditional_get_as_of_and_errors(client: TestClient) -> None:
     hit = client.get(f"/api/elections/{e}/state", headers={"If-None-Match": full.headers["etag"]})
     assert hit.status_code == 304 and hit.headers["etag"] == full.headers["etag"]
     assert client.get(f"/api/elections/{e}/counties", headers={"If-None-Match": full.headers["etag"]}).status_code == 200
+    tag = full.headers["etag"]
+    for held in ("*", tag.removeprefix("W/"), f'"other", {tag}'):  # RFC 9110: any, the weak comparison, a list
+        assert client.get(f"/api/elections/{e}/state", headers={"If-None-Match": held}).status_code == 304, held
+    assert client.get(f"/api/elections/{e}/state", headers={"If-None-Match": '"other"'}).status_code == 200
     nothing = client.get(f"/api/elections/{e}/state", params={"as_of": "*:0"})
     assert nothing.status_code == 404 and "no events inside the cut" in nothing.json()["error"]["message"]
     whole = client.get(f"/api/elections/{e}/state", params={"as_of": "*:end"})
@@ -105,6 +109,13 @@ def test_the_feed_resumes_from_last_event_id(demo: Any) -> None:
     assert len(tallies) == 6
     again = _frames(url, 3, {"Last-Event-ID": tallies[2]["id"]})
     assert [f["data"] for f in again[1:]] == [t["data"] for t in tallies[3:5]]
+    # a position the feed cannot have given is refused before the stream starts (it was 200, then an
+    # error event, and an EventSource reconnected with it every second)
+    beyond = ",".join(f"{p.split(':')[0]}:999999" for p in ready["id"].split(","))
+    for bad in (beyond, "99:0", "0:0,0:1", "zz"):
+        answer = httpx.get(f"{url}/api/feed", headers={"Last-Event-ID": bad}, timeout=10)
+        assert answer.status_code == 400, (bad, answer.text)
+        assert answer.json()["error"]["message"]
 
 
 SECOND = {
@@ -200,3 +211,14 @@ def test_a_precinct_page_shows_its_coin_tosses_corrections_and_findings(client: 
         refused = client.get(f"/api/elections/{e}/audit", params=params)
         assert refused.status_code == 400 and "not one of" in refused.json()["error"]["message"], params
     assert client.get(f"/api/elections/{e}/audit", params={"severity": "ERROR", "code": "allocation"}).status_code == 200
+
+
+def test_public_answers_do_not_show_where_the_server_keeps_its_files(client: TestClient, demo: Any) -> None:
+    """The diff's sources and some errors named the store's file path (``caucus`` shows it to its
+    operator; a public API must not)."""
+    e = _election(client)
+    where = str(Path(demo.base[1]).resolve())
+    diff = client.get(f"/api/elections/{e}/diff", params={"a": "live", "b": "rules:idp-2016"})
+    assert diff.status_code == 200 and where not in diff.text and "<data dir>" in diff.text
+    refused = client.get(f"/api/elections/{e}/diff", params={"a": "live", "b": "set:nope"})
+    assert refused.status_code == 400 and where not in refused.text and "'nope'" in refused.text

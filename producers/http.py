@@ -270,7 +270,9 @@ def _add_read_routes(app: FastAPI, intake: Intake, store: CredentialStore, retry
                 status_code=401,
                 headers={"WWW-Authenticate": 'Bearer realm="caucus"'},
             )
-        found = await run_in_threadpool(intake.lookup, idempotency_key, sender)
+        # A refusal that carried no key is filed under no key: "" asks for none of them (it answered
+        # with whichever keyless refusal came last).
+        found = await run_in_threadpool(intake.lookup, idempotency_key, sender) if idempotency_key.strip() else None
         if found is None:  # also when it is not this sender's: a receipt is its sender's and officials' only
             return JSONResponse({"status": "unknown", "idempotency_key": idempotency_key}, status_code=404)
         return JSONResponse(found.to_json(), status_code=200)

@@ -32,6 +32,10 @@ def repeated(claim: Claim, draft: Event[Any], key: str, *, shown: bool = True) -
     if not shown:
         return Problem("idempotency_key", "IDEMPOTENCY_CONFLICT",
                        f"key {key!r} was already used by another sender; use a new key for a new command")
+    if draft.envelope.actor != claim.actor:  # the same content from someone else is another command
+        return Problem("idempotency_key", "IDEMPOTENCY_CONFLICT",
+                       f"key {key!r} was already used by {claim.actor} (event {claim.event_id}, a {claim.event_type} for "
+                       f"unit {claim.unit_id or '(election)'}); a key is its sender's: use a new key for a new command")
     return Problem(
         "idempotency_key",
         "IDEMPOTENCY_CONFLICT",

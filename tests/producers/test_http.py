@@ -116,6 +116,9 @@ def test_receipts_health_and_docs(defined: None, client: TestClient, tokens: dic
     assert not_theirs.status_code == 404 and not_theirs.json() == {"status": "unknown", "idempotency_key": "a/b:c"}
     assert client.get("/receipts/unknown-key", headers=tokens["chair"]).status_code == 404
     assert client.get("/receipts/a/b:c").status_code == 401
+    # refusals that carried no key are filed under none: the empty key asks for none of them
+    assert client.post("/units/E01/open", content=b"{", headers=tokens["official"]).status_code == 422
+    assert client.get("/receipts/", headers=tokens["official"]).status_code == 404
     health = client.get("/health")
     assert health.status_code == 200 and health.json()["status"] == "ok" and health.json()["spool"]["pending"] == 0
     doc = client.get("/openapi.json").json()

@@ -109,6 +109,9 @@ def test_another_senders_key_is_refused_without_naming_what_they_sent(
         told = _refusal(send(CommandKind.REPORT, json.dumps(changed), sender, unit="FM5", key="shared"))
         assert [e.code for e in told.errors] == ["IDEMPOTENCY_CONFLICT"]
         assert first.event_id in told.errors[0].message
+    # the same content from an official is not "different content": the key is another sender's
+    same = _refusal(send(CommandKind.REPORT, json.dumps(fm5), official, unit="FM5", key="shared"))
+    assert "already used by " + chair.actor in same.errors[0].message and "different content" not in same.errors[0].message
 
 
 def test_corrections_supersede_the_current_result_only(defined: Outcome, send: Send, chair: Credential,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from ledger.events import Event, Problem, new_event
@@ -61,6 +61,21 @@ class Judgment:
         log.info("refused %s from %s: %s", self.kind, self.sender, ", ".join(f"{e.field} {e.code}" for e in recorded))
         return Refusal(recorded, category_of(recorded), self.event.event_id, "log" if status == "accepted" else "spool",
                        position, claimable(self.key))
+
+
+CLOCK_SKEW = timedelta(minutes=10)
+"""How far ahead of the intake's clock a sender's ``occurred_at`` may be (a phone's clock runs fast)."""
+
+
+def _not_yet(occurred_at: datetime | None, now: datetime) -> tuple[Problem, ...]:
+    """A command cannot report what happened after it was received: ``occurred_at`` in 2099 was
+    accepted, and the trail and as-of reads order a unit's events by such times."""
+    if occurred_at is None or occurred_at <= now + CLOCK_SKEW:
+        return ()
+    return (Problem("occurred_at", "IN_THE_FUTURE",
+                    f"occurred_at {occurred_at.isoformat()} is after the intake received the command "
+                    f"({now.isoformat(timespec='seconds')}, allowing {int(CLOCK_SKEW.total_seconds() // 60)} minutes "
+                    "for a sender's clock)"),)
 
 
 def _in_credentials_election(command: Any, credential: Credential) -> Any:
@@ -131,8 +146,9 @@ def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Jud
     if out_of_scope is not None:
         return refuse((out_of_scope,), actor, election_id)
     verdict = check(command, payload, election_id, view)
-    if verdict.errors:
-        return refuse(verdict.errors, actor, election_id)
+    errors = (*verdict.errors, *_not_yet(getattr(command, "occurred_at", None), at))
+    if errors:
+        return refuse(errors, actor, election_id)
     event = replace(draft, payload=with_warnings(payload, verdict.warnings))
     receipt = Receipt("accepted", event.event_id, event.type, election_id, command.unit_id, command.idempotency_key, None,
                       verdict.warnings)

@@ -293,3 +293,13 @@ def test_a_command_after_the_certification_is_accepted_with_a_warning_that_says_
     fixed = restarted.submit(Submission(CommandKind.CORRECT, json.dumps(fix), official, Channel.APP, unit_id="FM5",
                                         idempotency_key="fix"))
     assert "AFTER_CERTIFICATION" in {w.code for w in _receipt(fixed).warnings}
+
+
+def test_a_command_that_occurred_after_it_was_received_is_refused(defined: Outcome, send: Send, fm5: dict[str, Any]) -> None:
+    """occurred_at in 2099 was accepted; a few minutes ahead (a phone's clock) still is."""
+    from datetime import UTC, datetime, timedelta
+
+    late = _refusal(send(CommandKind.REPORT, json.dumps({**fm5, "occurred_at": "2099-01-01T00:00:00Z"}), unit="FM5", key="f1"))
+    assert [(e.field, e.code) for e in late.errors] == [("occurred_at", "IN_THE_FUTURE")]
+    soon = (datetime.now(UTC) + timedelta(minutes=5)).isoformat()
+    assert _receipt(send(CommandKind.REPORT, json.dumps({**fm5, "occurred_at": soon}), unit="FM5", key="f2")).status == "accepted"

@@ -191,6 +191,9 @@ def _check_definition(election_id: str, payload: ElectionDefined, view: IntakeVi
                 f"units.{i}.sde_weight", "SDE_WEIGHT_OVER_POOL",
                 f"satellite {unit.unit_id!r} would weigh {unit.sde_weight} SDEs, more than the whole pool of its group "
                 f"{unit.satellite_group!r} ({pool}): a satellite's SDEs are its share of the group's pool (RULES §8)"))
+        if unit.sde_weight is not None and unit.satellite_group is None:  # it silently replaced D x the county ratio
+            errors.append(Problem(f"units.{i}.sde_weight", "NOT_A_SATELLITE", f"unit {unit.unit_id!r} is a precinct: its "
+                                  "SDEs are its delegates x its county's ratio (RULES §9); sde_weight is for satellites"))
         if unit.county_id not in counties:
             errors.append(
                 Problem(f"units.{i}.county_id", "UNKNOWN_COUNTY", f"unit {unit.unit_id!r} names county {unit.county_id!r}, which is not in counties")

@@ -294,3 +294,11 @@ def test_a_correction_that_leaves_out_a_changed_attendance_says_t_reverts(state:
     assert "gave T 21" in note.message and "the 20 counted when the unit opened" in note.message
     kept = _verdict(state, CommandKind.CORRECT, {**again, "attendance": 21}, "E01")
     assert kept.errors == () and "ATTENDANCE_REVERTS" not in {w.code for w in kept.warnings}
+
+
+def test_a_precinct_may_not_carry_a_satellites_sde_weight(state: IntakeState, election: dict[str, Any]) -> None:
+    """RULES §9: a precinct's SDEs are its delegates x its county's ratio. An sde_weight on a precinct
+    silently replaced that (D=4 at 1/3 gave 1/2 SDE instead of 4/3); only a satellite may carry one."""
+    units = [{"unit_id": "p1", "name": "P1", "county_id": "lee", "delegates": 4, "sde_weight": "1/2"}]
+    verdict = _verdict(state, CommandKind.DEFINE, {**election, "election_id": "weighed", "units": units})
+    assert _codes(verdict.errors) == {("units.0.sde_weight", "NOT_A_SATELLITE")}, verdict.errors

@@ -73,8 +73,12 @@ def history_tally(store: ProjectionStore, info: SetInfo | None, log: EventLog, c
         if not kept:
             return "this projection was built before its history was kept"
         ends = {p: marks.get(p, 0) if cut.end_of(p) is None else cut.end_of(p) or 0 for p in range(log.partitions)}
-        if any(stored.get(p, 0) < end for p, end in ends.items()):
-            return "the projection has not caught up with the cut (run `caucus project`)"
+        behind = sum(max(0, end - stored.get(p, 0)) for p, end in ends.items())
+        if behind:
+            if cut.at is not None:  # which of them fall inside the cut only their times can tell: not read here
+                return (f"the projection has not read the log's last {behind} record(s), which may have been recorded "
+                        "before the cut (`caucus project` brings them in)")
+            return f"the projection has not read {behind} record(s) inside the cut (`caucus project` brings them in)"
         if cut.at is not None:
             if reader.history_disordered():
                 return "some unit's events were recorded out of order"

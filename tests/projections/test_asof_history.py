@@ -174,3 +174,24 @@ def test_a_repeated_record_inside_a_straddled_batch_counts_once(support: ModuleT
         _same(history_tally(store, info, log, cut), want, positions=True)
     finally:
         store.close()
+
+
+def test_a_projection_behind_the_log_says_how_far_not_that_it_missed_the_cut(support: ModuleType, open_store: Open,
+                                                                            tmp_path: Path) -> None:
+    """One record the projection has not read yet, wherever it lies: the reason counts what is unread (it
+    said the projection 'has not caught up with the cut', also of records recorded long after it)."""
+    events = support.election_log(6, corrections=1)
+    log = SqliteLog(tmp_path / "log.sqlite3", partitions=4)
+    Journal(log).append_batch(events[:-1])
+    store = open_store()
+    try:
+        info = _project(store, log, 5)
+        Journal(log).append_batch(events[-1:])
+        why = history_tally(store, info, log, Cut(at=support.T0 + timedelta(hours=2)))
+        assert why == ("the projection has not read the log's last 1 record(s), which may have been recorded before the "
+                       "cut (`caucus project` brings them in)")
+        whole = history_tally(store, info, log, Cut(ends={}, rest=None))
+        assert whole == "the projection has not read 1 record(s) inside the cut (`caucus project` brings them in)"
+    finally:
+        store.close()
+        log.close()

@@ -12,7 +12,7 @@ import math
 import random
 from fractions import Fraction
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ledger.caucus_math import Allocation, Counts, TieResolution, get_rule_set
@@ -151,6 +151,8 @@ def test_candidate_order_never_changes_the_result(unit: dict, seed: int, noise: 
 
 @SETTINGS
 @given(unit=caucuses())
+@example(unit={"delegates": 2, "attendance": 13, "first": {"Biden": 0, "Buttigieg": 0, "Klobuchar": 8},
+               "final": {"Biden": 4, "Buttigieg": 4, "Klobuchar": 5}})  # §4.5 cut inside two equal groups
 def test_reachable_outcomes_match_the_worksheet_procedure(unit: dict) -> None:
     rs = get_rule_set("idp-2016")  # threshold recomputed from the final-alignment headcount
     mine = {a.delegates for a in _all_outcomes(rs, unit)}
@@ -158,10 +160,11 @@ def test_reachable_outcomes_match_the_worksheet_procedure(unit: dict) -> None:
     rs = rs.variant(recompute_threshold_at_final=False)
     assert {a.delegates for a in _all_outcomes(rs, unit)} == _reference(unit, leftover="lots")
     # Without leftovers (everybody in a viable group) the APP's round-robin never starts.
-    ref_app = _reference(unit, leftover=None)
-    if ref_app is not None:
-        for app in (get_rule_set("idp-2020"), get_rule_set("idp-2020").variant(realign_ties="all")):
-            assert {a.delegates for a in _all_outcomes(app, unit)} == ref_app
+    # idp-2020 reads a §4.5 cut inside equal groups as a lot; its variant as the APP did, all of them realign.
+    for app, realign in ((get_rule_set("idp-2020"), "lots"), (get_rule_set("idp-2020").variant(realign_ties="all"), "all")):
+        ref_app = _reference(unit, leftover=None, realign=realign)
+        if ref_app is not None:
+            assert {a.delegates for a in _all_outcomes(app, unit)} == ref_app, realign
 
 
 # ---------------------------------------------------------------------- the naive reference
@@ -171,8 +174,10 @@ def _round_half_up(x: Fraction) -> int:
     return math.floor(x + Fraction(1, 2))
 
 
-def _reference(unit: dict, leftover: str | None, threshold_base: int | None = None) -> set[Counts[int]] | None:
-    """§5.2-5.4 by hand; ``leftover=None`` returns None when leftovers would need a rule."""
+def _reference(unit: dict, leftover: str | None, threshold_base: int | None = None,
+               realign: str = "lots") -> set[Counts[int]] | None:
+    """§5.2-5.4 by hand; ``leftover=None`` returns None when leftovers would need a rule. ``realign``: a
+    §4.5 cut inside equal groups decided by lot (every choice), or ``all`` of them realign (the APP)."""
     d, t, final = unit["delegates"], unit["attendance"], unit["final"]
     base = t if threshold_base is None else threshold_base
     share = Fraction(15, 100) if d >= 4 else Fraction(1, {2: 4, 3: 6}[d])
@@ -186,8 +191,11 @@ def _reference(unit: dict, leftover: str | None, threshold_base: int | None = No
         cut = final[by_size[excess - 1]]
         smaller = [n for n in viable if final[n] < cut]
         block = [n for n in viable if final[n] == cut]
-        for leaving in combinations(block, excess - len(smaller)):
-            eligible_sets.append([n for n in viable if n not in smaller and n not in leaving])
+        if realign == "all" and len(block) > excess - len(smaller):  # the cut falls inside the block
+            eligible_sets.append([n for n in viable if final[n] > cut])
+        else:
+            for leaving in combinations(block, excess - len(smaller)):
+                eligible_sets.append([n for n in viable if n not in smaller and n not in leaving])
     else:
         eligible_sets.append(viable)
 

@@ -40,6 +40,7 @@ from producers.commands import Command, CorrectResult, DefineElection, OpenUnit,
 from producers.identifiers import candidate_collisions
 from producers.intake_state import ElectionInfo, IntakeView
 from producers.after_certification import late_notice
+from producers.toss_agreement import toss_notices
 from producers.payloads import result_of, to_payload, with_warnings
 from producers.tie_settlement import no_such_tie, settled_meanwhile, settlement_problems
 from ledger.caucus_math import CaucusMathError, Finding, Severity, get_rule_set, satellite_delegates
@@ -147,8 +148,12 @@ def check(command: Command, payload: Payload, election_id: str, view: IntakeView
         raise TypeError(f"not a command: {type(command).__name__}")
     judged, what = checks[type(command)]
     verdict: Verdict = judged(command, election, view)  # type: ignore[operator]
-    late = None if verdict.errors else late_notice(election_id, view, what)
-    return verdict if late is None else Verdict(verdict.errors, (*verdict.warnings, late))
+    if verdict.errors:
+        return verdict
+    notes = [n for n in (late_notice(election_id, view, what),) if n is not None]
+    if isinstance(payload, (ResultReported, ResultCorrected)):
+        notes += toss_notices(election, command.unit_id, payload.result, view)  # type: ignore[attr-defined]
+    return Verdict((), (*verdict.warnings, *notes)) if notes else verdict
 
 
 def _duplicates(values: Any, where: str, what: str) -> list[Problem]:

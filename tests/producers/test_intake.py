@@ -303,3 +303,26 @@ def test_a_command_that_occurred_after_it_was_received_is_refused(defined: Outco
     assert [(e.field, e.code) for e in late.errors] == [("occurred_at", "IN_THE_FUTURE")]
     soon = (datetime.now(UTC) + timedelta(minutes=5)).isoformat()
     assert _receipt(send(CommandKind.REPORT, json.dumps({**fm5, "occurred_at": soon}), unit="FM5", key="f2")).status == "accepted"
+
+
+def test_reported_delegates_that_contradict_a_standing_toss_are_accepted_with_a_warning(
+    defined: Outcome, send: Send, logged: Logged,
+) -> None:
+    """RULES E10 (D 6, Warren 100, Sanders 50, Biden 50): a coin gave the contested seat to Sanders. A
+    worksheet that gives it to Biden is recorded as sent (the legal record), and its sender now hears at
+    once what the audit reports (TOSS_CONTRADICTED); one that agrees with the toss hears nothing of it."""
+    toss = {"contenders": ["Biden", "Sanders"], "seats": 1, "winners": ["Sanders"], "method": "coin", "caller": "Biden captain"}
+    tossed = _receipt(send(CommandKind.TOSS, json.dumps(toss), unit="E10", key="t1"))
+    counts = {"Warren": 100, "Sanders": 50, "Biden": 50}
+    wrong = {"first_alignment": counts, "final_alignment": counts, "attendance": 200,
+             "delegates_reported": {"Warren": 3, "Sanders": 1, "Biden": 2}}
+    receipt = _receipt(send(CommandKind.REPORT, json.dumps(wrong), unit="E10", key="r1"))
+    notice = [w for w in receipt.warnings if w.code == "TOSS_CONTRADICTED"]
+    assert len(notice) == 1 and notice[0].field == "delegates_reported" and tossed.event_id in notice[0].message
+    assert "Sanders 1" in notice[0].message and "Sanders 2" in notice[0].message
+    stored = _by_id(logged)[receipt.event_id].event.payload
+    assert isinstance(stored, ResultReported) and stored.result.delegates_reported == {"Warren": 3, "Sanders": 1, "Biden": 2}
+    right = {**wrong, "delegates_reported": {"Warren": 3, "Sanders": 2, "Biden": 1}, "supersedes": receipt.event_id,
+             "reason": "the toss", "authority": "IDP", "stage": "review"}
+    fixed = _receipt(send(CommandKind.CORRECT, json.dumps(right), unit="E10", key="c1"))
+    assert fixed.status == "accepted" and "TOSS_CONTRADICTED" not in {w.code for w in fixed.warnings}

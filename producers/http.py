@@ -180,16 +180,18 @@ def _add_command_routes(
         return _unavailable(exc, retry_seconds)
 
     async def submit(request: Request, kind: CommandKind, unit: str | None, channel: str | None) -> JSONResponse:
-        if channel is not None and channel not in _CHANNELS:
-            # Not a command yet: nothing to judge or record. It was taken as "app", silently.
-            return JSONResponse({"status": "rejected", "category": "invalid", "errors": [{
-                "field": "channel", "code": "UNKNOWN_CHANNEL",
-                "message": f"channel {channel[:40]!r} is not one of {', '.join(_CHANNELS)} (leave it out for app)"}]},
-                status_code=422)
         try:
             sender = store.authenticate(_token(request))
         except CredentialError as exc:
             return unavailable(exc)
+        if channel is not None and channel not in _CHANNELS:
+            if isinstance(sender, AuthFailure):
+                channel = None  # who may not send anything hears that first (401, recorded), as for any input
+            else:  # not a command yet: nothing to judge or record (it was taken as "app", silently)
+                return JSONResponse({"status": "rejected", "category": "invalid", "errors": [{
+                    "field": "channel", "code": "UNKNOWN_CHANNEL",
+                    "message": f"channel {channel[:40]!r} is not one of {', '.join(_CHANNELS)} (leave it out for app)"}]},
+                    status_code=422)
         body, whole = await _bounded_body(request)
         try:
             chosen = Channel(channel) if channel is not None else Channel.APP

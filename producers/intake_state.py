@@ -276,7 +276,7 @@ class IntakeState:
             standing = self.settled.get(toss.tie)
             if standing is None or payload.redraws(standing):
                 self.settled[toss.tie] = event.event_id
-        elif isinstance(payload, ResultsCertified):
+        elif isinstance(payload, ResultsCertified) and not env.unit_id:  # one naming a unit certifies no election
             self.certified[env.election_id] = event.event_id
         return True
 

@@ -118,7 +118,7 @@ def choose_election(elections: dict[str, ElectionState], wanted: str | None, *, 
         return select_election(elections, wanted, unit=unit, where="in the projection")
     except AsOfError as exc:
         hint = (" (if it was defined since the projection last read the log, `caucus project` brings it in)"
-                if wanted is not None and wanted not in elections else "")
+                if wanted is not None and (wanted not in elections or elections[wanted].definition is None) else "")
         raise QueryError(f"{exc}{hint}") from None
 
 

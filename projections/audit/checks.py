@@ -270,6 +270,8 @@ def audit_tallies(
                 not_checked.append((t.unit_id, "not in the election's definition"))
             continue
         findings.extend(tie_findings(t, ctx))  # a tie tossed twice, whether or not the unit reports
+        findings.extend(sde_findings(t, ctx))  # these two whether or not the §12 checks can run
+        findings.extend(certification_findings(t, ctx))
         unit_findings, why = audit_unit(t, ctx, rules)
         if why is not None:
             if why != "not reporting":
@@ -277,8 +279,6 @@ def audit_tallies(
             continue
         checked += 1
         findings.extend(unit_findings)
-        findings.extend(sde_findings(t, ctx))
-        findings.extend(certification_findings(t, ctx))
     sev = {s: i for i, s in enumerate(SEVERITY_ORDER)}
     order = {c: i for i, c in enumerate(CHECK_CODES)}
     findings.sort(key=lambda f: (sev.get(f.severity, 9), order.get(f.code, 99), f.county_name or "", f.unit_name or "",

@@ -30,5 +30,6 @@ def sde_findings(t: UnitTally, ctx: ElectionContext) -> list[AuditFinding]:
         t, ctx, "SDE_UNWEIGHED", "error",
         f"{awarded} county delegate(s) carry no SDEs, so the unit is missing from every SDE total: {why}",
         expected="an SDE weight", reported=None,
-        likely_cause="the satellite group's attendance base is missing, 0 or below the satellite's attendance",
+        likely_cause="the satellite group's attendance base is missing, 0 or below the satellite's attendance"
+        if t.satellite_group is not None else "the unit's county is not in the definition, so no SDE ratio applies",
     )]

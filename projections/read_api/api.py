@@ -8,10 +8,7 @@ small query and a 304.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Header, Query, Request
@@ -21,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from ledger.config import Settings
 from ledger.log.port import LogError
 from projections.read_api import documents
+from projections.read_api.private import private_words, scrubbed
 from projections.read_api.reader import Answer, ReadError, ResultsReader, dumps
 from projections.read_api.stream import FeedFilter, check_resume, parse_resume, sse_events
 from projections.stores.port import StoreError
@@ -39,31 +37,6 @@ def respond(answer: Answer, max_age: int, media_type: str = "application/json") 
     if answer.body is None:
         return Response(status_code=304, headers=headers)
     return Response(answer.body, media_type=media_type, headers=headers)
-
-
-def private_words(settings: Settings) -> Callable[[str], str]:
-    """What a public answer must not show of the server: where its files are, its database and broker
-    (the diff's sources and some errors name them, as ``caucus`` does for its operator)."""
-    words: dict[str, str] = {}
-    data_dir = Path(settings.data_dir)
-    for path in {str(data_dir.resolve()), str(data_dir)}:
-        words[path] = "<data dir>"
-    if settings.database:
-        words[settings.database] = "<database>"
-    if settings.kafka:
-        words[settings.kafka] = "<kafka>"
-    order = sorted(words, key=len, reverse=True)  # the longer first: the resolved path contains the given one
-
-    def hide(text: str) -> str:
-        text = _PG_URL.sub("<database>", text)
-        for word in order:
-            text = text.replace(word, words[word])
-        return text
-
-    return hide
-
-
-_PG_URL = re.compile(r"postgres(?:ql)?://\S+")
 
 
 def _error(exc: ReadError) -> JSONResponse:
@@ -169,7 +142,7 @@ def _evidence_routes(app: FastAPI, reader: ResultsReader, settings: Settings, ma
                 snaps = [load_snapshot(s, sources, election_id=election) for s in (side_a, side_b)]
             except DiffError as exc:
                 raise ReadError(str(exc), 400) from exc
-            return json.loads(private_words(settings)(json.dumps(diff_snapshots(*snaps).to_json())))
+            return scrubbed(diff_snapshots(*snaps).to_json(), private_words(settings))
 
         return respond(reader.with_log("diff", election, if_none_match, build, a, b), max_age)
 

@@ -81,10 +81,12 @@ def audit_report(view: TallyView, unit_id: str | None = None) -> AuditReport:
 def audit(view: TallyView, *, county: str | None = None, unit: str | None = None, severity: list[str] | None = None,
           code: list[str] | None = None) -> dict[str, Any]:
     """The RULES.md §12 findings (``caucus audit``), narrowed to a county or a unit if asked."""
+    severity = [v.strip().lower() for given in severity or () for v in given.split(",") if v.strip()]
+    code = [v.strip().upper() for given in code or () for v in given.split(",") if v.strip()]
     unknown = unknown_filters(severity, code)
     if unknown is not None:
         raise ReadError(unknown, 400)
     uid = unit_id_of(view, unit) if unit else None
     cid = county_id_of(view, county) if county else None
-    shown = audit_report(view, uid).filtered(severity or (), [c.upper() for c in code or ()], cid)
+    shown = audit_report(view, uid).filtered(severity, code, cid)
     return {**shown.to_json(), "filters": {"severity": severity or [], "code": code or [], "county": cid, "unit": uid}}

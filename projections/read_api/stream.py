@@ -26,6 +26,7 @@ from ledger.config import Settings
 from ledger.events import Event
 from ledger.log.port import EventLog, LogError, LogMissingError
 from projections.feed import open_results_log
+from projections.read_api.private import private_words
 from projections.feed_subscribers import feed_position_text as position_text
 from projections.feed_subscribers import parse_feed_position as parse_resume
 from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key
@@ -134,7 +135,7 @@ async def sse_events(settings: Settings, start: dict[int, int] | None, wanted: F
             if item is None:
                 return
             if isinstance(item, Exception):
-                yield _frame("error", json.dumps({"message": f"the results feed: {item}"}))
+                yield _frame("error", json.dumps({"message": private_words(settings)(f"the results feed: {item}")}))
                 return
             assert isinstance(item, tuple)
             value: object = item[0]

@@ -209,6 +209,8 @@ def test_an_unknown_channel_is_refused_not_taken_as_the_app(defined: None, clien
                               headers={**tokens["official"], "Idempotency-Key": f"c-{bogus}"})
         assert refused.status_code == 422
         assert [(e["field"], e["code"]) for e in refused.json()["errors"]] == [("channel", "UNKNOWN_CHANNEL")]
+    nobody = client.post("/units/FM5/results?channel=fax", content=json.dumps(fm5), headers={"Idempotency-Key": "c-anon"})
+    assert nobody.status_code == 401  # who may not send anything hears that first
     phoned = client.post("/units/FM5/results?channel=phone", content=json.dumps(fm5),
                          headers={**tokens["official"], "Idempotency-Key": "c-phone"})
     assert phoned.status_code == 201, phoned.text

@@ -149,6 +149,14 @@ _CHANNELS = ("app", "phone", "paper")
 """The channels a sender may name; ``import`` is the importer's own, never a request's."""
 
 
+def _unknown_channel(channel: str) -> JSONResponse:
+    """Not a command yet: nothing to judge or record (an unknown channel was taken as "app", silently)."""
+    return JSONResponse({"status": "rejected", "category": "invalid", "errors": [{
+        "field": "channel", "code": "UNKNOWN_CHANNEL",
+        "message": f"channel {channel[:40]!r} is not one of {', '.join(_CHANNELS)} (leave it out for app)"}]},
+        status_code=422)
+
+
 async def _bounded_body(request: Request) -> tuple[bytes, tuple[int, str] | None]:
     """The body, or, past ``MAX_BODY``, its start and the (size, SHA-256) of the whole: the rest is read
     and hashed but not kept, so no body, however large (and no token is needed to send one), holds more
@@ -185,13 +193,9 @@ def _add_command_routes(
         except CredentialError as exc:
             return unavailable(exc)
         if channel is not None and channel not in _CHANNELS:
-            if isinstance(sender, AuthFailure):
-                channel = None  # who may not send anything hears that first (401, recorded), as for any input
-            else:  # not a command yet: nothing to judge or record (it was taken as "app", silently)
-                return JSONResponse({"status": "rejected", "category": "invalid", "errors": [{
-                    "field": "channel", "code": "UNKNOWN_CHANNEL",
-                    "message": f"channel {channel[:40]!r} is not one of {', '.join(_CHANNELS)} (leave it out for app)"}]},
-                    status_code=422)
+            if not isinstance(sender, AuthFailure):
+                return _unknown_channel(channel)
+            channel = None  # who may not send anything hears that first (401, recorded), as for any input
         body, whole = await _bounded_body(request)
         try:
             chosen = Channel(channel) if channel is not None else Channel.APP

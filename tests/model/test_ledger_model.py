@@ -174,6 +174,18 @@ class LedgerMachine(RuleBasedStateMachine):
             return len(self.ledger.holders(uid)) == 1
         return True  # a chair scoped to exactly (eid, uid)
 
+    def _as_credential_says(self, named: str | None, uid: str, eid: str | None, sender: str) -> tuple[str | None, str]:
+        """A scoped chair's command that names no election is about the election its credential names
+        (the intake's rule): (the election it goes to, or None, and the sender as seen from there). The
+        credential is the one ``_token`` issues for ``eid or "A"`` (the other election's for
+        ``other_election``), so such a chair reports into its own election even where the unit is in both."""
+        if named is not None or sender not in ("chair", "other_election"):
+            return eid, sender
+        base = eid or "A"
+        scope = base if sender == "chair" else ("B" if base == "A" else "A")
+        goes = scope if scope in self.ledger.defined and uid in ELECTIONS[scope].units else None
+        return goes, "chair"
+
     def _resolve(self, named: str | None, uid: str) -> str | None:
         if named is not None:
             return named if named in self.ledger.defined and uid in ELECTIONS[named].units else None
@@ -271,10 +283,12 @@ class LedgerMachine(RuleBasedStateMachine):
         body: dict[str, Any] = {"unit_id": uid, "attendance": data.draw(st.integers(1, 80)), "idempotency_key": uuid.uuid4().hex}
         if named:
             body["election_id"] = named
+        token = self._token(sender, eid or named or "A", uid)
+        eid, seen_as = self._as_credential_says(named, uid, eid, sender)
         # RULES §2: a unit opens before it reports; an opening after its result is refused.
-        ok = (eid is not None and self._sender_may(sender, eid, uid) and not self.ledger.unit(eid, uid).opened
+        ok = (eid is not None and self._sender_may(seen_as, eid, uid) and not self.ledger.unit(eid, uid).opened
               and self.ledger.unit(eid, uid).result is None)
-        self._expect(self._submit(CommandKind.OPEN, body, self._token(sender, eid or named or "A", uid)), ok, f"open {named}/{uid} by {sender}")
+        self._expect(self._submit(CommandKind.OPEN, body, token), ok, f"open {named}/{uid} by {sender}")
         if ok:
             assert eid is not None
             self.ledger.unit(eid, uid).opened = True
@@ -286,18 +300,20 @@ class LedgerMachine(RuleBasedStateMachine):
         self._report(named, uid, eid, data.draw(st.sampled_from(SENDERS), label="sender"), data)
 
     def _report(self, named: str | None, uid: str, eid: str | None, sender: str, data: st.DataObject) -> None:
-        delegates = ELECTIONS[eid].units[uid].delegates if eid else 4
+        goes, _ = self._as_credential_says(named, uid, eid, sender)  # the counts are drawn for the unit they go to
+        delegates = ELECTIONS[goes].units[uid].delegates if goes else 4
         body = {"unit_id": uid, **self._counts(data, delegates), "idempotency_key": uuid.uuid4().hex}
         if named:
             body["election_id"] = named
-        self.send_report(named, uid, eid, sender, body, self._with_reported(data, body, eid, uid))
+        self.send_report(named, uid, eid, sender, body, self._with_reported(data, body, goes, uid))
 
     def send_report(self, named: str | None, uid: str, eid: str | None, sender: str, body: dict[str, Any],
                     reported: dict[str, int] | None) -> None:
         """Send one report and hold the ledger's answer to the model's (also what the kept examples call)."""
-        ok = eid is not None and self._sender_may(sender, eid, uid) and self.ledger.unit(eid, uid).result is None
-        shown = self._expect(self._submit(CommandKind.REPORT, body, self._token(sender, eid or named or "A", uid)), ok,
-                             f"report {named}/{uid} by {sender}: {body}")
+        token = self._token(sender, eid or named or "A", uid)
+        eid, seen_as = self._as_credential_says(named, uid, eid, sender)
+        ok = eid is not None and self._sender_may(seen_as, eid, uid) and self.ledger.unit(eid, uid).result is None
+        shown = self._expect(self._submit(CommandKind.REPORT, body, token), ok, f"report {named}/{uid} by {sender}: {body}")
         if ok:
             assert eid is not None
             unit = self.ledger.unit(eid, uid)

@@ -40,6 +40,16 @@ def test_kinds_follow_the_settings(tmp_path: Path) -> None:
     assert (memory.log_kind, memory.store_kind) == ("memory", "memory"), "memory keeps both in the process"
 
 
+def test_a_load_given_an_environment_reads_only_that_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load that names its environment (tests, the model) must not pick up the process's variables."""
+    monkeypatch.setenv("CAUCUS_TOPIC", "from-the-process")
+    monkeypatch.setenv("CAUCUS_PARTITIONS", "0")
+    assert load_settings(env={}).settings.topic == "caucus.events"
+    assert load_settings(env={"caucus_topic": "given"}).settings.topic == "given"
+    with pytest.raises(SettingsError, match="partitions"):
+        load_settings()
+
+
 def test_the_memory_backend_is_a_setting(tmp_path: Path) -> None:
     assert load_settings(env={"CAUCUS_BACKEND": "memory"}).settings.backend == "memory"
     with pytest.raises(SettingsError, match="backend"):

@@ -86,7 +86,8 @@ class CaucusSettings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   **_others: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
         """Only what :func:`load_settings` merged: it reads the environment it is given (a test's, or the
         process's) once, in its own layer; pydantic reading ``os.environ`` and ``.env`` again would let the
         process's variables into a load that named another environment, and cost a millisecond per load."""

@@ -77,6 +77,11 @@ class Credential:
         who = f"chair:{self.unit_id}" if self.role == "chair" else f"official:{self.name}"
         return f"{who}#{self.cred_id}"
 
+    def may_read(self, sender: str) -> bool:
+        """Whether a receipt or refusal of a command ``sender`` sent is this credential's to read: its
+        sender's and an official's. A chair learning of another's command would learn another unit's figures."""
+        return self.role == "official" or sender == self.actor
+
     def public(self) -> dict[str, object]:
         """What may be shown: everything but the salt and digest."""
         return {

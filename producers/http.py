@@ -145,8 +145,8 @@ def _unavailable(exc: Exception, retry_seconds: float) -> JSONResponse:
     return JSONResponse({"status": "error", "message": str(exc)}, status_code=503, headers={"Retry-After": retry})
 
 
-_CHANNELS = ("app", "phone", "paper")
-"""The channels a sender may name; ``import`` is the importer's own, never a request's."""
+_CHANNELS = tuple(c.value for c in Channel if c not in (Channel.IMPORT, Channel.SYSTEM))
+"""The channels a sender may name: ``import`` and ``system`` are the ledger's own, never a request's."""
 
 
 def _unknown_channel(channel: str) -> JSONResponse:

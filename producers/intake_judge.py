@@ -139,7 +139,7 @@ def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Jud
     claim = view.claim(command.idempotency_key)
     if claim is not None:
         again = repeated(claim, draft, command.idempotency_key,
-                         shown=credential.role == "official" or claim.actor == actor)
+                         shown=credential.may_read(claim.actor))
         return Judgment(None, claim=claim) if isinstance(again, Receipt) else refuse((again,), actor, election_id)
     # Checked only for a new write: a duplicate above repeats a receipt, it writes nothing.
     out_of_scope = election_scope(credential, election_id, view.elections_of_unit(command.unit_id))

@@ -48,10 +48,10 @@ def answer(view: IntakeState | Layered, state: IntakeState, key: str, reader: Cr
     """What became of the command sent with ``key`` (``view``: the log's state with the spool over it;
     ``state``: the log's alone): its receipt, its last refusal, or None, also when ``reader`` may not see it."""
     claim = view.claim(key)
-    if reader is not None and reader.role != "official":
+    if reader is not None:
         rejected = view.rejection(key)
         owner = claim.actor if claim is not None else (rejected.sender if rejected is not None else "")
-        if owner != reader.actor:
+        if not reader.may_read(owner):
             return None
     if claim is not None:
         status: Literal["accepted", "spooled"] = "accepted" if claim.position is not None else "spooled"

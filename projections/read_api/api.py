@@ -66,8 +66,8 @@ def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -
         return _error(ReadError(hide(str(exc)), 503))
 
     _tally_routes(app, reader, max_age)
-    _evidence_routes(app, reader, settings, max_age)
-    _feed_route(app, settings)
+    _evidence_routes(app, reader, settings, max_age, hide)
+    _feed_route(app, settings, hide)
     return app
 
 
@@ -105,7 +105,8 @@ def _tally_routes(app: FastAPI, reader: ResultsReader, max_age: int) -> None:
         return await tally("unit", election, as_of, if_none_match, lambda v: documents.unit(v, unit), unit)
 
 
-def _evidence_routes(app: FastAPI, reader: ResultsReader, settings: Settings, max_age: int) -> None:
+def _evidence_routes(app: FastAPI, reader: ResultsReader, settings: Settings, max_age: int,
+                     hide: Callable[[str], str]) -> None:
     """What an auditor reads: a unit's paper trail, the audit's findings, two tallies compared."""
 
     def tally(route: str, election: str, as_of: str | None, inm: str | None, build: Callable[..., Any], *params: object) -> Response:
@@ -142,7 +143,7 @@ def _evidence_routes(app: FastAPI, reader: ResultsReader, settings: Settings, ma
                 snaps = [load_snapshot(s, sources, election_id=election) for s in (side_a, side_b)]
             except DiffError as exc:
                 raise ReadError(str(exc), 400) from exc
-            return scrubbed(diff_snapshots(*snaps).to_json(), private_words(settings))
+            return scrubbed(diff_snapshots(*snaps).to_json(), hide)
 
         return respond(reader.with_log("diff", election, if_none_match, build, a, b), max_age)
 
@@ -157,7 +158,7 @@ def feed_schemas() -> dict[str, Any]:
             "types": [{"name": n, "version": v, "schema": schema} for (n, v), schema in sorted(load_catalogue(FEED_TYPES).items())]}
 
 
-def _feed_route(app: FastAPI, settings: Settings) -> None:
+def _feed_route(app: FastAPI, settings: Settings, hide: Callable[[str], str]) -> None:
     schemas = dumps(feed_schemas())
 
     @app.get("/api/feed/schemas", summary="The Avro schemas of the results feed's records (shared types expanded)")
@@ -175,6 +176,6 @@ def _feed_route(app: FastAPI, settings: Settings) -> None:
             check_resume(settings, resume)
         except ValueError as exc:
             raise ReadError(str(exc), 400) from exc
-        return StreamingResponse(sse_events(settings, resume, FeedFilter(election, county, unit)),
+        return StreamingResponse(sse_events(settings, resume, FeedFilter(election, county, unit), hide),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

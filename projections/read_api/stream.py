@@ -26,7 +26,6 @@ from ledger.config import Settings
 from ledger.events import Event
 from ledger.log.port import EventLog, LogError, LogMissingError
 from projections.feed import open_results_log
-from projections.read_api.private import private_words
 from projections.feed_subscribers import feed_position_text as position_text
 from projections.feed_subscribers import parse_feed_position as parse_resume
 from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key
@@ -110,8 +109,10 @@ def check_resume(settings: Settings, start: dict[int, int] | None) -> None:
                              "another or a lost feed; connect without Last-Event-ID to start from now")
 
 
-async def sse_events(settings: Settings, start: dict[int, int] | None, wanted: FeedFilter) -> AsyncIterator[bytes]:
-    """The stream of one connection; ends when the client goes (the follower thread is stopped)."""
+async def sse_events(settings: Settings, start: dict[int, int] | None, wanted: FeedFilter,
+                     hide: Callable[[str], str]) -> AsyncIterator[bytes]:
+    """The stream of one connection; ends when the client goes (the follower thread is stopped). ``hide``
+    scrubs the server's private words (the application's, built once) from an error event."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[object] = asyncio.Queue()
     stop = threading.Event()
@@ -135,7 +136,7 @@ async def sse_events(settings: Settings, start: dict[int, int] | None, wanted: F
             if item is None:
                 return
             if isinstance(item, Exception):
-                yield _frame("error", json.dumps({"message": private_words(settings)(f"the results feed: {item}")}))
+                yield _frame("error", json.dumps({"message": hide(f"the results feed: {item}")}))
                 return
             assert isinstance(item, tuple)
             value: object = item[0]

@@ -227,9 +227,9 @@ def tally(
             raise fail(str(exc)) from exc
     console = cli_console()
     if unit_id is not None:
-        t = view.units.get(unit_id)
+        t = view.unit(unit_id)
         if t is None:
-            raise fail(f"unit {unit_id!r} has not reported (no events projected for it)", code=1)
+            raise fail(f"unit {unit_id!r} has no events projected and is not in the definition", code=1)
         from projections.tables import print_unit
 
         emit(unit_document(view, unit_id), as_json, lambda: print_unit(console, view, t))

@@ -85,6 +85,14 @@ class TallyView:
     def counties(self) -> dict[str, AreaTally]:
         return aggregate_counties(self.context, self.units.values())
 
+    def unit(self, unit_id: str) -> UnitTally | None:
+        """The unit's tally; for a defined unit the view holds nothing of, its tally as not reported ("has
+        precinct 7 reported?" has an answer: not yet); None for a unit the election does not define."""
+        t = self.units.get(unit_id)
+        if t is None and unit_id in self.context.units:
+            t = compute_unit_tally(UnitState(unit_id, self.context.election_id), self.context)
+        return t
+
     def units_in(self, county_id: str) -> list[UnitTally]:
         ids = [u.unit_id for u in self.context.units.values() if u.county_id == county_id]
         return [self.units[i] for i in ids if i in self.units]

@@ -27,6 +27,6 @@ def county_document(view: TallyView, county_id: str) -> dict[str, Any]:
 
 
 def unit_document(view: TallyView, unit_id: str) -> dict[str, Any] | None:
-    """One unit's tally (None: no event of the unit has been projected)."""
-    t = view.units.get(unit_id)
+    """One unit's tally, ``not_reported`` for a defined unit with no result yet (None: no such unit)."""
+    t = view.unit(unit_id)
     return None if t is None else {**view.meta(), "unit": t.to_json()}

@@ -53,7 +53,7 @@ def unit(view: TallyView, text: str) -> dict[str, Any]:
     uid = unit_id_of(view, text)
     doc = unit_document(view, uid)
     if doc is None:
-        raise ReadError(f"unit {uid!r} has not reported (no events projected for it)", 404)
+        raise ReadError(f"unit {uid!r} has no events projected and is not in the definition", 404)
     return doc
 
 

@@ -66,7 +66,13 @@ def add_site(app: FastAPI, reader: ResultsReader, *, max_age: int = 5) -> None:
             uid = doc["unit"]["unit_id"]
             county_id = doc["unit"]["county_id"]
             county_name = v.context.counties[county_id].name if county_id in v.context.counties else None
-            return pages.unit_page(doc, documents.trail(reader, v, uid), documents.audit(v, unit=uid),
+            try:
+                trail = documents.trail(reader, v, uid)
+            except ReadError:
+                if doc["unit"]["status"] != "not_reported":
+                    raise
+                trail = {"events": []}  # a defined unit that has not reported yet: its page says so
+            return pages.unit_page(doc, trail, documents.audit(v, unit=uid),
                                    v.context.candidates, county_name, start)
 
         start = reader.feed_positions()

@@ -167,3 +167,31 @@ def test_a_worksheet_against_the_toss_is_a_problem_and_an_audit_error(caucus: Ru
     assert [(f["unit_id"], f["severity"], f["expected"], f["reported"]) for f in found] == [
         ("P2", "error", {"B": 1, "C": 2}, {"B": 2, "C": 1})
     ]
+
+
+def test_a_defined_unit_that_has_not_reported_answers_not_reported(caucus: Run, tmp_path: Path) -> None:
+    """"Has P4 reported?" has an answer, not yet, on the command line and over HTTP alike; a unit the
+    definition does not list is still an error (exit 1, 404)."""
+    token = _define(caucus, tmp_path)
+    code, sent = caucus("report", "--unit", "P2", "--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40",
+                        "--token", token, "--json")
+    assert code == 0 and sent["status"] == "accepted", sent
+    p4 = _unit(caucus, "P4")
+    assert (p4["status"], p4["reporting"], p4["county_id"], p4["delegates"]) == ("not_reported", False, "lee", 3)
+    assert set(p4["cds"].values()) == {0} and p4["result_event_id"] is None
+    code, table = caucus("tally", "--unit", "P4")
+    assert code == 0 and "P4" in table, table
+    code, missing = caucus("tally", "--unit", "P9", "--json")
+    assert code != 0 and "P9" in str(missing)
+
+    from fastapi.testclient import TestClient
+
+    from ledger.config import Settings
+    from projections.read_api.cli import results_app
+
+    with TestClient(results_app(Settings(data_dir=tmp_path / "data"))) as client:
+        answer = client.get("/api/elections/e/units/P4")
+        assert answer.status_code == 200 and answer.json()["unit"] == p4
+        assert client.get("/api/elections/e/units/P9").status_code == 404
+        page = client.get("/elections/e/units/P4")
+        assert page.status_code == 200 and 'data-field="status">not_reported<' in page.text

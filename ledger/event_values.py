@@ -10,11 +10,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
 __all__ = [
+    "CLOCK_SKEW",
     "Channel",
     "CorrectionStage",
     "TieMethod",
@@ -27,6 +29,11 @@ __all__ = [
     "ratio_from_avro",
     "ratio_to_avro",
 ]
+
+CLOCK_SKEW = timedelta(minutes=10)
+"""How far after its ``recorded_at`` an event's ``occurred_at`` may lie: a sender's clock may run ahead of
+the intake's (a phone's clock runs fast), but nothing happens after it was recorded. The intake refuses
+more (IN_THE_FUTURE); the audit names more found in a log (OCCURRED_AFTER_RECORDED)."""
 
 
 class Channel(enum.StrEnum):

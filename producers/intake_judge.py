@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
+from ledger.event_values import CLOCK_SKEW
 from ledger.events import Event, Problem, new_event
 from ledger.log.port import Position
 from producers.commands import CommandKind, Parsed, claimable, parse_command
@@ -61,10 +62,6 @@ class Judgment:
         log.info("refused %s from %s: %s", self.kind, self.sender, ", ".join(f"{e.field} {e.code}" for e in recorded))
         return Refusal(recorded, category_of(recorded), self.event.event_id, "log" if status == "accepted" else "spool",
                        position, claimable(self.key))
-
-
-CLOCK_SKEW = timedelta(minutes=10)
-"""How far ahead of the intake's clock a sender's ``occurred_at`` may be (a phone's clock runs fast)."""
 
 
 def _not_yet(occurred_at: datetime | None, now: datetime) -> tuple[Problem, ...]:

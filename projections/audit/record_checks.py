@@ -13,6 +13,11 @@ own append time where it keeps one (``timestamp_ms`` > 0), across partitions, an
 partition always. The importer's records are left out of both: it writes the published releases'
 own times into a log of today, and anyone can check them against the releases.
 
+And an event cannot have happened after it was recorded: an ``occurred_at`` later than its
+``recorded_at`` by more than a sender's clock may run ahead (``CLOCK_SKEW``) is ``OCCURRED_AFTER_RECORDED``
+(warn). The intake refuses such a command (IN_THE_FUTURE), so only a direct write or a log from before
+that rule holds one; the trail orders a unit's events by these times.
+
 The checks read the log itself, the whole of it, whatever the audit's source (the projection, a cut
 of the log): a backdated record matters precisely to a read as of an earlier time.
 """
@@ -24,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ledger.codec import Codec, default_codec
+from ledger.event_values import CLOCK_SKEW
 from ledger.events import Event
 from ledger.log.port import EventLog, StoredRecord
 from ledger.record_headers import is_direct_writer, writer_of
@@ -32,7 +38,7 @@ from projections.tally import ElectionContext
 
 __all__ = ["RECORD_CODES", "TOLERANCE", "record_findings", "log_record_findings"]
 
-RECORD_CODES: tuple[str, ...] = ("DIRECT_WRITE", "RECORDED_OUT_OF_ORDER")
+RECORD_CODES: tuple[str, ...] = ("DIRECT_WRITE", "RECORDED_OUT_OF_ORDER", "OCCURRED_AFTER_RECORDED")
 
 TOLERANCE = timedelta(seconds=60)
 """Clocks of the machines that wrote a log differ a little: a record dated this much before the newest
@@ -48,7 +54,8 @@ def log_record_findings(log: EventLog, ctx: ElectionContext, codec: Codec | None
 
 
 def record_findings(records: Iterable[tuple[StoredRecord, Event[Any]]], ctx: ElectionContext) -> list[AuditFinding]:
-    """``DIRECT_WRITE`` and ``RECORDED_OUT_OF_ORDER`` findings for the events of ``ctx``'s election.
+    """``DIRECT_WRITE``, ``RECORDED_OUT_OF_ORDER`` and ``OCCURRED_AFTER_RECORDED`` findings for the events
+    of ``ctx``'s election.
 
     A record is held to the records before it in its partition and to those the log appended at a
     strictly earlier time: records appended in the same millisecond (one batch) have no order across
@@ -98,6 +105,13 @@ def _findings_of(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], wri
                               f"{env.recorded_at.isoformat()}, before {before.isoformat()}, the newest record "
                               f"appended ahead of it: reads as of a time in between see it, though it was not "
                               f"in the log then (written by {writer or 'an unnamed writer'})"))
+    if env.occurred_at > env.recorded_at + CLOCK_SKEW:
+        found.append(_finding(ctx, rec, event, "OCCURRED_AFTER_RECORDED", "warn",
+                              f"at or before {(env.recorded_at + CLOCK_SKEW).isoformat()}", env.occurred_at.isoformat(),
+                              f"{event.type} {event.event_id} at {rec.position} says it occurred at "
+                              f"{env.occurred_at.isoformat()}, after it was recorded ({env.recorded_at.isoformat()}; "
+                              f"a sender's clock may run {int(CLOCK_SKEW.total_seconds() // 60)} minutes ahead): "
+                              f"the intake refuses such a time (written by {writer or 'an unnamed writer'})"))
     return found
 
 

@@ -73,3 +73,23 @@ def test_direct_and_backdated_records_are_flagged(tmp_path: Path) -> None:
     assert _caucus(data, "project", "--until-caught-up").returncode == 0
     assert _record_findings(data) == expected  # the projection's audit reads the log for these too
     assert _record_findings(data, "--code", "RECORDED_OUT_OF_ORDER") == [("RECORDED_OUT_OF_ORDER", "warn", "P3")]
+
+
+def test_an_event_that_says_it_occurred_after_it_was_recorded_is_flagged(tmp_path: Path) -> None:
+    """The intake refuses an ``occurred_at`` in the future (IN_THE_FUTURE); a log that holds one anyway (a
+    direct write, a log from before that rule) must not leave the audit clean: the trail orders by it."""
+    data = tmp_path / "data"
+    _, token = CredentialStore(data / "credentials.json").issue("official", name="Bob")
+    (tmp_path / "el.json").write_text(json.dumps(ELECTION))
+    assert _caucus(data, "define", str(tmp_path / "el.json"), token=token).returncode == 0
+    now = datetime.now(UTC)
+    late = {**_report("P3", "from-2099", now), "occurred_at": datetime(2099, 1, 1, tzinfo=UTC).isoformat()}
+    skewed = {**_report("P4", "fast-clock", now), "occurred_at": (now + timedelta(minutes=9)).isoformat()}
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text(json.dumps(late) + "\n" + json.dumps(skewed) + "\n")
+    done = _caucus(data, "log", "append", str(lines), token=token)
+    assert done.returncode == 0, done.stderr
+    audit = _caucus(data, "audit", "--log", "--json", "--code", "OCCURRED_AFTER_RECORDED")
+    found = json.loads(audit.stdout)["findings"]
+    assert [(f["unit_id"], f["severity"], f["result_event_id"]) for f in found] == [("P3", "warn", late["event_id"])]
+    assert "2099-01-01" in found[0]["message"] and found[0]["reported"].startswith("2099-01-01")

@@ -229,7 +229,10 @@ def tally(
     if unit_id is not None:
         t = view.unit(unit_id)
         if t is None:
-            raise fail(f"unit {unit_id!r} has no events projected and is not in the definition", code=1)
+            raise fail(f"unit {unit_id!r} is not in the definition of election {view.context.election_id!r} and has no "
+                       "result; the submissions refused for it are in its trail (caucus trail)", code=1)
+        if county_id is not None and t.county_id != county_id:  # two filters that contradict: say so
+            raise fail(f"unit {unit_id!r} is in county {t.county_id!r}, not {county_id!r} (give one of --unit, --county)")
         from projections.tables import print_unit
 
         emit(unit_document(view, unit_id), as_json, lambda: print_unit(console, view, t))

@@ -89,13 +89,16 @@ class TallyView:
         """The unit's tally; for a defined unit the view holds nothing of, its tally as not reported ("has
         precinct 7 reported?" has an answer: not yet); None for a unit the election does not define."""
         t = self.units.get(unit_id)
-        if t is None and unit_id in self.context.units:
-            t = compute_unit_tally(UnitState(unit_id, self.context.election_id), self.context)
-        return t
+        if unit_id in self.context.units:
+            return t if t is not None else compute_unit_tally(UnitState(unit_id, self.context.election_id), self.context)
+        # not defined: only a result makes it a unit to answer for (refusals naming it are its trail's)
+        return t if t is not None and t.status != "not_reported" else None
 
     def units_in(self, county_id: str) -> list[UnitTally]:
+        """Every unit the definition puts in the county, those that have not reported too (a county's
+        list is how a reader finds who is still out); the sums read ``units`` and are the same."""
         ids = [u.unit_id for u in self.context.units.values() if u.county_id == county_id]
-        return [self.units[i] for i in ids if i in self.units]
+        return [t for t in map(self.unit, ids) if t is not None]
 
     def meta(self) -> dict[str, Any]:
         defn = self.context.state.definition

@@ -27,6 +27,7 @@ def county_document(view: TallyView, county_id: str) -> dict[str, Any]:
 
 
 def unit_document(view: TallyView, unit_id: str) -> dict[str, Any] | None:
-    """One unit's tally, ``not_reported`` for a defined unit with no result yet (None: no such unit)."""
+    """One unit's tally; a defined unit with no result yet is ``not_reported``, as a county lists it, so
+    that "has it reported?" gets an answer rather than a 404 (None: the election has no such unit)."""
     t = view.unit(unit_id)
     return None if t is None else {**view.meta(), "unit": t.to_json()}

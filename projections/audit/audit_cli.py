@@ -151,7 +151,8 @@ def audit_command(
     whose delegates carry no SDEs (a satellite whose weight cannot be computed); CHANGED_AFTER_CERTIFICATION
     (warn) a unit whose current result was recorded after the election's certification. So is how
     records reached the log: DIRECT_WRITE for one an official wrote without the intake, and
-    RECORDED_OUT_OF_ORDER for one dated more than a minute before records appended ahead of it.
+    RECORDED_OUT_OF_ORDER for one dated more than a minute before records appended ahead of it, and
+    OCCURRED_AFTER_RECORDED (warn) for one that says it occurred more than ten minutes after it was recorded.
 
     Exit 0: no error among the findings shown; 1: at least one error; 2: could not audit."""
     if as_json and as_csv:

@@ -11,7 +11,8 @@ before that of records appended earlier, by more than ``TOLERANCE``, rewrote the
 are spooled while the log was out of reach and forwarded later). Appended earlier means by the log's
 own append time where it keeps one (``timestamp_ms`` > 0), across partitions, and by offset within a
 partition always. The importer's records are left out of both: it writes the published releases'
-own times into a log of today, and anyone can check them against the releases.
+own times into a log of today, and anyone can check them against the releases (all three checks leave
+them out).
 
 And an event cannot have happened after it was recorded: an ``occurred_at`` later than its
 ``recorded_at`` by more than a sender's clock may run ahead (``CLOCK_SKEW``) is ``OCCURRED_AFTER_RECORDED``
@@ -134,6 +135,13 @@ def _finding(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], code: s
         candidate=None,
         expected=expected,
         reported=reported,
-        likely_cause="a direct write (caucus log append or caucus simulate write)" if code == "DIRECT_WRITE" or
-        is_direct_writer(writer_of(rec.headers)) else "an event spooled while the log was out of reach, forwarded later",
+        likely_cause=_likely_cause(code, writer_of(rec.headers)),
     )
+
+
+def _likely_cause(code: str, writer: str) -> str:
+    if code == "DIRECT_WRITE" or is_direct_writer(writer):
+        return "a direct write (caucus log append or caucus simulate write)"
+    if code == "OCCURRED_AFTER_RECORDED":
+        return "a sender's clock far ahead, accepted by an intake from before it refused IN_THE_FUTURE"
+    return "an event spooled while the log was out of reach, forwarded later"

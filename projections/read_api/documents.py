@@ -53,7 +53,8 @@ def unit(view: TallyView, text: str) -> dict[str, Any]:
     uid = unit_id_of(view, text)
     doc = unit_document(view, uid)
     if doc is None:
-        raise ReadError(f"unit {uid!r} has no events projected and is not in the definition", 404)
+        raise ReadError(f"unit {uid!r} is not in the definition of election {view.context.election_id!r} and has no "
+                        "result; the submissions refused for it are in its trail", 404)
     return doc
 
 

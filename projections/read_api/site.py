@@ -68,8 +68,8 @@ def add_site(app: FastAPI, reader: ResultsReader, *, max_age: int = 5) -> None:
             county_name = v.context.counties[county_id].name if county_id in v.context.counties else None
             try:
                 trail = documents.trail(reader, v, uid)
-            except ReadError:
-                if doc["unit"]["status"] != "not_reported":
+            except ReadError as exc:
+                if exc.status != 404 or doc["unit"]["status"] != "not_reported":
                     raise
                 trail = {"events": []}  # a defined unit that has not reported yet: its page says so
             return pages.unit_page(doc, trail, documents.audit(v, unit=uid),

@@ -54,12 +54,12 @@ def caucus(tmp_path: Path) -> Run:
     return run
 
 
-def _define(caucus: Run, tmp_path: Path, rule_set: str = "idp-2020") -> str:
+def _define(caucus: Run, tmp_path: Path, rule_set: str = "idp-2020", **changed: Any) -> str:
     code, issued = caucus("credentials", "issue", "--official", "alice", "--json")
     assert code == 0, issued
     token: str = issued["token"]
     path = tmp_path / "el.json"
-    path.write_text(json.dumps({**ELECTION, "rule_set": rule_set, "idempotency_key": f"def-{rule_set}"}))
+    path.write_text(json.dumps({**ELECTION, "rule_set": rule_set, "idempotency_key": f"def-{rule_set}", **changed}))
     code, receipt = caucus("define", str(path), "--token", token, "--json")
     assert code == 0 and receipt["status"] == "accepted", receipt
     return token
@@ -172,7 +172,8 @@ def test_a_worksheet_against_the_toss_is_a_problem_and_an_audit_error(caucus: Ru
 def test_a_defined_unit_that_has_not_reported_answers_not_reported(caucus: Run, tmp_path: Path) -> None:
     """"Has P4 reported?" has an answer, not yet, on the command line and over HTTP alike; a unit the
     definition does not list is still an error (exit 1, 404)."""
-    token = _define(caucus, tmp_path)
+    polk = {"county_id": "polk", "name": "Polk", "sde_ratio": "1/10"}
+    token = _define(caucus, tmp_path, counties=[*ELECTION["counties"], polk])  # type: ignore[list-item]
     code, sent = caucus("report", "--unit", "P2", "--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40",
                         "--token", token, "--json")
     assert code == 0 and sent["status"] == "accepted", sent
@@ -183,6 +184,20 @@ def test_a_defined_unit_that_has_not_reported_answers_not_reported(caucus: Run, 
     assert code == 0 and "P4" in table, table
     code, missing = caucus("tally", "--unit", "P9", "--json")
     assert code != 0 and "P9" in str(missing)
+    # a unit the definition does not list, named only by a refused report: not a unit that "has not reported"
+    code, refused = caucus("report", "--unit", "ZZZ", "--election", "e", "--attendance", "10", "--first", "A=10",
+                           "--final", "A=10", "--token", token, "--json")
+    assert code == 1 and refused["status"] == "rejected", refused
+    assert caucus("project", "--until-caught-up")[0] == 0
+    code, ghost = caucus("tally", "--unit", "ZZZ", "--json")
+    assert code == 1 and "not in the definition" in str(ghost), ghost
+    # the county lists every unit it has, the ones still out too, and its sums are the reported ones'
+    code, lee = caucus("tally", "--county", "lee", "--json")
+    assert code == 0 and [u["unit_id"] for u in lee["units"]] == ["P2", "P4", "P5", "SAT1"], lee
+    assert {u["unit_id"]: u["status"] for u in lee["units"]}["P5"] == "not_reported"
+    assert lee["county"]["units_reporting"] == 1
+    code, contradiction = caucus("tally", "--unit", "P4", "--county", "Polk", "--json")
+    assert code == 2 and "is in county 'lee', not 'polk'" in str(contradiction), contradiction
 
     from fastapi.testclient import TestClient
 
@@ -193,5 +208,7 @@ def test_a_defined_unit_that_has_not_reported_answers_not_reported(caucus: Run, 
         answer = client.get("/api/elections/e/units/P4")
         assert answer.status_code == 200 and answer.json()["unit"] == p4
         assert client.get("/api/elections/e/units/P9").status_code == 404
+        assert client.get("/api/elections/e/units/ZZZ").status_code == 404
+        assert client.get("/api/elections/e/counties/lee").json()["units"] == lee["units"]
         page = client.get("/elections/e/units/P4")
         assert page.status_code == 200 and 'data-field="status">not_reported<' in page.text

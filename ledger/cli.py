@@ -244,8 +244,10 @@ def log_append(
         try:
             doc = json.loads(line)
             event = event_from_json(doc)
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, ArithmeticError) as exc:
-            raise fail(f"line {lineno}: not an event: {type(exc).__name__}: {exc}") from exc
+        except KeyError as exc:
+            raise fail(f"line {lineno}: not an event: it has no field {exc.args[0]!r}") from exc
+        except (ValueError, TypeError, AttributeError, RecursionError, ArithmeticError) as exc:
+            raise fail(f"line {lineno}: not an event: {_unreadable_field(line)}{type(exc).__name__}: {exc}") from exc
         for name in ("occurred_at", "recorded_at"):
             if getattr(event.envelope, name).utcoffset() is None:
                 raise fail(f"line {lineno}: not an event: {name} {doc.get(name)!r} has no UTC offset")
@@ -254,13 +256,6 @@ def log_append(
         docs.append(line)  # its text, parsed again when judged: a parsed line weighs several times its text
     journal = Journal(open_log(settings), writer=writer)
     try:
-        for lineno, event in zip(lines, events):  # a line no encoder can write is an error before it is a refusal
-            try:  # and read back: an instant past year 9999 in UTC was written and made the log unreadable
-                journal.codec.decode(journal.codec.encode(event))
-            except CodecError as exc:
-                raise fail(f"not appended: line {lineno}: {exc}") from exc
-            except (OverflowError, ValueError, TypeError) as exc:  # e.g. a size beyond Avro's long
-                raise fail(f"not appended: line {lineno}: not an event this ledger can write: {type(exc).__name__}: {exc}") from exc
         with intake_turn(settings):  # judged and appended while no intake beside it decides
             before = journal.log.high_watermarks()
             positions = _judged_append(journal, events, lines, docs, _checkpoint_keys(settings, events))
@@ -284,6 +279,40 @@ def log_append(
     emit(out, as_json, human)
 
 
+def _writable(codec: Any, events: list[Any], lines: list[int]) -> None:
+    """Every event encodes and reads back, or nothing is appended: an instant past year 9999 in UTC was
+    once written and made the log unreadable."""
+    from ledger.codec import CodecError
+
+    for lineno, event in zip(lines, events):
+        try:
+            codec.decode(codec.encode(event))
+        except CodecError as exc:
+            raise fail(f"not appended: line {lineno}: {exc}") from exc
+        except (OverflowError, ValueError, TypeError) as exc:  # e.g. a size beyond Avro's long
+            raise fail(f"not appended: line {lineno}: not an event this ledger can write: {type(exc).__name__}: {exc}") from exc
+
+
+def _unreadable_field(line: str) -> str:
+    """Which envelope field a line that did not parse got wrong, when it is one ("" otherwise)."""
+    from datetime import datetime
+
+    try:
+        doc = json.loads(line)
+    except (ValueError, RecursionError):
+        return "not JSON; "
+    if not isinstance(doc, dict):
+        return "a line is one JSON object; "
+    if not isinstance(doc.get("payload"), dict):
+        return "field 'payload' is not an object; "
+    for name in ("occurred_at", "recorded_at"):
+        try:
+            datetime.fromisoformat(str(doc.get(name)))
+        except ValueError:
+            return f"field {name!r} is not an ISO 8601 time; "
+    return ""
+
+
 def _judged_append(journal: Any, events: list[Any], lines: list[int], docs: list[Any], trusted: Any = None) -> list[Any]:
     """``caucus log append``'s check and write: the whole file refused if one event may not be written."""
     from datetime import UTC, datetime
@@ -291,6 +320,8 @@ def _judged_append(journal: Any, events: list[Any], lines: list[int], docs: list
     from producers.direct_writes import REFUSED, refusals
 
     refused = refusals(journal, events, datetime.now(UTC), docs, trusted)
+    if not refused:  # judged first: a count too large for any schema is the intake's TOO_LARGE, a refusal
+        _writable(journal.codec, events, lines)
     if refused:
         more = f"; and {len(refused) - 10} more lines" if len(refused) > 10 else ""
         raise fail(f"refused, nothing appended ({len(refused)} of {len(events)} lines): " + "; ".join(

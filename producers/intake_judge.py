@@ -75,6 +75,18 @@ def _not_yet(occurred_at: datetime | None, now: datetime) -> tuple[Problem, ...]
                     "for a sender's clock)"),)
 
 
+def _filed_under(named: str, unit_id: str, credential: Credential, view: IntakeView) -> str:
+    """The election a command refused unparsed is filed under: the one it names, else its chair's, else
+    the only one with its unit. A toss of 0 seats for a unit is that unit's refusal, in its trail and in
+    its count of refusals; only a command that names no unit anyone has stays unattributed ("")."""
+    if named:
+        return named
+    if credential.role == "chair" and credential.election_id:
+        return credential.election_id
+    holders = view.elections_of_unit(unit_id) if unit_id else []
+    return holders[0] if len(holders) == 1 else ""
+
+
 def _in_credentials_election(command: Any, credential: Credential) -> Any:
     """A chair's command that names no election is about the election the chair's credential names, if
     it names one: a unit id repeated in another election must not make it ambiguous (AMBIGUOUS_ELECTION),
@@ -106,7 +118,8 @@ def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Jud
     if denied is not None:
         return refuse((denied,), actor)
     if parsed.command is None:
-        return refuse((*parsed.errors, *precheck(parsed.data, view)), actor)
+        return refuse((*parsed.errors, *precheck(parsed.data, view)), actor,
+                      _filed_under(parsed.election_id, unit_id, credential, view))
     command = parsed.command
     claim = view.claim(command.idempotency_key)
     election_id: str | None

@@ -230,7 +230,30 @@ CASES: list[tuple[str, Any, str, str]] = [
                                                 schema_version=2), "winners.0", "WINNER_NOT_CONTENDER"),
     ("event id not a UUID", lambda now: _with(_forged("P4", "id", now), event_id="not-a-uuid"), "event_id", "NOT_A_UUID"),
     ("unknown schema version", lambda now: _with(_forged("P4", "ver", now), schema_version=99), "schema_version", "UNKNOWN_VERSION"),
+    # too large for the schema's int (or any long) is, first, too large for the intake: a refusal like 5,000,000
+    ("count beyond a long", lambda now: _forged("P4", "huge", now, **_result(first_alignment={"A": 10**30, "B": 30})),
+     "first_alignment.A", "TOO_LARGE"),
+    ("attendance beyond an int", lambda now: _forged("P4", "int", now, **_result(attendance=2**31)), "attendance", "TOO_LARGE"),
 ]
+
+
+@pytest.mark.parametrize("line,says", [
+    ('{"a": 1}', "it has no field 'type'"),
+    ("not json", "not JSON"),
+    ("[1]", "a line is one JSON object"),
+    ("PAYLOAD_X", "field 'payload' is not an object"),
+    ("RECORDED_GARBAGE", "field 'recorded_at' is not an ISO 8601 time"),
+])
+def test_a_line_that_is_not_an_event_names_what_is_wrong(reported: tuple[Path, str], tmp_path: Path, line: str, says: str) -> None:
+    data, token = reported
+    now = datetime.now(UTC)
+    line = {"PAYLOAD_X": json.dumps({**_forged("P4", "x", now), "payload": "x"}),
+            "RECORDED_GARBAGE": json.dumps({**_forged("P4", "g", now), "recorded_at": "garbage"})}.get(line, line)
+    source = tmp_path / "lines.jsonl"
+    source.write_text(json.dumps(_forged("P4", "fine", now)) + "\n" + line + "\n")
+    done = _caucus(data, "log", "append", str(source), token=token)
+    assert done.returncode == 2 and f"line 2: not an event: {says}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("name,make,field,code", CASES, ids=[c[0] for c in CASES])

@@ -106,6 +106,25 @@ def test_a_refusal_before_attribution_keeps_no_report_out_of_the_count(workspace
     assert [(u["unit_id"], u["type"]) for u in audit["unattributed"]] == [("200002", "SubmissionRejected")]
 
 
+def test_a_command_refused_unparsed_is_filed_under_its_units_election(workspace: Callable[[str], Caucus], tmp_path: Path) -> None:
+    """A toss of 0 seats names its unit: its refusal is that unit's (its trail, its count of refusals), not
+    one "refused before it named an election"; only a sender with no valid credential stays unattributed."""
+    caucus = workspace("refused-unparsed")
+    official = _official(caucus)
+    _define(caucus, tmp_path, official)
+    code, refused = caucus("toss", "200002", "--contender", "Adams,Baker", "--seats", "0", "--winner", "Adams",
+                           "--caller", "Pat", "--token", official, "--json")
+    assert code == 1 and [e["code"] for e in refused["errors"]] == ["TOO_SMALL"], refused
+    code, anonymous = _report(caucus)  # no credential: whose election it is cannot be trusted
+    assert code == 1 and anonymous["errors"]
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    code, trail = caucus("trail", "200002", "--json")
+    assert code == 0 and [e["type"] for e in trail["events"]] == ["SubmissionRejected"], trail
+    assert trail["election_id"] == ELECTION["election_id"]
+    assert [e["type"] for e in trail["unattributed"]] == ["SubmissionRejected"]
+    assert _tally(caucus, "--unit", "200002")["unit"]["rejected"] == 1
+
+
 def test_refusals_around_a_report_and_a_correction_change_no_tally(workspace: Callable[[str], Caucus], tmp_path: Path) -> None:
     """The same accepted history with and without refusals before, between and after: the same tallies."""
     tallies = []

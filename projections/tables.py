@@ -80,6 +80,8 @@ def units_table(units: list[UnitTally], candidates: list[str], title: str, *, wi
         table.add_column(name, justify="right", no_wrap=True)
     for u in sorted(units, key=lambda t: (t.name or "", t.unit_id)):
         shown = [c for c in candidates if u.final.get(c, 0) or u.cds.get(c, 0)] or candidates[:1]
+        if not shown:  # no candidate has a vote in the area yet: the unit still gets its row
+            table.add_row(escape(u.unit_id), escape(u.name or "?"), _status(u), text(u.delegates), "-", "-", "-", "-", end_section=True)
         for i, c in enumerate(shown):
             head = [escape(u.unit_id), escape(u.name or "?"), _status(u), text(u.delegates)] if i == 0 else ["", "", "", ""]
             table.add_row(*head, escape(c), f"{u.final.get(c, 0):,}", f"{u.cds.get(c, 0):,}",
@@ -124,6 +126,10 @@ def print_unit(console: Console, view: TallyView, u: UnitTally) -> None:
     candidates = list(view.context.candidates) or sorted(u.first)
     console.print(unit_table(u, candidates))
     status = u.status + (f" ({u.stage})" if u.stage else "") + (", after certification" if u.after_certification else "")
+    if u.attendance is None and u.result_event_id is None:  # not reported (or only opened): nothing to explain yet
+        console.print(f"status {status}; D {text(u.delegates)} ({u.delegates_source or 'not known yet'}); no result "
+                      f"recorded yet; SDE weight {text(u.sde_weight)}")
+        return
     console.print(
         f"status {status}; D {u.delegates} ({u.delegates_source}); T {u.attendance} ({u.attendance_source}); "
         f"threshold {_thresholds(u)}; official CDs: {u.cds_source}; SDE weight {u.sde_weight}"

@@ -196,6 +196,10 @@ def test_a_defined_unit_that_has_not_reported_answers_not_reported(caucus: Run, 
     assert code == 0 and [u["unit_id"] for u in lee["units"]] == ["P2", "P4", "P5", "SAT1"], lee
     assert {u["unit_id"]: u["status"] for u in lee["units"]}["P5"] == "not_reported"
     assert lee["county"]["units_reporting"] == 1
+    code, table = caucus("tally", "--county", "lee")
+    assert code == 0 and all(f"│ {u} " in table for u in ("P2", "P4", "P5", "SAT1")), table
+    code, table = caucus("tally", "--unit", "P4")
+    assert code == 0 and "no result recorded yet" in table and "None" not in table, table
     code, contradiction = caucus("tally", "--unit", "P4", "--county", "Polk", "--json")
     assert code == 2 and "is in county 'lee', not 'polk'" in str(contradiction), contradiction
 

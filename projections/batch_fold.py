@@ -85,7 +85,7 @@ class FoldTx(Protocol):
 
 def tally_row(state: UnitState, ctx: ElectionContext) -> TallyRow:
     t = compute_unit_tally(state, ctx)
-    return TallyRow(state.unit_id, state.election_id, t.county_id, t.status, ctx.key, t.dumps())
+    return TallyRow(state.unit_id, state.election_id, t.county_id, t.status, ctx.key, t.dumps(), t)
 
 
 @dataclass(slots=True)
@@ -190,7 +190,7 @@ class BatchFolder:
         positions = {p: PositionRow(p, off + 1, at.isoformat()) for p, (off, at) in last.items()}
         changes.positions = list(positions.values())
         changes.elections = [ElectionRow(e, s.revision or "", s.dumps()) for e, s in changed.items()]
-        changes.units = [UnitRow(st.unit_id, st.election_id, p, st.dumps()) for p, st in units.values()]
+        changes.units = [UnitRow(st.unit_id, st.election_id, p, st.dumps(), st.events) for p, st in units.values()]
         changes.history = history_rows(folded.bounds, changes.units, changes.elections)
 
         def context(eid: str) -> ElectionContext:

@@ -79,6 +79,7 @@ from projections.feed_events import (
     tally_version,
     unit_event,
 )
+from projections.feed_fresh import FreshRows
 from projections.reducers import ElectionState
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError, UnitKey
 from projections.tally import ElectionContext, UnitTally, election_context
@@ -191,6 +192,7 @@ class FeedPublisher:
         self._unit_events: dict[str, dict[str, int]] = {}  # election id -> unit id -> events applied
         self._sums: dict[str, ElectionSums] = {}
         self._expected: dict[int, int] | None = None  # positions of the last snapshot, plus our own commits since
+        self._fresh = FreshRows()  # what those commits wrote (``feed_fresh``)
         self._published: dict[str, str] = {}  # latest key -> event id of the record the latest view holds
 
     # -- hooks --------------------------------------------------------------------------------
@@ -206,6 +208,7 @@ class FeedPublisher:
         # version moves all the same: publishing them keeps a republished copy at the same version).
         self._pending.units.update((row.election_id, row.unit_id) for row in changes.tallies)
         self._pending.units.update((row.election_id, row.unit_id) for row in changes.units)
+        self._fresh.note(changes)
         if changes.elections:
             self._pending.everything = True  # definition or certification: every area's sums may move
         if self._expected is not None:
@@ -399,15 +402,21 @@ class FeedPublisher:
                 self._election_events = {e: s.events for e, s in elections.items()}
                 self._revisions = revisions
             wanted = None if reload else pending.units
-            rows = r.tallies() if wanted is None else r.tallies(keys=wanted)
-            states = r.unit_states() if wanted is None else r.unit_states(wanted)
+            fresh, self._fresh = self._fresh, FreshRows()
+            if wanted is not None and fresh.covers(wanted):  # the store holds just what we committed
+                rows = {key: fresh.tallies[key] for key in wanted if key in fresh.tallies}
+                counts = {key: fresh.events[key] for key in wanted}
+            else:
+                rows = r.tallies() if wanted is None else r.tallies(keys=wanted)
+                states = r.unit_states() if wanted is None else r.unit_states(wanted)
+                counts = {key: int(json.loads(row.state).get("events", 0)) for key, row in states.items()}
         if reload:
             self._tallies, self._unit_events, self._sums = {}, {}, {}
-        before = {(e, u): (self._tallies.get(e, {}).get(u), self._unit_events.get(e, {}).get(u, 0)) for e, u in {*rows, *states}}
+        before = {(e, u): (self._tallies.get(e, {}).get(u), self._unit_events.get(e, {}).get(u, 0)) for e, u in {*rows, *counts}}
         for (eid, uid), row in rows.items():
-            self._tallies.setdefault(eid, {})[uid] = UnitTally.loads(row.tally)
-        for (eid, uid), srow in states.items():
-            self._unit_events.setdefault(eid, {})[uid] = int(json.loads(srow.state).get("events", 0))
+            self._tallies.setdefault(eid, {})[uid] = row.parsed if row.parsed is not None else UnitTally.loads(row.tally)
+        for (eid, uid), count in counts.items():
+            self._unit_events.setdefault(eid, {})[uid] = count
         self._expected = dict(positions)
         return reload, before, positions
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 __all__ = [
     "StoreError",
@@ -93,6 +93,9 @@ class UnitRow:
     election_id: str
     partition: int
     state: str
+    events: int | None = field(default=None, compare=False)
+    """The state's event count, when the runner that wrote the row still knows it: the results feed
+    needs only that number of a state it would otherwise parse back whole (not stored: it is in ``state``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,9 @@ class TallyRow:
     status: str
     context: str
     tally: str
+    parsed: Any = field(default=None, compare=False, repr=False)
+    """The ``UnitTally`` that ``tally`` is the JSON of, when the runner that computed it still holds it:
+    the results feed publishes it without parsing it back (not stored)."""
 
 
 @dataclass(frozen=True, slots=True)

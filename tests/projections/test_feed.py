@@ -278,3 +278,42 @@ def test_feed_on_kafka_with_postgres(
         store.close()
     assert _latest(first) == expected
     assert sum(1 for k in expected if k[1] == "unit") == len({e.unit_id for e in events if e.unit_id})
+
+
+def test_the_feed_publishes_the_same_from_its_own_commits_as_from_the_store(
+    support: ModuleType, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """``feed_fresh``: the tallies the runner just committed stand in for reading them back from the
+    store. Publishing from the store every time (the shortcut off) must give the very same records."""
+    from projections.feed_fresh import FreshRows
+    from projections.stores.sqlite import SqliteStore
+
+    events = support.election_log(60, corrections=3, rejections=2)
+
+    def published(name: str) -> list[dict[str, Any]]:
+        data = tmp_path / name
+        log = SqliteLog(data / "log.sqlite3", partitions=8)
+        Journal(log).append_batch(events)
+        settings = Settings(data_dir=data)
+        store = SqliteStore(data / "store.sqlite3")
+        info = serving_set(store, settings)
+        runner = ProjectionRunner(store, info.set_id, EmbeddedSource(SqliteLog(log.path)), batch_size=7, poll_timeout=0.01)
+        publisher = FeedPublisher(store, info, open_results_log(settings), catch_up_interval=0).attach(runner)
+        runner.run(until_caught_up=True)
+        publisher.flush()
+        assert publisher.stats.failures == 0
+        lines = [feed_json(e) for e in _feed(open_results_log(settings))]
+        return [{k: v for k, v in line.items() if k not in ("published_at", "event_id")} for line in lines]
+
+    used: list[bool] = []
+    covers = FreshRows.covers
+
+    def counted(self: FreshRows, keys: Any) -> bool:
+        used.append(covers(self, keys))
+        return used[-1]
+
+    monkeypatch.setattr(FreshRows, "covers", counted)
+    shortcut = published("shortcut")
+    assert sum(used) >= 5, "the runner's own commits were never used"
+    monkeypatch.setattr(FreshRows, "covers", lambda self, keys: False)
+    assert shortcut == published("from-store")

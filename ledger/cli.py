@@ -34,7 +34,7 @@ from ledger.cli_output import (
     settings_of,
 )
 from ledger.config import open_log
-from ledger.log.port import LogError
+from ledger.log.port import LogError, LogLostError
 
 __all__ = ["app", "main", "command", "settings_of", "emit", "fail", "JsonOption", "loaded_settings"]
 
@@ -465,6 +465,10 @@ def main(argv: list[str] | None = None) -> None:
     except click_errors.ClickException as exc:
         print_error(exc.format_message(), exc.exit_code, as_json=as_json, kind="usage")
         sys.exit(exc.exit_code)
+    except LogLostError as exc:  # whatever command met it: README's exit 3, not an operational 2
+        log.debug("log lost", exc_info=True)
+        print_error(_describe(exc), 3, as_json=as_json, kind="LogLostError")
+        sys.exit(3)
     except _operational_errors() as exc:
         log.debug("operational error", exc_info=True)
         print_error(_describe(exc), 2, as_json=as_json, kind=type(exc).__name__)

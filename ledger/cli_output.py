@@ -160,6 +160,13 @@ def emit(data: Any, as_json: bool, human: Callable[[], None] | None = None) -> N
 
 
 def fail(message: str, code: int = 2, *, kind: str = "") -> typer.Exit:
-    """Print the error (as JSON under --json, see ``ledger.cli_output``) and return the Exit to raise."""
+    """Print the error (as JSON under --json, see ``ledger.cli_output``) and return the Exit to raise.
+    Called while a lost log is being handled, an operational error is exit 3, as the README says of a
+    lost log, whatever words the command wraps it in (each command catches ``LogError`` its own way)."""
+    from ledger.log.port import LogLostError
+
+    handling = sys.exc_info()[1]
+    if code == 2 and isinstance(handling, LogLostError):
+        code, kind = 3, kind if kind not in ("", "operational") else "LogLostError"
     print_error(message, code, as_json=wants_json(), kind=kind)
     return typer.Exit(code)

@@ -89,7 +89,9 @@ class _Retrier:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        waited = 0.0
+        # The first snapshot comes at the first wake, not a minute in: a command run beside the service
+        # checks the log against the snapshot, and without one it cannot tell a lost log from a new one.
+        waited = self.snapshot_every
         while not self._stop.wait(self.every):
             waited += self.every
             try:
@@ -278,7 +280,10 @@ def _add_read_routes(app: FastAPI, intake: Intake, store: CredentialStore, retry
             )
         # A refusal that carried no key is filed under no key: "" asks for none of them (it answered
         # with whichever keyless refusal came last).
-        found = await run_in_threadpool(intake.lookup, idempotency_key, sender) if idempotency_key.strip() else None
+        try:
+            found = await run_in_threadpool(intake.lookup, idempotency_key, sender) if idempotency_key.strip() else None
+        except LogError as exc:  # the log was lost: no receipt can be confirmed until `caucus intake rebuild`
+            return unavailable(exc)
         if found is None:  # also when it is not this sender's: a receipt is its sender's and officials' only
             return JSONResponse({"status": "unknown", "idempotency_key": idempotency_key}, status_code=404)
         return JSONResponse(found.to_json(), status_code=200)

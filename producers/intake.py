@@ -87,6 +87,15 @@ def intake_dir(settings: Settings) -> Path:
     return backends_for(settings).intake_dir()
 
 
+class IntakeLogLost(LogLostError):
+    """The intake's state describes a log that was lost: it decides nothing, and confirms no receipt,
+    until ``caucus intake rebuild`` accepts the log as it now is (a lost log is exit 3, as elsewhere)."""
+
+    def __init__(self, why: str) -> None:
+        LogError.__init__(self, f"the log was lost: {why}")
+        self.partition = self.expected = self.high_watermark = -1
+
+
 class Intake:
     """See the module docstring. ``connect`` opens the log; if it cannot (the broker is down), it is
     called again on later commands, so an intake started during an outage writes once the log is back."""
@@ -118,6 +127,7 @@ class Intake:
         self._verified = False
         self.log_lost: str | None = None
         self._lost_stamp: tuple[int, int, int] | None = None
+        self._generation = 0  # of the snapshot this state continues (``SnapshotFile.generation``)
         self.last_log_error: str | None = None
         self.started = False
         self._snapshot = SnapshotFile(self.workdir / "state.json", name)
@@ -139,6 +149,7 @@ class Intake:
             loaded = self._load_snapshot()
             self.state = loaded or IntakeState()
             self._saved_applied = loaded.applied if loaded is not None else -1
+            self._generation = self._snapshot.generation()
             self._rebuild_overlay()
             self._catch_up()
             self.started = True
@@ -231,8 +242,9 @@ class Intake:
         if self.log_lost is None:
             return True
         stamp = self._snapshot.stamp()
-        if stamp is None or stamp == self._lost_stamp:
-            return False
+        if stamp is None or stamp == self._lost_stamp or self._snapshot.generation() <= self._generation:
+            return False  # not rebuilt: a command run beside it folded the lost log as if it were new
+        self._generation = self._snapshot.generation()
         loaded = self._load_snapshot()
         if loaded is None:
             return False
@@ -359,7 +371,7 @@ class Intake:
     def _refresh(self, arrived: float | None = None) -> None:
         """Catch up, unless one that began after the command ``arrived`` covers it (``intake_lock``)."""
         if not self._take_rebuilt_state():
-            raise LogError(f"the log was lost: {self.log_lost}")
+            raise IntakeLogLost(self.log_lost or "")
         if self.spool.stamp != self._overlay_stamp:
             self._rebuild_overlay()  # another process (a CLI beside the service) changed the spool
         online = (arrived is not None and self._verified and self._lock.covers(arrived)) or self._catch_up()
@@ -410,7 +422,9 @@ class Intake:
             try:
                 self._refresh()
             except LogError:
-                pass  # answer from what is known
+                if self.log_lost is not None:
+                    raise  # the receipt may name an event the log no longer holds: not "accepted" now
+                # out of reach: answer from what is known (it was in the log when last read)
             return answer(self._view(), self.state, key, reader)
 
     def status(self) -> dict[str, Any]:
@@ -450,7 +464,7 @@ class Intake:
                 return False
             picture = self.state.to_snapshot()
             applied = self.state.applied
-        self._snapshot.write(picture, self._clock())
+        self._snapshot.write(picture, self._clock(), self._generation)
         self._saved_applied = applied
         return True
 
@@ -461,6 +475,7 @@ class Intake:
             self.state = IntakeState()
             self.log_lost = None
             self._lost_stamp = None
+            self._generation = max(self._generation, self._snapshot.generation()) + 1
             if not self._catch_up():
                 raise LogUnavailableError(self.last_log_error or "the log is out of reach")
             took = time.perf_counter() - began

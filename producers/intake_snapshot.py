@@ -40,8 +40,19 @@ class SnapshotFile:
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             return None, f"snapshot {self.path} ignored: {exc}"
 
-    def write(self, picture: dict[str, Any], saved_at: datetime) -> None:
-        body = json.dumps({"log": self.log_name, "saved_at": saved_at.isoformat(), "state": picture})
+    def generation(self) -> int:
+        """How many times ``caucus intake rebuild`` accepted the log as it is: a running intake that found
+        its log lost takes up a snapshot of a later generation only, never one an ordinary command wrote
+        (that command saw the lost log as a new one and could not tell)."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return 0
+        value = data.get("generation", 0) if isinstance(data, dict) and data.get("log") == self.log_name else 0
+        return value if isinstance(value, int) else 0
+
+    def write(self, picture: dict[str, Any], saved_at: datetime, generation: int = 0) -> None:
+        body = json.dumps({"log": self.log_name, "saved_at": saved_at.isoformat(), "generation": generation, "state": picture})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f"state.{os.getpid()}.{threading.get_ident()}.tmp")
         create_private(tmp)  # private like the log it describes (ledger.files)

@@ -176,6 +176,13 @@ def test_a_running_intake_recovers_from_a_lost_log_when_it_is_rebuilt(ops: Modul
         assert lost.status_code == 503 and "lost" in lost.json()["message"]
         assert httpx.get(f"{base}/ready", timeout=30).status_code == 503
         assert _metric(httpx.get(f"{base}/metrics").text, "caucus_intake_log_lost") == 1
+        # a command run beside it (which may fold the refilled log as a new one and save a snapshot) does not
+        # end the service's "log lost", and a receipt of the lost log is not confirmed
+        beside = ops.run(["intake", "status", "--json"], cwd=tmp_path, env=env, timeout=120)
+        assert beside.returncode in (0, 3), beside.stderr
+        receipt = httpx.get(f"{base}/receipts/d", headers=auth, timeout=30)
+        assert receipt.status_code == 503 and "lost" in receipt.json()["message"], receipt.text
+        assert httpx.get(f"{base}/ready", timeout=30).status_code == 503
         ops.ok(ops.run(["intake", "rebuild"], cwd=tmp_path, env=env, timeout=120))
         again = httpx.post(f"{base}/elections", json={**ELECTION, "idempotency_key": "d2"}, headers=auth, timeout=60)
         assert again.status_code == 201, again.text

@@ -266,6 +266,28 @@ def test_a_state_that_no_longer_matches_the_log_is_reported(defined: Outcome, in
     assert make_intake(intake.workdir).state.applied == 1
 
 
+@pytest.mark.parametrize("log_kind", ["embedded"])
+def test_only_a_rebuild_ends_a_lost_log_for_a_running_intake(defined: Outcome, intake: Intake, connect: Any,
+                                                              official: Credential, fm5: dict[str, Any]) -> None:  # fmt: skip
+    """A command run beside a service whose log was lost folds the (refilled) log as a new one and saves
+    its snapshot: that must not end the service's "log lost", nor may a lost log confirm a receipt;
+    only ``caucus intake rebuild`` (a snapshot of a later generation) does."""
+    from ledger.log.port import LogError, LogLostError
+
+    intake._lost("partition 0 no longer holds the event the intake last applied there")  # as a refill is found
+    beside = Intake(connect, intake.workdir, name="test-log").start()  # e.g. `caucus intake status`
+    beside.save_snapshot(force=True)
+    beside.close()
+    with pytest.raises(LogLostError, match="lost"):
+        intake.submit(Submission(CommandKind.OPEN, json.dumps({"attendance": 91}), official, unit_id="FM5", idempotency_key="o"))
+    with pytest.raises(LogError, match="lost"):
+        intake.lookup(defined.to_json()["idempotency_key"] or "", official)
+    assert intake.log_lost is not None
+    Intake(connect, intake.workdir, name="test-log").rebuild()
+    opened = intake.submit(Submission(CommandKind.OPEN, json.dumps({"attendance": 91}), official, unit_id="FM5", idempotency_key="o"))
+    assert opened.accepted and intake.log_lost is None
+
+
 def test_a_command_after_the_certification_is_accepted_with_a_warning_that_says_so(
     defined: Outcome, send: Send, fm5: dict[str, Any], connect: Callable[[], Any], intake: Intake,
     make_intake: Callable[..., Intake], official: Credential, logged: Logged,

@@ -310,14 +310,16 @@ def test_a_number_no_encoder_can_write_is_named_not_an_internal_error(reported: 
             "idempotency_key": "cert", "occurred_at": now, "recorded_at": now, "schema_version": 1,
             "type": "UnitOpened", "payload": {"attendance": 2**70}}
     done = _append(data, token, tmp_path, {**cert, "unit_id": "P4"})
-    assert done.returncode == 2 and "line 1" in done.stderr and "attendance" in done.stderr, done.stderr
+    # judged before it is encoded: too large for the intake first, a refusal naming the field and the rule
+    assert done.returncode == 1 and "line 1" in done.stderr and "attendance: TOO_LARGE" in done.stderr, done.stderr
     zero = bytes(32).hex()
     huge = {**cert, "type": "CheckpointSigned", "schema_version": 3, "election_id": "", "payload": {
         "tree_size": 2**70, "root_hash": zero, "key_id": "0" * 16, "public_key": zero, "signature": bytes(64).hex(),
         "scope": "", "partition_sizes": [2**70], "partition_roots": [zero], "timestamp_micros": 0, "column_roots": [],
         "column_signature": ""}}
     done = _append(data, token, tmp_path, huge)
-    assert done.returncode == 2 and "line 1" in done.stderr and "internal error" not in done.stderr, done.stderr
+    assert done.returncode == 1 and "line 1" in done.stderr and "CHECKPOINT_MALFORMED" in done.stderr, done.stderr
+    assert "internal error" not in done.stderr
     for blank in ("\u00a0\u200b", "\u3164"):  # a Hangul filler is a letter by its category, blank on screen
         invisible = {**cert, "type": "ResultsCertified", "payload": {"authority": blank, "statement": ""}}
         done = _append(data, token, tmp_path, invisible)

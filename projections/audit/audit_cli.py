@@ -28,6 +28,7 @@ from projections.audit.record_checks import log_record_findings
 from projections.audit.codes import AUDIT_CODES
 from ledger.caucus_math import CaucusMathError
 from projections.queries import QueryError, find_county, load_view
+from projections.wiring import check_source
 from projections.stores.port import EventRow, StoreError
 from projections.tally import ElectionContext
 
@@ -79,18 +80,20 @@ def run_audit(
     from projections.stores import open_store
 
     store = open_store(settings, read_only=True)
+    log = open_log(settings, read_only=True)
     try:
         view = load_view(store, election_id=election_id)
+        # the record checks read the configured log: of another log (one lost and made again) they would
+        # find nothing to say, and "no findings" over a projection that log no longer holds
+        identity = f"log:{log.log_id}" if log.log_id is not None else "a log with no id"
+        check_source(view.set, store, settings, identity)
         where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
         with store.reader(view.set.set_id) as reader:
             loose = reader.unattributed()
-    finally:
-        store.close()
-    log = open_log(settings, read_only=True)
-    try:
         records = log_record_findings(log, view.context)
     finally:
         log.close()
+        store.close()
     meta = {"projection": view.meta()}
     report = audit_tallies(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta)
     return _with(report, records), view.context, loose

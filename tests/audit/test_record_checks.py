@@ -93,3 +93,20 @@ def test_an_event_that_says_it_occurred_after_it_was_recorded_is_flagged(tmp_pat
     found = json.loads(audit.stdout)["findings"]
     assert [(f["unit_id"], f["severity"], f["result_event_id"]) for f in found] == [("P3", "warn", late["event_id"])]
     assert "2099-01-01" in found[0]["message"] and found[0]["reported"].startswith("2099-01-01")
+
+
+def test_the_audit_of_a_projection_refuses_a_log_it_was_not_built_from(tmp_path: Path) -> None:
+    """The record checks read the configured log: over a log lost and made again they found nothing, and
+    the audit said "no findings" about a projection that log no longer holds."""
+    data = tmp_path / "data"
+    _, token = CredentialStore(data / "credentials.json").issue("official", name="Bob")
+    (tmp_path / "el.json").write_text(json.dumps(ELECTION))
+    assert _caucus(data, "define", str(tmp_path / "el.json"), token=token).returncode == 0
+    assert _caucus(data, "project", "--until-caught-up").returncode == 0
+    assert _caucus(data, "audit", "--json").returncode == 0
+    for suffix in ("", "-wal", "-shm"):
+        (data / f"log.sqlite3{suffix}").unlink(missing_ok=True)
+    SqliteLog(data / "log.sqlite3").close()  # made again: empty, with an id of its own
+    done = _caucus(data, "audit", "--json")
+    assert done.returncode == 2 and "another log" in json.loads(done.stderr)["error"]["message"], done.stderr
+    assert done.stdout == ""

@@ -104,15 +104,18 @@ def test_spooled_while_down_forwarded_once_when_back(
     assert [type(le.event.payload) for le in sorted(fm5_part, key=lambda le: le.position.offset)][-1] is ResultCorrected
     assert set(order) == set(pending)
     assert not intake.spool.path.exists() and list((intake.spool.path.parent / "archive").iterdir())
-    found = intake.lookup("e01")
-    assert isinstance(found, Receipt) and found.status == "accepted" and found.position is not None
     if log_kind == "kafka":
-        # the broker came back empty: what was appended before the outage is gone, and the intake says so
+        # the broker came back empty: what was appended before the outage is gone, and the intake says so;
+        # until a rebuild it confirms no receipt either (one of the lost log's could name a vanished event)
         assert report.event_id not in counts
         assert intake.log_lost is not None
         with pytest.raises(LogError, match="lost"):
             send(CommandKind.OPEN, json.dumps({"attendance": 10}), unit="E10", key="after")
+        with pytest.raises(LogError, match="lost"):
+            intake.lookup("fm5")
     else:
+        found = intake.lookup("e01")
+        assert isinstance(found, Receipt) and found.status == "accepted" and found.position is not None
         assert counts[report.event_id] == 1
         after = send(CommandKind.OPEN, json.dumps({"attendance": 10}), unit="E10", key="after")
         assert isinstance(after, Receipt) and after.status == "accepted"

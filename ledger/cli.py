@@ -320,14 +320,13 @@ def _judged_append(journal: Any, events: list[Any], lines: list[int], docs: list
     from producers.direct_writes import REFUSED, refusals
 
     refused = refusals(journal, events, datetime.now(UTC), docs, trusted)
-    if not refused:  # judged first: a count too large for any schema is the intake's TOO_LARGE, a refusal
-        _writable(journal.codec, events, lines)
     if refused:
         more = f"; and {len(refused) - 10} more lines" if len(refused) > 10 else ""
         raise fail(f"refused, nothing appended ({len(refused)} of {len(events)} lines): " + "; ".join(
             f"line {lines[i]} ({events[i].type} {events[i].event_id}): "
             + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in refused[:10]
         ) + more, REFUSED, kind="refused")
+    _writable(journal.codec, events, lines)  # after judging: a count too large for any schema is TOO_LARGE above
     return list(journal.append_batch(events))
 
 

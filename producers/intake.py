@@ -146,10 +146,9 @@ class Intake:
     def start(self) -> Intake:
         """Load the snapshot (if it is this log's), catch up with the log, pick up the spool."""
         with self._locked():
-            loaded = self._load_snapshot()
+            loaded, self._generation = self._load_snapshot()
             self.state = loaded or IntakeState()
             self._saved_applied = loaded.applied if loaded is not None else -1
-            self._generation = self._snapshot.generation()
             self._rebuild_overlay()
             self._catch_up()
             self.started = True
@@ -242,12 +241,13 @@ class Intake:
         if self.log_lost is None:
             return True
         stamp = self._snapshot.stamp()
-        if stamp is None or stamp == self._lost_stamp or self._snapshot.generation() <= self._generation:
-            return False  # not rebuilt: a command run beside it folded the lost log as if it were new
-        self._generation = self._snapshot.generation()
-        loaded = self._load_snapshot()
-        if loaded is None:
+        if stamp is None or stamp == self._lost_stamp:
             return False
+        self._lost_stamp = stamp  # looked at: read again only once it changes, not on every command
+        loaded, generation = self._load_snapshot()
+        if loaded is None or generation <= self._generation:
+            return False  # not rebuilt: a command run beside it folded the lost log as if it were new
+        self._generation = generation
         log.warning("the intake's state was rebuilt by another process (%s); going on with it", self.snapshot_path)
         self.state = loaded
         self._saved_applied = loaded.applied
@@ -448,11 +448,11 @@ class Intake:
 
     # -- snapshots ----------------------------------------------------------------------------------------
 
-    def _load_snapshot(self) -> IntakeState | None:
-        loaded, problem = self._snapshot.load()
+    def _load_snapshot(self) -> tuple[IntakeState | None, int]:
+        loaded, problem, generation = self._snapshot.load()
         if problem is not None:
             self.last_log_error = problem
-        return loaded
+        return loaded, generation
 
     def save_snapshot(self, *, force: bool = False, min_new: int = 1) -> bool:
         """Write the state (log-derived part only) if at least ``min_new`` events were applied since the

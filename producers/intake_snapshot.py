@@ -25,31 +25,37 @@ class SnapshotFile:
         self.path = path
         self.log_name = log_name
 
-    def load(self) -> tuple[IntakeState | None, str | None]:
-        """The state saved for this log, or None with why it was ignored (None: there was none)."""
+    def load(self) -> tuple[IntakeState | None, str | None, int]:
+        """The state saved for this log, or None with why it was ignored (None: there was none), and the
+        snapshot's generation: how many times ``caucus intake rebuild`` accepted the log as it is. A running
+        intake that found its log lost takes up a snapshot of a later generation only, never one an
+        ordinary command wrote (that command saw the lost log as a new one and could not tell). Read in
+        the same pass as the state: a snapshot of a whole election is megabytes of JSON."""
+        data = self._read()
+        if isinstance(data, str):
+            return None, data, 0
+        if data is None or data.get("log") != self.log_name:
+            return None, None, 0
+        generation = data.get("generation", 0)
+        generation = generation if isinstance(generation, int) else 0
+        try:
+            return IntakeState.from_snapshot(data["state"]), None, generation
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            return None, f"snapshot {self.path} ignored: {exc}", generation
+
+    def generation(self) -> int:
+        """The generation alone (``load``), for a rebuild that replaces the state anyway."""
+        return self.load()[2]
+
+    def _read(self) -> dict[str, Any] | str | None:
+        """The snapshot's document, None if there is none, or why it cannot be read."""
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            return None, None
+            return None
         except (OSError, ValueError) as exc:
-            return None, f"snapshot {self.path} ignored: {exc}"
-        if data.get("log") != self.log_name:
-            return None, None
-        try:
-            return IntakeState.from_snapshot(data["state"]), None
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
-            return None, f"snapshot {self.path} ignored: {exc}"
-
-    def generation(self) -> int:
-        """How many times ``caucus intake rebuild`` accepted the log as it is: a running intake that found
-        its log lost takes up a snapshot of a later generation only, never one an ordinary command wrote
-        (that command saw the lost log as a new one and could not tell)."""
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return 0
-        value = data.get("generation", 0) if isinstance(data, dict) and data.get("log") == self.log_name else 0
-        return value if isinstance(value, int) else 0
+            return f"snapshot {self.path} ignored: {exc}"
+        return data if isinstance(data, dict) else f"snapshot {self.path} ignored: not a JSON object"
 
     def write(self, picture: dict[str, Any], saved_at: datetime, generation: int = 0) -> None:
         body = json.dumps({"log": self.log_name, "saved_at": saved_at.isoformat(), "generation": generation, "state": picture})

@@ -169,7 +169,10 @@ def intake_status(ctx: typer.Context, as_json: bool = StatusJson) -> None:
 
 
 def intake_rebuild(ctx: typer.Context, as_json: bool = RebuildJson) -> None:
-    """Drop the intake's snapshot and fold the whole log again (after a log was lost and refilled)."""
+    """Drop the intake's snapshot and fold the whole log again (after a log was lost and refilled).
+
+    Events spooled while the log was lost wait for this: restore the log first (`caucus log append`
+    from a copy), rebuild, then flush; they are judged again against the log as it then is."""
     intake = Intake.for_settings(settings_of(ctx))
     try:
         data = intake.rebuild()
@@ -177,7 +180,11 @@ def intake_rebuild(ctx: typer.Context, as_json: bool = RebuildJson) -> None:
         raise fail(str(exc)) from exc
     finally:
         intake.close()
-    emit(data, as_json, lambda: typer.echo(f"rebuilt from {data['events_applied']} events in {data['seconds']} s"))
+    waiting = data["spooled_waiting"]
+    emit(data, as_json, lambda: typer.echo(
+        f"rebuilt from {data['events_applied']} events in {data['seconds']} s"
+        + (f"; {waiting} spooled event(s) are judged against it on the next `caucus spool flush` (or by the "
+           "running service)" if waiting else "")))
 
 
 def serve_intake(

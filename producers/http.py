@@ -34,7 +34,7 @@ from ledger.events import Channel
 from ledger.log.port import LogError
 from producers.commands import CommandKind, json_schema
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
-from producers.intake import MAX_BODY, Intake
+from producers.intake import MAX_BODY, Intake, IntakeLogLost
 from producers.intake_metrics import IntakeMetrics, instrument
 from producers.outcomes import Receipt, Submission
 from producers.spool import SpoolError
@@ -97,6 +97,11 @@ class _Retrier:
             try:
                 if self.intake.spool.pending():
                     self.intake.flush()
+            except IntakeLogLost:
+                pass  # the spool waits for a rebuild; /ready and /health already say the log was lost
+            except Exception as exc:  # noqa: BLE001 - keep retrying; the error is visible in /health
+                self.intake.last_log_error = f"background retry: {type(exc).__name__}: {exc}"
+            try:
                 if waited >= self.snapshot_every:
                     waited = 0.0
                     if self.intake.log_lost is None:

@@ -355,15 +355,22 @@ class Intake:
         return FlushReport(forwarded, rejected, present, len(self.spool.pending()), error)
 
     def flush(self) -> FlushReport:
-        """Forward the spool now (``caucus spool flush``, the HTTP service's retry loop)."""
+        """Forward the spool now (``caucus spool flush``, the HTTP service's retry loop). Not into a lost
+        log: the spooled events were judged against the log that was lost, and forwarded into the log as
+        it now is they would land without what they rest on (a report without its unit's definition, a
+        correction without the report it replaces). They wait, kept, for ``caucus intake rebuild`` (after
+        the operator has restored the log), and are then judged again against the rebuilt state."""
         with self._locked():
             waiting = len(self.spool.pending())
             if not waiting:
                 return FlushReport(0, 0, 0, 0)
+            kept = f"; the {waiting} spooled event(s) stay in the spool until then"
+            if not self._take_rebuilt_state():
+                raise IntakeLogLost(f"{self.log_lost}{kept}")
             try:
                 online = self._catch_up(force=True)
             except LogLostError:
-                online = True  # forward anyway: the events were accepted and belong in the log as it now is
+                raise IntakeLogLost(f"{self.log_lost}{kept}") from None
             if not online:
                 return FlushReport(0, 0, 0, waiting, self.last_log_error)
             return self._forward(force=True)
@@ -480,4 +487,5 @@ class Intake:
                 raise LogUnavailableError(self.last_log_error or "the log is out of reach")
             took = time.perf_counter() - began
             self.save_snapshot(force=True)
-            return {"events_applied": self.state.applied, "seconds": round(took, 3), "positions": self.state.positions}
+            return {"events_applied": self.state.applied, "seconds": round(took, 3), "positions": self.state.positions,
+                    "spooled_waiting": len(self.spool.pending())}

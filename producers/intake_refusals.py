@@ -8,11 +8,10 @@ what the sender hears (``intake_judge.Judgment.answer``).
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import datetime
 from typing import Any
 
-from ledger.events import Channel, Event, Problem, SubmissionRejected, new_event
+from ledger.events import Channel, Event, Problem, SubmissionRejected, new_event, new_event_id
 from ledger.render import event_to_json
 from producers.commands import claimable
 from producers.intake_state import rejection_key
@@ -40,7 +39,7 @@ def rejection_event(
     raw_bytes: bytes = b"",
 ) -> Event[SubmissionRejected]:
     """The record of a refusal (see module docstring)."""
-    event_id = str(uuid.uuid4())
+    event_id = new_event_id()
     return new_event(
         SubmissionRejected(
             command=escaped(command, 200), raw_input=raw, errors=recordable(errors), sender=escaped(sender, 200), raw_bytes=raw_bytes

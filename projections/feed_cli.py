@@ -147,13 +147,19 @@ def subscribe(
         start = keeper.start(dedupe) if keeper is not None else None
         if latest:
             before = dict(dedupe.seen)  # a group's: what it printed before is not printed again
-            view_from = _print_latest(settings, log, dedupe, lambda e: _wanted(e, unit, county, election, checkpoints_only))
-            printed = sum(1 for k, v in dedupe.seen.items() if before.get(k) != v)
+            view_from = _print_latest(settings, log, dedupe, lambda e: _wanted(e, unit, county, election, checkpoints_only),
+                                      max_lines)
+            changed = {k: v for k, v in dedupe.seen.items() if before.get(k) != v}
+            printed = len(changed)
+            if view_from is None:  # --max cut the view short: a group keeps its place, and what it printed
+                if keeper is not None:
+                    keeper.save(start or {}, changed)
+                return
             # a group that had read past the view's position printed every version up to there already
             start = {p: max(o, (start or {}).get(p, 0)) for p, o in view_from.items()}
             positions = dict(start)
             if keeper is not None:
-                keeper.save(positions, {k: v for k, v in dedupe.seen.items() if before.get(k) != v})
+                keeper.save(positions, changed)
             if not follow or stop():
                 return
         if start is None:
@@ -191,9 +197,10 @@ def subscribe(
         log.close()
 
 
-def _print_latest(settings: Any, log: EventLog, dedupe: FeedDeduper, wanted: Any) -> dict[int, int]:
-    """Print the latest view's tally of every key ``wanted`` (state, counties, units; by key), note
-    their versions in ``dedupe``; returns the change-stream position the view covers."""
+def _print_latest(settings: Any, log: EventLog, dedupe: FeedDeduper, wanted: Any, limit: int | None) -> dict[int, int] | None:
+    """Print the latest view's tally of every key ``wanted`` (state, counties, units; by key), at most
+    ``limit`` lines, note their versions in ``dedupe``; returns the change-stream position the view
+    covers, or None when ``limit`` stopped it before the end."""
     try:
         view = backends_for(settings).open_results_latest(read_only=True)
     except LogMissingError:
@@ -216,9 +223,14 @@ def _print_latest(settings: Any, log: EventLog, dedupe: FeedDeduper, wanted: Any
         if wanted(event):
             events.append(event)
     order = {"state": 0, "county": 1, "unit": 2}
+    written = 0
     for event in sorted(events, key=lambda e: (feed_key(e)[0], order.get(feed_key(e)[1], 3), feed_key(e)[2])):
+        if limit is not None and written >= limit:
+            sys.stdout.flush()
+            return None
         if dedupe.fresh(event):
             sys.stdout.write(json.dumps(feed_json(event), sort_keys=True) + "\n")
+            written += 1
     sys.stdout.flush()
     return {p: 0 for p in range(log.partitions)} | snapshot.follow_from
 

@@ -271,3 +271,21 @@ def test_a_group_starts_from_the_latest_view_and_then_prints_only_what_changed(s
     assert changed and changed == expected
     assert _lines(_caucus(base, "subscribe", "--group", "g", "--until-idle", "1")) == []
     log.close()
+
+
+def test_latest_stops_at_max_and_a_group_cut_short_prints_the_rest_next_time(support: ModuleType, tmp_path: Path) -> None:
+    """``--latest --max N`` prints N lines of the view, not all of it; a group cut short by ``--max``
+    keeps its place: its next ``--latest`` prints the rest, nothing twice, nothing missed."""
+    data = tmp_path / "data"
+    log = SqliteLog(data / "log.sqlite3", partitions=8)
+    Journal(log).append_batch(support.election_log(12, corrections=0, seed=5))
+    log.close()
+    base = ["--data-dir", str(data)]
+    _caucus(base, "project", "--until-caught-up", "-q")
+    whole = _lines(_caucus(base, "subscribe", "--latest"))
+    assert len(whole) > 5
+    assert _lines(_caucus(base, "subscribe", "--latest", "--max", "3")) == whole[:3]
+    head = _lines(_caucus(base, "subscribe", "--latest", "--group", "g", "--max", "4"))
+    rest = _lines(_caucus(base, "subscribe", "--latest", "--group", "g"))
+    assert head == whole[:4] and rest == whole[4:]
+    assert _lines(_caucus(base, "subscribe", "--latest", "--group", "g")) == []

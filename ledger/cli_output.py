@@ -9,7 +9,7 @@ everywhere (README, "Output"):
 - **Errors.** A human gets ``error: MESSAGE`` on stderr. Under ``--json`` a program gets one JSON
   document on stderr instead, ``{"error": {"message": ..., "exit_code": ..., "type": ...}}``: stdout
   carries results only (empty after an error), stderr the error, the exit code says which happened.
-- **Values.** Human output never shows Python's spelling of a value (``None``, ``['a', 'b']``,
+- **Values.** Printed as they are: no rich markup or emoji codes are read from them. Human output never shows Python's spelling of a value (``None``, ``['a', 'b']``,
   ``{'field': ...}``): ``text()`` spells them for people.
 """
 
@@ -72,10 +72,13 @@ def _width(stderr: bool) -> int | None:
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A console for people (see module docstring: fits, wraps, ``--wide`` for unlimited)."""
+    """A console for people (see module docstring: fits, wraps, ``--wide`` for unlimited). It reads no
+    markup and no emoji codes: what it prints is data (a rule set ``idp-2020[leftover=lots]``, a status
+    ``[tie pending]``, a name), and rich would take ``[...]`` for a style and drop it; styled parts are
+    ``rich.text.Text``."""
     if _wide:
-        return Console(width=100_000, stderr=stderr, soft_wrap=True)
-    return Console(width=_width(stderr), stderr=stderr)
+        return Console(width=100_000, stderr=stderr, soft_wrap=True, markup=False, emoji=False)
+    return Console(width=_width(stderr), stderr=stderr, markup=False, emoji=False)
 
 
 def wants_json(ctx: Context | None = None) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from ledger.cli_output import JsonOption, emit, loaded_settings
@@ -31,7 +30,7 @@ def show(ctx: typer.Context, as_json: bool = JsonOption) -> None:
 
     def human() -> None:
         out = console()
-        out.print(f"configuration file: {escape(data['config_file'] or '(none: no --config, CAUCUS_CONFIG or ./caucus.toml)')}",
+        out.print(f"configuration file: {data['config_file'] or '(none: no --config, CAUCUS_CONFIG or ./caucus.toml)'}",
                   highlight=False)
         table = Table(title_justify="left")
         table.add_column("setting", overflow="fold")
@@ -40,10 +39,10 @@ def show(ctx: typer.Context, as_json: bool = JsonOption) -> None:
         for name, row in rows.items():
             value = row["value"]
             shown = json.dumps(value, sort_keys=True) if isinstance(value, dict) and value else text(value)
-            table.add_row(name, escape(shown), escape(row["source"]))
+            table.add_row(name, shown, row["source"])
         out.print(table)
         for name in loaded.unknown_variables:
-            out.print(f"warning: {escape(name)} names no setting and is ignored", highlight=False)
+            out.print(f"warning: {name} names no setting and is ignored", highlight=False)
         out.print("each setting NAME is also CAUCUS_NAME in the environment and NAME in caucus.toml; "
                   "`caucus --help` lists the options", highlight=False)
 

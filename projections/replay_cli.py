@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.console import Console
 
+from ledger.cli_output import console as human_console
 from ledger.cli_output import emit, fail, settings_of
 from ledger.codec import CodecError
 from ledger.config import Settings
@@ -150,7 +150,7 @@ def _publish(store: ProjectionStore, settings: Settings, outcome: ReplayOutcome)
 def _print_state(view: TallyView, area: AreaTally, cut: str, log: str) -> None:
     from projections.tables import print_area
 
-    console = Console()
+    console = human_console()
     if cut:
         console.print(f"as of: {cut} (replayed from {log})", highlight=False)
     print_area(console, view, area, "statewide")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ledger.cli_output import text
 from ledger.record_headers import is_direct_writer
@@ -65,10 +65,10 @@ def units_table(units: list[UnitTally], candidates: list[str], title: str, *, wi
             table.add_column(name, no_wrap=True)
         table.add_column("D", justify="right")
         for c in candidates:
-            table.add_column(f"{escape(c)}\nfinal/CDs/SDE", justify="right", no_wrap=True)
+            table.add_column(f"{c}\nfinal/CDs/SDE", justify="right", no_wrap=True)
         for u in sorted(units, key=lambda t: (t.name or "", t.unit_id)):
             cells = [f"{u.final.get(c, 0)}/{u.cds.get(c, 0)}/{u.sde_display.get(c, Decimal(0)):.4f}" for c in candidates]
-            table.add_row(escape(u.unit_id), escape(u.name or "?"), _status(u), text(u.delegates), *cells)
+            table.add_row(u.unit_id, u.name or "?", _status(u), text(u.delegates), *cells)
         return table
     table = Table(title=title, title_justify="left", caption="--wide: one column per candidate", caption_justify="left")
     table.add_column("unit", overflow="fold")
@@ -81,10 +81,10 @@ def units_table(units: list[UnitTally], candidates: list[str], title: str, *, wi
     for u in sorted(units, key=lambda t: (t.name or "", t.unit_id)):
         shown = [c for c in candidates if u.final.get(c, 0) or u.cds.get(c, 0)] or candidates[:1]
         if not shown:  # no candidate has a vote in the area yet: the unit still gets its row
-            table.add_row(escape(u.unit_id), escape(u.name or "?"), _status(u), text(u.delegates), "-", "-", "-", "-", end_section=True)
+            table.add_row(u.unit_id, u.name or "?", _status(u), text(u.delegates), "-", "-", "-", "-", end_section=True)
         for i, c in enumerate(shown):
-            head = [escape(u.unit_id), escape(u.name or "?"), _status(u), text(u.delegates)] if i == 0 else ["", "", "", ""]
-            table.add_row(*head, escape(c), f"{u.final.get(c, 0):,}", f"{u.cds.get(c, 0):,}",
+            head = [u.unit_id, u.name or "?", _status(u), text(u.delegates)] if i == 0 else ["", "", "", ""]
+            table.add_row(*head, c, f"{u.final.get(c, 0):,}", f"{u.cds.get(c, 0):,}",
                           f"{u.sde_display.get(c, Decimal(0)):.4f}", end_section=i == len(shown) - 1)
     return table
 
@@ -154,17 +154,17 @@ def print_trail(console: Console, trail: Trail) -> None:
     for e in trail.entries:
         env = e.event.envelope
         flag = "" if e.projected else "  [not projected yet]"
-        console.print(
-            f"[bold]{e.position}[/bold]  {env.recorded_at:%Y-%m-%d %H:%M:%S}  {e.event.type}  by {env.actor} via {env.channel.value}"
+        console.print(Text.assemble(
+            (str(e.position), "bold"),
+            f"  {env.recorded_at:%Y-%m-%d %H:%M:%S}  {e.event.type}  by {env.actor} via {env.channel.value}"
             f"{_written_by(e.writer, env.actor)}  (occurred {env.occurred_at:%Y-%m-%d %H:%M:%S}){flag}",
-            highlight=False,
-        )
+        ), highlight=False)
         details = event_details(e.event)
         for key in ("stage", "reason", "authority", "supersedes", "contenders", "winners", "method", "caller", "witnesses"):
             if details.get(key):
-                console.print(f"    {key}: {escape(text(details[key]))}", highlight=False)
+                console.print(f"    {key}: {text(details[key])}", highlight=False)
         for problem in details.get("errors") or ():
-            console.print(f"    error: {escape(text(problem))}", highlight=False)
+            console.print(f"    error: {text(problem)}", highlight=False)
         for change in e.changes:
             console.print(f"    * {change}", highlight=False)
         t = e.tally
@@ -178,10 +178,10 @@ def print_trail(console: Console, trail: Trail) -> None:
             console.print(f"  {u.position}  {env.recorded_at:%Y-%m-%d %H:%M:%S}  {u.event.type}  by {env.actor} via "
                           f"{env.channel.value}{_written_by(u.writer, env.actor)}", highlight=False)
             for problem in event_details(u.event).get("errors") or ():
-                console.print(f"    error: {escape(text(problem))}", highlight=False)
+                console.print(f"    error: {text(problem)}", highlight=False)
 
 
 def _written_by(writer: str, actor: str) -> str:
     """The writer beside the actor when an official wrote the record directly under another name: the
     actor is then only what the official typed, not who the intake checked."""
-    return f"  (written directly by {escape(writer)})" if is_direct_writer(writer) and writer != actor else ""
+    return f"  (written directly by {writer})" if is_direct_writer(writer) and writer != actor else ""

@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings, open_log
@@ -122,13 +122,13 @@ def _dec_cell(a: Decimal, b: Decimal) -> str:
 
 
 def _row(c: CandidateDelta) -> list[str]:
-    return [escape(c.candidate), _cell(*c.first), _cell(*c.final), _cell(*c.cds), _sde_cell(*c.sde)]
+    return [c.candidate, _cell(*c.first), _cell(*c.final), _cell(*c.cds), _sde_cell(*c.sde)]
 
 
 def render_table(result: DiffResult, console: Console, *, units_only: bool = False) -> None:
     for label, snap in (("A", result.a), ("B", result.b)):
-        console.print(f"[bold]{label}[/bold]: {escape(snap.spec.text)}  —  {escape(snap.description)}; rule set "
-                      f"{snap.context.rule_set_name}, {snap.spec.basis} delegates", highlight=False)  # fmt: skip
+        console.print(Text.assemble((label, "bold"), f": {snap.spec.text}  —  {snap.description}; rule set "
+                                    f"{snap.context.rule_set_name}, {snap.spec.basis} delegates"), highlight=False)
     s = result.summary()
     if result.equal:
         console.print(f"EQUAL: {s['units_compared']:,} reporting units compared; no unit, county or state figure differs.")
@@ -139,7 +139,7 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
     for col in ("county", "unit", "name", "candidate", "first", "final", "CDs", "SDE"):
         units.add_column(col, justify="right" if col in ("first", "final", "CDs", "SDE") else "left", overflow="fold")
     for u in result.units:
-        head = [escape(u.county_name or ""), escape(u.unit_id), escape(u.name or "?")]
+        head = [u.county_name or "", u.unit_id, u.name or "?"]
         rows = [_row(c) for c in u.candidates]
         for i, row in enumerate(rows):
             units.add_row(*(head if i == 0 else ["", "", ""]), *row)
@@ -148,7 +148,7 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
             notes.insert(0, f"{u.status[0]} → {u.status[1]}")
         for j, note in enumerate(notes):
             lead = head if not rows and j == 0 else ["", "", ""]
-            units.add_row(*lead, f"[italic]{escape(note)}[/italic]", "", "", "", "")
+            units.add_row(*lead, Text(note, style="italic"), "", "", "", "")
     console.print(units)
     if units_only:
         return
@@ -160,10 +160,10 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
             rep = _cell(*area.units_reporting)
             for i, c in enumerate(area.candidates or ()):
                 assert c.sde_display_sum is not None
-                lead = [escape(area.name), str(area.units_changed), rep] if i == 0 else ["", "", ""]
-                counties.add_row(*lead, escape(c.candidate), _cell(*c.first), _cell(*c.final), _cell(*c.cds), _dec_cell(*c.sde_display_sum))
+                lead = [area.name, str(area.units_changed), rep] if i == 0 else ["", "", ""]
+                counties.add_row(*lead, c.candidate, _cell(*c.first), _cell(*c.final), _cell(*c.cds), _dec_cell(*c.sde_display_sum))
             if not area.candidates:
-                counties.add_row(escape(area.name), str(area.units_changed), rep, "", "", "", "", "")
+                counties.add_row(area.name, str(area.units_changed), rep, "", "", "", "", "")
         console.print(counties)
     st = result.state
     state = Table(title=f"effect on state totals (units reporting {_cell(*st.units_reporting)})", title_justify="left")
@@ -171,7 +171,7 @@ def render_table(result: DiffResult, console: Console, *, units_only: bool = Fal
         state.add_column(col, justify="left" if col == "candidate" else "right", overflow="fold")
     for c in st.candidates:
         assert c.sde_display_sum is not None
-        state.add_row(escape(c.candidate), _cell(*c.first), _cell(*c.final), _cell(*c.cds), _sde_cell(*c.sde), _dec_cell(*c.sde_display_sum))
+        state.add_row(c.candidate, _cell(*c.first), _cell(*c.final), _cell(*c.cds), _sde_cell(*c.sde), _dec_cell(*c.sde_display_sum))
     console.print(state)
 
 

@@ -216,3 +216,22 @@ def test_a_defined_unit_that_has_not_reported_answers_not_reported(caucus: Run, 
         assert client.get("/api/elections/e/counties/lee").json()["units"] == lee["units"]
         page = client.get("/elections/e/units/P4")
         assert page.status_code == 200 and 'data-field="status">not_reported<' in page.text
+
+
+def test_bracketed_words_reach_the_reader(caucus: Run, tmp_path: Path) -> None:
+    """Human output is data, not markup: a rule set variant, a unit's ``[tie pending]`` and a trail's
+    ``[not projected yet]`` are printed as they are (rich took ``[...]`` for a style and dropped it)."""
+    token = _define(caucus, tmp_path)
+    code, receipt = caucus("report", "--unit", "P4", "--attendance", "100", "--first", "A=25,B=25,C=25,D=25",
+                           "--final", "A=25,B=25,C=25,D=25", "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    assert _unit(caucus, "P4")["pending"]
+    code, table = caucus("tally", "--county", "lee")
+    assert code == 0 and "[tie pending]" in table, table
+    code, header = caucus("tally", "--rule-set", "idp-2020[leftover=lots]")
+    assert code == 0 and "rule set idp-2020[leftover=lots]" in header, header
+    code, receipt = caucus("report", "--unit", "P2", "--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40",
+                           "--token", token, "--json")  # fmt: skip
+    assert code == 0, receipt
+    code, trail = caucus("trail", "P2")
+    assert code == 0 and "[not projected yet]" in trail, trail

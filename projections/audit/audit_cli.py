@@ -152,10 +152,12 @@ def audit_command(
     TOSS_BEFORE_RESULT (warn) for a toss recorded before the unit had any result; TOSS_UNUSED (warn)
     for a standing toss the current result's allocation does not use. SDE_UNWEIGHED (error) names a unit
     whose delegates carry no SDEs (a satellite whose weight cannot be computed); CHANGED_AFTER_CERTIFICATION
-    (warn) a unit whose current result was recorded after the election's certification. So is how
-    records reached the log: DIRECT_WRITE for one an official wrote without the intake, and
-    RECORDED_OUT_OF_ORDER for one dated more than a minute before records appended ahead of it, and
-    OCCURRED_AFTER_RECORDED (warn) for one that says it occurred more than ten minutes after it was recorded.
+    (warn) a unit whose current result was recorded after the election's certification. The audit also
+    reports how records reached the log: DIRECT_WRITE for one an official wrote without the intake;
+    RECORDED_OUT_OF_ORDER for one dated more than a minute before records appended ahead of it;
+    OCCURRED_AFTER_RECORDED (warn) for one that says it occurred more than ten minutes after it was
+    recorded; RECORDED_BEFORE_SUPERSEDED (warn) for a correction or redraw recorded before the result or
+    toss it supersedes.
 
     Exit 0: no error among the findings shown; 1: at least one error; 2: could not audit."""
     if as_json and as_csv:

@@ -19,6 +19,11 @@ And an event cannot have happened after it was recorded: an ``occurred_at`` late
 (warn). The intake refuses such a command (IN_THE_FUTURE), so only a direct write or a log from before
 that rule holds one; the trail orders a unit's events by these times.
 
+And a correction or a redraw cannot have been recorded before the result or toss it supersedes: a read
+as of a time in between would show the replacement of something the ledger did not yet hold
+(``RECORDED_BEFORE_SUPERSEDED``, warn). The intake stamps the time of acceptance, so only a direct
+write dated back within the tolerance holds one; ``log append`` keeps it, so that such a log restores.
+
 The checks read the log itself, the whole of it, whatever the audit's source (the projection, a cut
 of the log): a backdated record matters precisely to a read as of an earlier time.
 """
@@ -31,7 +36,7 @@ from typing import Any
 
 from ledger.codec import Codec, default_codec
 from ledger.event_values import CLOCK_SKEW
-from ledger.events import Event
+from ledger.events import Event, ResultCorrected, ResultReported, TieBroken
 from ledger.log.port import EventLog, StoredRecord
 from ledger.record_headers import is_direct_writer, writer_of
 from projections.audit.checks import AuditFinding
@@ -39,7 +44,10 @@ from projections.tally import ElectionContext
 
 __all__ = ["RECORD_CODES", "TOLERANCE", "record_findings", "log_record_findings"]
 
-RECORD_CODES: tuple[str, ...] = ("DIRECT_WRITE", "RECORDED_OUT_OF_ORDER", "OCCURRED_AFTER_RECORDED")
+RECORD_CODES: tuple[str, ...] = ("DIRECT_WRITE", "RECORDED_OUT_OF_ORDER", "OCCURRED_AFTER_RECORDED",
+                                  "RECORDED_BEFORE_SUPERSEDED")
+
+_REPLACEABLE = (ResultReported, ResultCorrected, TieBroken)
 
 TOLERANCE = timedelta(seconds=60)
 """Clocks of the machines that wrote a log differ a little: a record dated this much before the newest
@@ -55,8 +63,7 @@ def log_record_findings(log: EventLog, ctx: ElectionContext, codec: Codec | None
 
 
 def record_findings(records: Iterable[tuple[StoredRecord, Event[Any]]], ctx: ElectionContext) -> list[AuditFinding]:
-    """``DIRECT_WRITE``, ``RECORDED_OUT_OF_ORDER`` and ``OCCURRED_AFTER_RECORDED`` findings for the events
-    of ``ctx``'s election.
+    """The ``RECORD_CODES`` findings for the events of ``ctx``'s election.
 
     A record is held to the records before it in its partition and to those the log appended at a
     strictly earlier time: records appended in the same millisecond (one batch) have no order across
@@ -67,7 +74,11 @@ def record_findings(records: Iterable[tuple[StoredRecord, Event[Any]]], ctx: Ele
     this_ms: datetime | None = None  # ... and within it
     ms = -1
     found: list[AuditFinding] = []
+    replaceable: dict[str, datetime] = {}  # results and tosses, by event id: when recorded
     for rec, event in ordered:
+        replaced = replaceable.get(getattr(event.payload, "supersedes", "") or "")
+        if isinstance(event.payload, _REPLACEABLE):
+            replaceable[event.event_id] = event.envelope.recorded_at
         if rec.timestamp_ms > 0 and rec.timestamp_ms != ms:
             ms, earlier = rec.timestamp_ms, _newer(earlier, this_ms)
             this_ms = None
@@ -77,6 +88,8 @@ def record_findings(records: Iterable[tuple[StoredRecord, Event[Any]]], ctx: Ele
         before = _newer(by_partition.get(rec.position.partition), earlier if rec.timestamp_ms > 0 else None)
         if env.election_id == ctx.election_id and not imported:
             found.extend(_findings_of(ctx, rec, event, writer, before))
+            if replaced is not None and env.recorded_at < replaced:
+                found.append(_before_superseded(ctx, rec, event, writer, replaced))
         if not imported:
             by_partition[rec.position.partition] = _newer(by_partition.get(rec.position.partition), env.recorded_at) \
                 or env.recorded_at
@@ -116,6 +129,17 @@ def _findings_of(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], wri
     return found
 
 
+def _before_superseded(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], writer: str,
+                       replaced: datetime) -> AuditFinding:
+    env = event.envelope
+    return _finding(ctx, rec, event, "RECORDED_BEFORE_SUPERSEDED", "warn", f"at or after {replaced.isoformat()}",
+                    env.recorded_at.isoformat(),
+                    f"{event.type} {event.event_id} at {rec.position} is recorded at {env.recorded_at.isoformat()}, "
+                    f"before {replaced.isoformat()}, when {event.payload.supersedes}, which it supersedes, was recorded: "
+                    f"reads as of a time in between show a replacement of what the ledger did not yet hold "
+                    f"(written by {writer or 'an unnamed writer'})")
+
+
 def _finding(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], code: str, severity: str, expected: str,
              reported: str, message: str) -> AuditFinding:
     unit = ctx.units.get(event.unit_id)
@@ -142,6 +166,8 @@ def _finding(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], code: s
 def _likely_cause(code: str, writer: str) -> str:
     if code == "DIRECT_WRITE" or is_direct_writer(writer):
         return "a direct write (caucus log append or caucus simulate write)"
+    if code == "RECORDED_BEFORE_SUPERSEDED":
+        return "a direct write dated back within the clock tolerance (caucus log append)"
     if code == "OCCURRED_AFTER_RECORDED":
         return "a sender's clock far ahead, accepted by an intake from before it refused IN_THE_FUTURE"
     return "an event spooled while the log was out of reach, forwarded later"

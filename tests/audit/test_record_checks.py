@@ -110,3 +110,35 @@ def test_the_audit_of_a_projection_refuses_a_log_it_was_not_built_from(tmp_path:
     done = _caucus(data, "audit", "--json")
     assert done.returncode == 2 and "another log" in json.loads(done.stderr)["error"]["message"], done.stderr
     assert done.stdout == ""
+
+
+def test_a_correction_recorded_before_the_result_it_replaces_is_flagged(tmp_path: Path) -> None:
+    """``log append`` lets a direct write be dated up to a minute before the newest record (clocks differ),
+    and keeps such a log restorable; a correction so dated before the very result it supersedes would show
+    in a read as of a time in between, as a correction of a result the ledger did not hold yet."""
+    data = tmp_path / "data"
+    _, token = CredentialStore(data / "credentials.json").issue("official", name="Bob")
+    (tmp_path / "el.json").write_text(json.dumps(ELECTION))
+    for args in (["define", str(tmp_path / "el.json")],
+                 ["report", "--unit", "P3", "--attendance", "60", "--first", "A=60", "--final", "A=60", "--key", "p3"],
+                 ["report", "--unit", "P4", "--attendance", "60", "--first", "A=60", "--final", "A=60", "--key", "p4"]):
+        assert _caucus(data, *args, token=token).returncode == 0
+    lines = [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
+    results = {line["unit_id"]: line for line in lines if line["type"] == "ResultReported"}
+
+    def correction(unit: str, at: datetime) -> dict[str, Any]:
+        base = _report(unit, f"fix-{unit}", at)
+        return {**base, "actor": "official:bob#0001", "type": "ResultCorrected",
+                "payload": {"authority": "IDP", "reason": "typo", "stage": "recanvass", "supersedes": results[unit]["event_id"],
+                            "warnings": [], "result": base["payload"]["result"]}}  # fmt: skip
+
+    early = correction("P3", datetime.fromisoformat(results["P3"]["recorded_at"]) - timedelta(seconds=20))
+    fine = correction("P4", datetime.now(UTC))
+    source = tmp_path / "fixes.jsonl"
+    source.write_text(json.dumps(early) + "\n" + json.dumps(fine) + "\n")
+    done = _caucus(data, "log", "append", str(source), token=token)
+    assert done.returncode == 0, done.stderr
+    audit = _caucus(data, "audit", "--log", "--json", "--code", "RECORDED_BEFORE_SUPERSEDED")
+    found = json.loads(audit.stdout)["findings"]
+    assert [(f["unit_id"], f["severity"], f["result_event_id"]) for f in found] == [("P3", "warn", early["event_id"])]
+    assert results["P3"]["event_id"] in found[0]["message"]

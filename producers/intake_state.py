@@ -195,6 +195,7 @@ class IntakeView(Protocol):
     def rejection(self, key: str) -> RejectionRecord | None: ...
     def settled_by(self, tie: TieKey) -> str | None: ...
     def toss(self, event_id: str) -> TossRecord | None: ...
+    def units_tossed(self, election_id: str) -> set[str]: ...
     def certified_by(self, election_id: str) -> str | None: ...
 
 
@@ -343,6 +344,10 @@ class IntakeState:
     def toss(self, event_id: str) -> TossRecord | None:
         return self.tosses.get(event_id)
 
+    def units_tossed(self, election_id: str) -> set[str]:
+        """Units of the election with a recorded toss (asked only by a redefinition: a scan is fine)."""
+        return {t.unit_id for t in self.tosses.values() if t.election_id == election_id}
+
     # -- snapshots ----------------------------------------------------------------------------------
 
     def to_snapshot(self) -> dict[str, Any]:
@@ -458,6 +463,9 @@ class Layered:
 
     def toss(self, event_id: str) -> TossRecord | None:
         return self.top.toss(event_id) or self.base.toss(event_id)
+
+    def units_tossed(self, election_id: str) -> set[str]:
+        return self.top.units_tossed(election_id) | self.base.units_tossed(election_id)
 
     def certified_by(self, election_id: str) -> str | None:
         return self.top.certified_by(election_id) or self.base.certified_by(election_id)

@@ -8,8 +8,8 @@ result already recorded under the old one: re-appending the definition with a re
 raised from 6 to 600 hands that unit's groups a hundred times the county delegates, with no result
 event saying so.
 
-So a redefinition may add units and candidates and change units nobody has opened or reported, but
-not what a unit already opened or reported is counted under: its D, its county, its satellite group
+So a redefinition may add units and candidates and change units nobody has opened, reported or
+tossed a coin for (a toss may come before the result), but not what such a unit is counted under: its D, its county, its satellite group
 or weight, its county's or group's SDE ratio, the rule set, nor remove the unit or a candidate a result
 names. A published amendment (the import channel) may re-weight satellites (``PUBLISHED_MAY_CHANGE``),
 which is what the party's releases did; the rest is refused to it too, since any official can write a
@@ -36,14 +36,15 @@ def redefinition_problems(new: ElectionDefined, election_id: str, view: IntakeVi
     info = view.election(election_id)
     if info is None:
         return ()
-    under_way = [uid for uid in info.units if _under_way(view, election_id, uid)]
+    tossed = view.units_tossed(election_id)
+    under_way = [uid for uid in info.units if uid in tossed or _under_way(view, election_id, uid)]
     if not under_way:
         return ()
     problems: list[Problem] = []
     old = info.definition
     if new.rule_set != old.rule_set:
         problems.append(Problem("rule_set", "RULE_SET_CHANGED", f"the rule set would change from {old.rule_set!r} to "
-                                f"{new.rule_set!r} while {len(under_way)} unit(s) are opened or reported under it"))
+                                f"{new.rule_set!r} while {len(under_way)} unit(s) are opened, reported or tossed for under it"))
     units = {u.unit_id: u for u in new.units}
     before, after = _Areas(old), _Areas(new)
     for uid in under_way:
@@ -70,27 +71,28 @@ class _Areas:
 
 def _unit_problems(old: UnitDefinition, new: UnitDefinition | None, uid: str, before: _Areas, after: _Areas) -> Iterator[Problem]:
     if new is None:
-        yield Problem("units", "UNIT_REMOVED", f"unit {uid!r} would be removed, but it is opened or reported")
+        yield Problem("units", "UNIT_REMOVED", f"unit {uid!r} would be removed, but it is opened or reported, or has a coin "
+                      "toss recorded (the toss would then belong to no unit)")
         return
     field = f"units.{uid}"
     if new.delegates != old.delegates:
-        yield Problem(f"{field}.delegates", "DELEGATES_CHANGED", f"unit {uid!r} is opened or reported with "
+        yield Problem(f"{field}.delegates", "DELEGATES_CHANGED", f"unit {uid!r} is under way (opened, reported or tossed for) with "
                       f"{old.delegates} delegate(s); a redefinition may not make it {new.delegates}")
     for name in ("county_id", "satellite_group", "sde_weight"):
         if getattr(new, name) != getattr(old, name):
             satellite = old.satellite_group is not None and new.satellite_group == old.satellite_group
             code = "SDE_WEIGHT_CHANGED" if name == "sde_weight" and satellite else "UNIT_CHANGED"
-            yield Problem(f"{field}.{name}", code, f"unit {uid!r} is opened or reported; a redefinition may not "
+            yield Problem(f"{field}.{name}", code, f"unit {uid!r} is under way (opened, reported or tossed for); a redefinition may not "
                           f"change its {name} from {getattr(old, name)!r} to {getattr(new, name)!r}")
     old_county, new_county = before.ratios.get(old.county_id), after.ratios.get(new.county_id)
     if new.county_id == old.county_id and new_county != old_county:
         yield Problem(f"counties.{old.county_id}.sde_ratio", "COUNTY_RATIO_CHANGED",
-                      f"county {old.county_id!r} holds unit {uid!r}, which is opened or reported; a redefinition may not "
+                      f"county {old.county_id!r} holds unit {uid!r}, which is under way (opened, reported or tossed for); a redefinition may not "
                       f"change the county's SDE ratio ({old_county} to {new_county})")
     group = old.satellite_group
     if group is not None and new.satellite_group == group and before.groups.get(group) != after.groups.get(group):
         yield Problem(f"satellite_groups.{group}", "GROUP_CHANGED",
-                      f"satellite group {group!r} holds unit {uid!r}, which is opened or reported; "
+                      f"satellite group {group!r} holds unit {uid!r}, which is under way (opened, reported or tossed for); "
                       "a redefinition may not change the group's SDE pool or attendance base")
 
 

@@ -344,3 +344,20 @@ def test_an_instant_the_log_cannot_read_back_is_refused(reported: tuple[Path, st
     assert sent.returncode == 1 and "occurred_at" in said and "years 1 to 9999" in said and "internal error" not in said, said
     assert _log_size(data) == before + 1  # the refusal is recorded; nothing else
     assert _caucus(data, "log", "tail", "--json").returncode == 0
+
+
+def test_a_unit_with_a_toss_and_no_result_may_not_be_removed_or_recounted(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """A toss may be recorded before the unit's result. A redefinition that removed such a unit left the
+    accepted toss belonging to no unit, with no finding; one that changed its D changed the tie it settles."""
+    data, token = reported
+    tossed = _caucus(data, "toss", "P4", "--contender", "A,B", "--seats", "1", "--winner", "B", "--method", "coin",
+                     "--caller", "A", token=token)  # fmt: skip
+    assert tossed.returncode == 0, tossed.stdout + tossed.stderr
+    removed = _again(_definition(data))
+    removed["payload"]["units"] = [u for u in removed["payload"]["units"] if u["unit_id"] != "P4"]
+    done = _append(data, token, tmp_path, removed)
+    assert done.returncode == 1 and "UNIT_REMOVED" in done.stderr and "coin toss" in done.stderr, done.stderr
+    changed = _again(_definition(data))
+    _unit(changed, "P4")["delegates"] = 5
+    done = _append(data, token, tmp_path, changed)
+    assert done.returncode == 1 and "units.P4.delegates: DELEGATES_CHANGED" in done.stderr, done.stderr

@@ -51,7 +51,8 @@ def settlement_problems(command: RecordTie, election_id: str, view: IntakeView) 
         errors.append(Problem("supersedes", "UNKNOWN_EVENT", f"no coin toss {command.supersedes!r} is recorded"))
     elif (target.election_id, target.unit_id) != (election_id, command.unit_id):
         errors.append(
-            Problem("supersedes", "OTHER_UNITS_EVENT", f"toss {command.supersedes} is a toss of unit {target.unit_id!r}, not of {command.unit_id!r}")
+            Problem("supersedes", "OTHER_UNITS_EVENT", f"toss {command.supersedes} is a toss of unit {target.unit_id!r} of "
+                    f"election {target.election_id!r}, not of unit {command.unit_id!r} of election {election_id!r}")
         )
     elif (target.contenders, target.seats) != (contenders, command.seats):
         errors.append(

@@ -306,8 +306,8 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         official, cds_source = computed.cds, "computed"
     else:
         official, cds_source = _counts(candidates, None), None
-    if reported is not None and delegates is not None and sum(reported.values()) != _owed(delegates, computed):
-        problems.append(f"reported county delegates add up to {sum(reported.values())}, the unit elects {delegates}")
+    if reported is not None and delegates is not None:
+        problems.extend(_total_problems(sum(reported.values()), delegates, _owed(delegates, computed)))
     contradicted = _tosses_contradicted(state, reported, computed, problems)
     late = _after_certification(state, ctx)
     group = group_of(unit, ctx)
@@ -403,6 +403,12 @@ def _owed(delegates: int, computed: _Computed | None) -> int:
     return delegates
 
 
+def _total_problems(total: int, delegates: int, owed: int) -> list[str]:
+    why = (f"the unit elects {delegates}" if owed == delegates else "but no group is viable at the final alignment: "
+           f"none of the unit's {delegates} can be awarded (RULES §4.3)")
+    return [] if total == owed else [f"reported county delegates add up to {total}, {why}"]
+
+
 def _definition_problems(state: UnitState, ctx: ElectionContext, unit: UnitDefinition | None, county: County | None) -> list[str]:
     """Why the definition cannot place this unit, if it cannot."""
     if not ctx.defined:
@@ -458,15 +464,8 @@ class _Computed:
 _NOT_COMPUTED = _Computed()
 
 
-def _computed_delegates(
-    state: UnitState,
-    ctx: ElectionContext,
-    delegates: int | None,
-    known_t: int | None,
-    first: dict[str, int],
-    final: dict[str, int],
-    problems: list[str],
-) -> _Computed | None:
+def _computed_delegates(state: UnitState, ctx: ElectionContext, delegates: int | None, known_t: int | None,
+                        first: dict[str, int], final: dict[str, int], problems: list[str]) -> _Computed | None:
     """County delegates computed by the rule set from the alignments and the standing tosses."""
     if state.result is None or delegates is None or ctx.rules is None:
         return None

@@ -69,7 +69,7 @@ def demo(
         elif sent["unexpected_count"]:
             typer.echo(f"{sent['unexpected_count']} receipts differed from what the simulator expected", err=True)
         _heading("2. The projection replays the log into tallies, exactly once")
-    _run(ctx, "project", "--until-caught-up", "--quiet")
+    _run(ctx, "project", "--until-caught-up", *(("--quiet",) if quiet else ()))
     if not quiet:
         _heading("3. Statewide tally")
         _run(ctx, "tally", "--election", election.election_id)  # the log may hold other elections too
@@ -88,6 +88,10 @@ def demo(
     _heading("6. Sign a checkpoint of the log and verify it")
     _run(ctx, "checkpoint")
     _run(ctx, "verify")
+    if settings.backend == "memory":
+        typer.echo("\nThe memory backend keeps nothing once this process ends: run `caucus demo` without "
+                   "CAUCUS_BACKEND=memory to keep a log and a store to explore (tally, trail, diff, audit).")
+        return
     typer.echo(
         "\nNext: `caucus tally --county <name>`, `caucus trail <unit>`, `caucus diff live rules:idp-2016`, "
         f"all with `--election {election.election_id}` once the log holds another election; the real 2020 history in "

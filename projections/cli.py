@@ -194,7 +194,7 @@ def tally(
     ctx: typer.Context,
     county: Optional[str] = typer.Option(None, "--county", help="One county (id or name) and its units."),
     unit: Optional[str] = typer.Option(None, "--unit", help="One unit (id, or name) in detail."),
-    rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Recompute under another rule set (idp-2020, idp-2016)."),
+    rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Recompute under another rule set: idp-2020, idp-2016, or a variant naming the reading of an [OPEN] point, such as idp-2020\\[leftover=lots] (README: the table of options)."),
     election: Optional[str] = typer.Option(None, "--election", help="Election id, when the log holds several."),
     as_json: bool = JsonOption,
     projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True),
@@ -284,10 +284,11 @@ def trail(
         try:
             info = resolve_set(store, projection)
             view = load_view(store, set_id=info.set_id, election_id=election, unit=unit)
+            defined = True
             try:
                 unit_id = find_unit(view, unit)
             except QueryError:
-                unit_id = unit  # not in the definition: its refused submissions may still be in the log
+                unit_id, defined = unit, False  # not in the definition: its refused submissions may still be in the log
             log = open_existing_log(settings)
             try:
                 with store.reader(info.set_id) as reader:
@@ -300,8 +301,9 @@ def trail(
     if not result.entries and not result.unattributed:
         lag = (f"; the projection has not read the log's last {behind} record(s), and the trail finds a unit's events "
                "through it: run `caucus project` first") if behind else ""
-        raise fail(f"no events for unit {unit_id!r} of election {result.election_id!r} in {settings.describe_log()} "
-                   f"(give a unit id, or a name `caucus tally --county C` lists{lag})", code=2)
+        what = "no event names it" if defined else "the election defines no such unit and no event names it"
+        raise fail(f"no events for unit {unit_id!r} of election {result.election_id!r} in {settings.describe_log()}: "
+                   f"{what} (give a unit id, or a name `caucus tally --county C` lists{lag})", code=2)
     emit(result.to_json(), as_json, lambda: print_trail(cli_console(), result))
 
 

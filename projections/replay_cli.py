@@ -118,7 +118,8 @@ def replay(
     def human() -> None:
         b, p = outcome.built, outcome.progress
         typer.echo(f"built projection {b.name} v{b.version} (set {b.set_id}) from {settings.describe_log()}: "
-                   f"{p.applied:,} events in {outcome.seconds:,.1f} s ({p.rate:,.0f}/s)")
+                   f"{p.applied:,} events in {outcome.seconds:,.2f} s "
+                   f"({p.applied / outcome.seconds if outcome.seconds > 0 else 0:,.0f}/s)")
         if outcome.promoted:
             prev = outcome.previous
             typer.echo(f"now serving: {b.name} v{b.version}" + (f"; v{prev.version} (set {prev.set_id}) retired and kept" if prev else ""))

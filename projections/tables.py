@@ -108,8 +108,9 @@ def unit_table(u: UnitTally, candidates: list[str]) -> Table:
 
 def print_area(console: Console, view: TallyView, area: AreaTally, title: str) -> None:
     meta = view.meta()
+    version = "" if view.set.state == "as-of" else f" v{view.set.version}"  # an as-of view is no stored version
     console.print(f"{meta['election'] or meta['election_id']}  rule set {meta['rule_set']}  "
-                  f"(projection {view.set.name} v{view.set.version}{', certified' if meta['certified'] else ''})")
+                  f"(projection {view.set.name}{version}{', certified' if meta['certified'] else ''})")
     console.print(_reporting_line(area))
     console.print(area_table(area, title))
 
@@ -118,7 +119,7 @@ def _thresholds(u: UnitTally) -> str:
     """The threshold, and the one the final alignment was judged by where the rule set recomputes it
     (idp-2016, RULES §4.6): a group viable below the first threshold is explained."""
     if u.final_threshold is None or u.final_threshold == u.threshold:
-        return str(u.threshold)
+        return text(u.threshold) if u.threshold is not None else "not computed (see the problems below)"
     return f"{u.threshold} (first alignment), {u.final_threshold} (final alignment)"
 
 

@@ -141,7 +141,7 @@ def audit_command(
     ),
     whole_log: bool = typer.Option(False, "--log", help="Audit the whole log replayed in memory instead of the projection store."),
     county: Optional[str] = typer.Option(None, "--county", help="Only the units of one county (id or name)."),
-    rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Check under another rule set (idp-2020, idp-2016)."),
+    rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Check under another rule set: idp-2020, idp-2016, or a variant naming the reading of an [OPEN] point, such as idp-2020\\[leftover=lots] (README: the table of options)."),
     election: Optional[str] = typer.Option(None, "--election", help="Election id, when the log holds several."),
 ) -> None:
     """Run the RULES.md §12 checks over every unit's current result and list the findings by severity:
@@ -182,18 +182,19 @@ def audit_command(
         data["unattributed"] = unattributed_json(loose)
 
         def human() -> None:
-            print_report(shown, filtered=bool(severities or codes or county_id))
+            print_report(shown, filtered=bool(severities or codes or county_id), county=county_id)
             print_unattributed(loose)
 
         emit(data, as_json, human)
     raise typer.Exit(ERRORS if shown.has_errors else CLEAN)
 
 
-def print_report(report: AuditReport, *, filtered: bool = False) -> None:
+def print_report(report: AuditReport, *, filtered: bool = False, county: str | None = None) -> None:
     echo = typer.echo
     echo(f"audit of {report.election_id} under {report.rule_set}; source: {report.source}")
-    echo(f"units checked: {report.units_checked:,} of {report.units_defined:,} defined; "
-         f"{report.units_with_findings:,} with findings{' shown' if filtered else ''}")  # fmt: skip
+    echo(f"units checked: {report.units_checked:,} of {report.units_defined:,} defined (the whole election); "
+         f"{report.units_with_findings:,} with findings{' shown' if filtered else ''}"
+         f"{f' (county {county} only)' if county else ''}")  # fmt: skip
     if report.not_checked:
         echo(f"not checked: {len(report.not_checked)} unit(s): " + "; ".join(f"{u} ({why})" for u, why in report.not_checked[:10]))
     counts = report.counts()
@@ -240,7 +241,8 @@ def recount_package_command(
     out: Path = typer.Option(..., "--out", help="Directory to write the package to (new or empty)."),
     public_key: Optional[list[Path]] = typer.Option(
         None, "--public-key", help="Public key(s) whose checkpoints to prove against (default: env "
-        "CAUCUS_CHECKPOINT_PUBLIC_KEY, else the data directory's checkpoint-key.pub)."
+        "CAUCUS_CHECKPOINT_PUBLIC_KEY, else the key home's checkpoint-key.pub (CAUCUS_KEY_HOME, default "
+        "~/.config/caucus), else the data directory's, as for `caucus verify`)."
     ),
     allow_unproven: bool = typer.Option(
         False, "--allow-unproven", help="Write the package even if no checkpoint covers some events (they are marked unproven)."

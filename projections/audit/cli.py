@@ -251,15 +251,18 @@ def verify_command(
             with log_for(settings, read_only=True) as log:
                 scan, report = verify_log(log, store, trusted)
                 log_id = log.log_id
+            witnesses = []
             for target in against or []:
-                for problem in witness_cli.witness_problems(target, log_id, scan, pinned):
+                problems = list(witness_cli.witness_problems(target, log_id, scan, pinned))
+                witnesses.append({"witness": target, "ok": not problems, "problems": problems})
+                for problem in problems:
                     report.findings.append(IntegrityFinding("witness", f"{target}: {problem}"))
             elapsed = time.perf_counter() - began
             store_name = store.describe() if store is not None else "(none)"
         finally:
             if store is not None:
                 store.close()
-    _print_report(settings, store_name, report, as_json, elapsed)
+    _print_report(settings, store_name, report, as_json, elapsed, witnesses=witnesses)
     if not report.ok:
         raise typer.Exit(TAMPERED)
     if require_checkpoint and report.latest is None:
@@ -267,10 +270,13 @@ def verify_command(
         raise typer.Exit(TAMPERED)
 
 
-def _print_report(settings: Settings, store_name: str, report: Any, as_json: bool, elapsed: float, title: str = "TAMPERING FOUND") -> None:
+def _print_report(settings: Settings, store_name: str, report: Any, as_json: bool, elapsed: float,
+                  title: str = "TAMPERING FOUND", witnesses: list[dict[str, Any]] | None = None) -> None:
     data = report.to_json()
     data.update({"log": settings.describe_log(), "store": store_name, "seconds": round(elapsed, 3),
                  "trust_warning": TRUST_NOTE[0] if TRUST_NOTE else None})
+    if witnesses is not None:
+        data["witnesses"] = witnesses
 
     def human() -> None:
         typer.echo(f"log:         {data['log']} ({report.partitions} partitions, {report.records} records)")
@@ -287,6 +293,9 @@ def _print_report(settings: Settings, store_name: str, report: Any, as_json: boo
                 f"({c.time.isoformat()}, {c.tree_size} records, root {_short(c.root_hash)}, key {c.key_id})"
             )
         typer.echo(f"not yet checkpointed: {data['records_not_yet_checkpointed']} record(s)")
+        for w in witnesses or []:
+            typer.echo(f"witness:     {w['witness']}: " + ("this log extends the last checkpoint it cosigned" if w["ok"]
+                                                            else f"DISAGREES ({len(w['problems'])} problem(s), below)"))
         if report.ok:
             typer.echo(f"OK: every checkpointed record matches its signed checkpoint ({elapsed:.2f} s)")
             return

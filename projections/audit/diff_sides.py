@@ -9,7 +9,7 @@ A side is written ``PART[/PART...]``:
 ``log``                the whole log, replayed in memory (no store involved)
 ``as-of:TIME``         the log as of a time (``recorded_at`` <= TIME, inclusive; see ``projections.asof``)
 ``position:P:N,...``   the log as of per-partition positions (exclusive ends; see ``projections.asof``)
-``rules:NAME``         recompute the delegates under another rule set (idp-2020, idp-2016)
+``rules:NAME``         recompute the delegates under another rule set (idp-2020, idp-2016, or a variant: idp-2020[leftover=lots])
 ``reported``           the county delegates as the chairs reported them
 ``computed``           the county delegates as the rule set computes them
 ``official``           the figure a tally publishes: reported where reported, else computed

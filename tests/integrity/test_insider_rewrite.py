@@ -51,7 +51,10 @@ def test_an_insider_without_the_key_home_is_refused_a_signature(site: Site) -> N
 def test_a_key_holder_who_also_erases_the_signers_record_is_caught_by_the_witness(site: Site) -> None:
     cosigned = json.loads(site.run("witness", str(site.witness), "--public-key", site.public_key, "--json").stdout)
     assert cosigned["tree_size"] > 0
-    site.run("verify", "--public-key", site.public_key, "--against", str(site.witness))
+    agreed = site.run("verify", "--public-key", site.public_key, "--against", str(site.witness))
+    assert f"witness:     {site.witness}: this log extends the last checkpoint it cosigned" in agreed.stdout, agreed.stdout
+    agreed_json = json.loads(site.run("verify", "--public-key", site.public_key, "--against", str(site.witness), "--json").stdout)
+    assert agreed_json["witnesses"] == [{"witness": str(site.witness), "ok": True, "problems": []}]
 
     site.rewrite()
     (site.keys / "checkpoint-key.signed.json").unlink()
@@ -61,6 +64,7 @@ def test_a_key_holder_who_also_erases_the_signers_record_is_caught_by_the_witnes
     caught = site.run("verify", "--public-key", site.public_key, "--against", str(site.witness), "--json", code=1)
     found = json.loads(caught.stdout)["findings"]
     assert [f["kind"] for f in found] == ["witness"] and "rewritten" in found[0]["message"]
+    assert [w["ok"] for w in json.loads(caught.stdout)["witnesses"]] == [False]
     refused = site.run("witness", str(site.witness), "--public-key", site.public_key, code=1)
     assert "REFUSED TO COSIGN" in refused.stderr
 

@@ -292,7 +292,9 @@ def _print_report(settings: Settings, store_name: str, report: Any, as_json: boo
                 f"checkpoints: {len(report.checkpoints)} verified; latest {latest.event_id} at {latest.position} "
                 f"({c.time.isoformat()}, {c.tree_size} records, root {_short(c.root_hash)}, key {c.key_id})"
             )
-        typer.echo(f"not yet checkpointed: {data['records_not_yet_checkpointed']} record(s)")
+        waiting = data["records_not_yet_checkpointed"]
+        own = " (the latest checkpoint's own record among them: it is appended after the records it signs)"
+        typer.echo(f"not yet checkpointed: {waiting} record(s)" + (own if latest is not None and waiting else ""))
         for w in witnesses or []:
             typer.echo(f"witness:     {w['witness']}: " + ("this log extends the last checkpoint it cosigned" if w["ok"]
                                                             else f"DISAGREES ({len(w['problems'])} problem(s), below)"))

@@ -218,7 +218,7 @@ def log_append(
     refuse of the log as it stands (a second result for a unit, a negative or fractional count, an
     unknown unit or candidate, a toss for no tie, a result that breaks a caucus rule, ...; a published
     record on the import channel keeps its rule findings, as history holds them, and the audit reports
-    them), redefines what an opened or reported unit is counted under (its D, county, SDE ratio, a
+    them), redefines what an opened, reported or tossed-for unit is counted under (its D, county, SDE ratio, a
     candidate its result names; a published amendment may re-weight satellites), certifies an
     election the log does not define, carries a checkpoint not signed by a key this ledger trusts or
     that does not state this log's records, copies a command the log holds under another event id,

@@ -14,9 +14,9 @@ import typer
 
 from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings
-from ledger.log.port import LogError
+from ledger.log.port import LogError, LogLostError
 from producers.credentials import CredentialError, CredentialStore
-from producers.intake import Intake
+from producers.intake import Intake, IntakeLogLost
 from producers.spool import SpoolError
 
 __all__ = ["register", "credential_store", "CredentialsOption"]
@@ -63,12 +63,23 @@ def spool_status(ctx: typer.Context, as_json: bool = SpoolJson) -> None:
 
 
 def spool_flush(ctx: typer.Context, as_json: bool = FlushJson) -> None:
-    """Forward spooled events to the log, in order; exit 2 if some remain because it is still unreachable."""
+    """Forward spooled events to the log, in order; exit 2 if some remain because it is still unreachable.
+
+    Exit 3 if the log was lost (a memory-only broker restarted empty, a log file replaced): the events
+    stay in the spool until the log is restored and `caucus intake rebuild` has run."""
+    intake = Intake.for_settings(settings_of(ctx))
     try:
-        with Intake.for_settings(settings_of(ctx)) as intake:
-            report = intake.flush()
+        intake.start()
+        report = intake.flush()
+    except IntakeLogLost as exc:
+        raise fail(str(exc)) from exc
+    except LogLostError as exc:  # found by the start, before the flush could say what waits
+        raise fail(f"the log was lost: {intake.log_lost or exc}; the {len(intake.spool.pending())} spooled event(s) "
+                   "stay in the spool until then") from exc
     except (LogError, SpoolError) as exc:
         raise fail(str(exc)) from exc
+    finally:
+        intake.close()
     data = report.to_json()
     emit(data, as_json, lambda: typer.echo(
         f"forwarded {report.forwarded}, refused on arrival {report.rejected}, already in the log "
@@ -172,7 +183,7 @@ def intake_rebuild(ctx: typer.Context, as_json: bool = RebuildJson) -> None:
     """Drop the intake's snapshot and fold the whole log again (after a log was lost and refilled).
 
     Events spooled while the log was lost wait for this: restore the log first (`caucus log append`
-    from a copy), rebuild, then flush; they are judged again against the log as it then is."""
+    from a copy), rebuild, then flush; they are checked again for conflicts with the log as it then is."""
     intake = Intake.for_settings(settings_of(ctx))
     try:
         data = intake.rebuild()
@@ -183,7 +194,7 @@ def intake_rebuild(ctx: typer.Context, as_json: bool = RebuildJson) -> None:
     waiting = data["spooled_waiting"]
     emit(data, as_json, lambda: typer.echo(
         f"rebuilt from {data['events_applied']} events in {data['seconds']} s"
-        + (f"; {waiting} spooled event(s) are judged against it on the next `caucus spool flush` (or by the "
+        + (f"; {waiting} spooled event(s) are checked against it on the next `caucus spool flush` (or by the "
            "running service)" if waiting else "")))
 
 

@@ -19,7 +19,7 @@ other channel's event is held to every refusal of the intake: it was, or should 
 the intake judged, and a result it refuses (1,000 delegates for a unit that elects 3) would otherwise
 become an official tally. An election definition is held to the intake's definition checks, except
 ``ALREADY_DEFINED`` (``producers.direct_writes``: a release that amends the first); a redefinition
-may not change what an opened or reported unit is counted under, except a published one its
+may not change what an opened, reported or tossed-for unit is counted under, except a published one its
 satellites' SDE weights (``producers.redefinition``). Certifications and checkpoints, which no
 command writes, are held to ``producers.direct_records``.
 """

@@ -15,7 +15,7 @@ or fractional count, an unknown unit or candidate, a toss for no tie, a result t
 rule), except the caucus-rule findings of published records (the import channel); and an event id
 the log already holds for other content is refused (the log keeps one event per id: the new content
 would be dropped while reported written). A second definition of an election is let through when it
-changes nothing an opened or reported unit is counted under (``producers.redefinition``), or when it
+changes nothing an opened, reported or tossed-for unit is counted under (``producers.redefinition``), or when it
 is a published record: the importer writes one when a later release amends the first (the 2020
 history holds two), so a restored log holds it too; the audit lists it among the direct writes.
 Certifications and checkpoints are held to ``producers.direct_records``. Refused too is a

@@ -359,7 +359,8 @@ class Intake:
         log: the spooled events were judged against the log that was lost, and forwarded into the log as
         it now is they would land without what they rest on (a report without its unit's definition, a
         correction without the report it replaces). They wait, kept, for ``caucus intake rebuild`` (after
-        the operator has restored the log), and are then judged again against the rebuilt state."""
+        the operator has restored the log), and are then checked again for conflicts with the rebuilt
+        state (``intake_forward.recheck``), as every forwarded event is."""
         with self._locked():
             waiting = len(self.spool.pending())
             if not waiting:

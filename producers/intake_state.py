@@ -195,7 +195,7 @@ class IntakeView(Protocol):
     def rejection(self, key: str) -> RejectionRecord | None: ...
     def settled_by(self, tie: TieKey) -> str | None: ...
     def toss(self, event_id: str) -> TossRecord | None: ...
-    def units_tossed(self, election_id: str) -> set[str]: ...
+    def tosses_in(self, election_id: str) -> list[TossRecord]: ...
     def certified_by(self, election_id: str) -> str | None: ...
 
 
@@ -344,9 +344,9 @@ class IntakeState:
     def toss(self, event_id: str) -> TossRecord | None:
         return self.tosses.get(event_id)
 
-    def units_tossed(self, election_id: str) -> set[str]:
-        """Units of the election with a recorded toss (asked only by a redefinition: a scan is fine)."""
-        return {t.unit_id for t in self.tosses.values() if t.election_id == election_id}
+    def tosses_in(self, election_id: str) -> list[TossRecord]:
+        """The election's recorded tosses (asked only by a redefinition: a scan is fine)."""
+        return [t for t in self.tosses.values() if t.election_id == election_id]
 
     # -- snapshots ----------------------------------------------------------------------------------
 
@@ -464,8 +464,8 @@ class Layered:
     def toss(self, event_id: str) -> TossRecord | None:
         return self.top.toss(event_id) or self.base.toss(event_id)
 
-    def units_tossed(self, election_id: str) -> set[str]:
-        return self.top.units_tossed(election_id) | self.base.units_tossed(election_id)
+    def tosses_in(self, election_id: str) -> list[TossRecord]:
+        return self.top.tosses_in(election_id) + self.base.tosses_in(election_id)
 
     def certified_by(self, election_id: str) -> str | None:
         return self.top.certified_by(election_id) or self.base.certified_by(election_id)

@@ -8,12 +8,13 @@ result already recorded under the old one: re-appending the definition with a re
 raised from 6 to 600 hands that unit's groups a hundred times the county delegates, with no result
 event saying so.
 
-So a redefinition may add units and candidates and change units nobody has opened, reported or
-tossed a coin for (a toss may come before the result), but not what such a unit is counted under: its D, its county, its satellite group
-or weight, its county's or group's SDE ratio, the rule set, nor remove the unit or a candidate a result
-names. A published amendment (the import channel) may re-weight satellites (``PUBLISHED_MAY_CHANGE``),
-which is what the party's releases did; the rest is refused to it too, since any official can write a
-record on the import channel (its writer header names them, and the audit lists it).
+So a redefinition may add units and candidates and change units that are not under way, but not what
+a unit under way (opened, reported, or with a coin toss, which may come before the result) is counted
+under: its D, its county, its satellite group or weight, its county's or group's SDE ratio, the rule
+set, nor remove the unit or a candidate a result or a toss names. A published amendment (the import
+channel) may re-weight satellites (``PUBLISHED_MAY_CHANGE``), which is what the party's releases did;
+the rest is refused to it too, since any official can write a record on the import channel (its writer
+header names them, and the audit lists it).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def redefinition_problems(new: ElectionDefined, election_id: str, view: IntakeVi
     info = view.election(election_id)
     if info is None:
         return ()
-    tossed = view.units_tossed(election_id)
+    tosses = view.tosses_in(election_id)
+    tossed = {t.unit_id for t in tosses}
     under_way = [uid for uid in info.units if uid in tossed or _under_way(view, election_id, uid)]
     if not under_way:
         return ()
@@ -50,9 +52,11 @@ def redefinition_problems(new: ElectionDefined, election_id: str, view: IntakeVi
     for uid in under_way:
         problems.extend(_unit_problems(info.units[uid], units.get(uid), uid, before, after))
     named = _candidates_in_results(view, election_id, under_way)
-    for name in sorted(named - set(new.candidates)):
+    contenders = {name for t in tosses for name in t.contenders}
+    for name in sorted((named | contenders) - set(new.candidates)):
         problems.append(Problem("candidates", "CANDIDATE_REMOVED",
-                                f"candidate {name!r} would be removed, but recorded results name them"))
+                                f"candidate {name!r} would be removed, but recorded "
+                                f"{'results' if name in named else 'coin tosses'} name them"))
     return tuple(problems)
 
 

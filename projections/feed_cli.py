@@ -151,8 +151,8 @@ def subscribe(
                                       max_lines)
             changed = {k: v for k, v in dedupe.seen.items() if before.get(k) != v}
             printed = len(changed)
-            if view_from is None:  # --max cut the view short: a group keeps its place, and what it printed
-                if keeper is not None:
+            if view_from is None:  # --max cut the view short: a group keeps its place (none, if it had none)
+                if keeper is not None:  # and what it printed; its next --latest prints the rest
                     keeper.save(start or {}, changed)
                 return
             # a group that had read past the view's position printed every version up to there already

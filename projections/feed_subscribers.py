@@ -70,8 +70,10 @@ class SubscriberCheckpoint:
         create_schema(self._conn, _SCHEMA)
 
     def load(self, feed_id: str | None) -> tuple[dict[int, int] | None, dict[tuple[str, str, str], int]]:
-        """(positions, seen versions) of the group; (None, {}) for a new group. ``CheckpointMismatch``
-        if the group followed another feed."""
+        """(positions, seen versions) of the group; (None, {}) for a new group, and positions None for a
+        group that has printed but holds no position yet (its ``--latest`` cut short by ``--max``): it
+        starts as a new group does, and what it printed is not printed again. ``CheckpointMismatch`` if
+        the group followed another feed."""
         row = self._conn.execute("SELECT feed_id FROM subscriber WHERE grp = ?", (self.group,)).fetchone()
         if row is None:
             return None, {}
@@ -82,7 +84,7 @@ class SubscriberCheckpoint:
             "SELECT part, next_offset FROM subscriber_position WHERE grp = ?", (self.group,))}
         seen = {(e, k, a): int(v) for e, k, a, v in self._conn.execute(
             "SELECT election, kind, area, version FROM subscriber_seen WHERE grp = ?", (self.group,))}
-        return positions, seen
+        return positions or None, seen
 
     def save(self, feed_id: str | None, positions: dict[int, int], changed: dict[tuple[str, str, str], int]) -> None:
         """Record the position and the versions printed since the last save, in one transaction."""

@@ -361,3 +361,16 @@ def test_a_unit_with_a_toss_and_no_result_may_not_be_removed_or_recounted(report
     _unit(changed, "P4")["delegates"] = 5
     done = _append(data, token, tmp_path, changed)
     assert done.returncode == 1 and "units.P4.delegates: DELEGATES_CHANGED" in done.stderr, done.stderr
+
+
+def test_a_candidate_named_only_by_a_toss_may_not_be_removed(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """P4 has no result, only a toss between A and B; a redefinition without B would leave the toss naming
+    a candidate the election no longer has."""
+    data, token = reported
+    tossed = _caucus(data, "toss", "P4", "--contender", "A,B", "--seats", "1", "--winner", "B", "--method", "coin",
+                     "--caller", "A", token=token)  # fmt: skip
+    assert tossed.returncode == 0, tossed.stdout + tossed.stderr
+    amended = _again(_definition(data))
+    amended["payload"]["candidates"] = ["A"]
+    done = _append(data, token, tmp_path, amended)
+    assert done.returncode == 1 and "CANDIDATE_REMOVED" in done.stderr and "'B'" in done.stderr, done.stderr

@@ -229,3 +229,51 @@ def test_an_intake_started_while_the_log_is_down_works_from_snapshot_and_spool(
     restarted.close()
     ids = [le.event.event_id for le in Journal(SqliteLog(tmp_path / "log.sqlite3")).read()]
     assert spooled.event_id in ids and len(ids) == len(set(ids)) == 4
+
+
+def test_spool_flush_keeps_the_spool_for_a_lost_log_until_it_is_restored_and_rebuilt(tmp_path: Path) -> None:
+    """Through the command line, each step a process of its own: the embedded log replaced by an empty
+    file (as a memory-only broker comes back empty). ``spool flush`` exits 3 and keeps the event; after
+    the log is restored from a copy (``log tail`` into ``log append``) and ``intake rebuild``, the flush
+    forwards it, after the definition and the report it rests on."""
+    import shutil
+
+    from ledger.events import Result
+    from ledger.settings import load_settings
+    from ledger.log.sqlite import SqliteLog
+    from producers.credentials import CredentialStore
+    from tests.producers.test_direct_writes import ELECTION, _caucus
+
+    data, copy = tmp_path / "data", tmp_path / "copy"
+    _, token = CredentialStore(data / "credentials.json").issue("official", name="Bob")
+    (tmp_path / "el.json").write_text(json.dumps(ELECTION))
+    for args in (["define", str(tmp_path / "el.json")],
+                 ["report", "--unit", "P3", "--attendance", "60", "--first", "A=60", "--final", "A=60", "--key", "p3"],
+                 ["intake", "rebuild"]):  # fmt: skip
+        done = _caucus(data, *args, token=token)
+        assert done.returncode == 0, done.stderr
+    # an accepted report that waits in the spool (as one kept while the log was out of reach)
+    waiting = new_event(ResultReported(Result({"A": 30, "B": 30}, {"A": 30, "B": 30}, attendance=60), reporter="chair"),
+                        election_id="e", unit_id="P4", actor="official:Bob#1", channel=Channel.APP, idempotency_key="p4")
+    Intake.for_settings(load_settings({"data_dir": data}, env={}).settings).spool.add(waiting)
+    copy.mkdir()
+    shutil.move(str(data / "log.sqlite3"), copy / "log.sqlite3")
+    for extra in ("-wal", "-shm"):
+        (data / f"log.sqlite3{extra}").unlink(missing_ok=True)
+    SqliteLog(data / "log.sqlite3").close()  # a new, empty log in its place
+
+    lost = _caucus(data, "spool", "flush", token=token)
+    assert lost.returncode == 3 and "1 spooled event(s) stay in the spool" in lost.stderr, lost.stderr
+    assert "caucus intake rebuild" in lost.stderr
+    assert json.loads(_caucus(data, "spool", "status", "--json").stdout)["pending"] == 1
+
+    history = tmp_path / "history.jsonl"
+    history.write_text(_caucus(copy, "log", "tail", "-n", "0", "--json").stdout)
+    assert _caucus(data, "log", "append", str(history), token=token).returncode == 0
+    rebuilt = _caucus(data, "intake", "rebuild", "--json")
+    assert rebuilt.returncode == 0 and json.loads(rebuilt.stdout)["spooled_waiting"] == 1, rebuilt.stderr
+    flushed = _caucus(data, "spool", "flush", "--json")
+    assert flushed.returncode == 0 and json.loads(flushed.stdout)["forwarded"] == 1, flushed.stdout + flushed.stderr
+    assert _caucus(data, "project", "--until-caught-up", "-q").returncode == 0
+    tally = json.loads(_caucus(data, "tally", "--unit", "P4", "--json").stdout)
+    assert tally["unit"]["status"] == "reported", tally

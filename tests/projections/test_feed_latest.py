@@ -289,3 +289,20 @@ def test_latest_stops_at_max_and_a_group_cut_short_prints_the_rest_next_time(sup
     rest = _lines(_caucus(base, "subscribe", "--latest", "--group", "g"))
     assert head == whole[:4] and rest == whole[4:]
     assert _lines(_caucus(base, "subscribe", "--latest", "--group", "g")) == []
+
+
+def test_a_new_group_cut_short_by_max_follows_as_a_new_group_does(support: ModuleType, tmp_path: Path) -> None:
+    """A new group whose ``--latest`` was cut short holds no position: following, it starts where a new
+    group starts (now), not at the feed's first record with every outdated version of the keys it has
+    not printed."""
+    data = tmp_path / "data"
+    events = support.election_log(20, corrections=3, seed=3)
+    log = SqliteLog(data / "log.sqlite3", partitions=8)
+    Journal(log).append_batch(events[: len(events) // 2])
+    base = ["--data-dir", str(data)]
+    _caucus(base, "project", "--until-caught-up", "-q")
+    Journal(log).append_batch(events[len(events) // 2 :])
+    log.close()
+    _caucus(base, "project", "--until-caught-up", "-q")
+    assert len(_lines(_caucus(base, "subscribe", "--latest", "--group", "g", "--max", "3"))) == 3
+    assert _lines(_caucus(base, "subscribe", "--group", "g", "--until-idle", "1")) == []

@@ -52,10 +52,16 @@ def plain_text(value: str) -> str:
 
 
 def plain_id(value: str) -> str:
-    """An identifier: plain text as above, and in NFC, so that one id has one spelling."""
+    """An identifier: plain text as above, and in NFC, so that one id has one spelling. No '/': an id is
+    one segment of a URL path (``/units/{unit}/report``, ``/api/elections/{election}/units/{unit}``), and
+    the HTTP servers read an encoded '/' as a separator, so a unit named with one could be defined but
+    never opened, reported or read over HTTP."""
     plain_text(value)
     if unicodedata.normalize("NFC", value) != value:
         raise PydanticCustomError("bad_characters", "must be in Unicode normal form NFC (composed characters)", {})
+    if "/" in value:
+        raise PydanticCustomError("slash_in_id", "must not contain '/': an id is one segment of the HTTP intake's "
+                                  "and the read API's paths", {})
     return value
 
 

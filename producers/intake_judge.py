@@ -106,17 +106,20 @@ def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Jud
     unit_id = claimable(sub.unit_id) or parsed.unit_id
     key = parsed.idempotency_key or claimable(sub.idempotency_key)
 
-    def refuse(errors: tuple[Problem, ...], sender: str, election_id: str = "") -> Judgment:
-        event = submission_refused(sub, errors, sender, election_id or parsed.election_id, unit_id, key, now())
+    def refuse(errors: tuple[Problem, ...], sender: str, election_id: str = "", *, filed: bool = True) -> Judgment:
+        """``filed=False``: a sender without the right to the unit (no valid credential, another unit's
+        chair) is kept out of every unit's state and trail count, whatever election the body names."""
+        filed_under = (election_id or parsed.election_id) if filed else ""
+        event = submission_refused(sub, errors, sender, filed_under, unit_id, key, now())
         return Judgment(event, refused=True, kind=sub.kind.value, sender=sender, key=key)
 
     if isinstance(sub.sender, AuthFailure):
-        return refuse((sub.sender.problem,), sub.sender.claimed)
+        return refuse((sub.sender.problem,), sub.sender.claimed, filed=False)
     credential = sub.sender
     actor = credential.actor
     denied = authorize(credential, sub.kind, unit_id if sub.kind is not CommandKind.DEFINE else None)
     if denied is not None:
-        return refuse((denied,), actor)
+        return refuse((denied,), actor, filed=False)
     if parsed.command is None:
         return refuse((*parsed.errors, *precheck(parsed.data, view)), actor,
                       _filed_under(parsed.election_id, unit_id, credential, view))

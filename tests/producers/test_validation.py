@@ -228,6 +228,17 @@ def test_ids_with_hidden_characters_or_another_unicode_form_are_refused(unit: st
     assert [(p.field, p.code) for p in parsed.errors] == [("unit_id", "BAD_CHARACTERS")] and why in parsed.errors[0].message
 
 
+def test_an_id_with_a_slash_is_refused_as_no_http_path_could_name_it(election: dict[str, Any]) -> None:
+    """A unit, county or election id with '/' was defined, then 404 on every HTTP route that names it."""
+    unit = {**election["units"][0], "unit_id": "a/b"}
+    parsed = parse_command(CommandKind.DEFINE, json.dumps({**election, "units": [unit, *election["units"][1:]]}))
+    assert [(p.field, p.code) for p in parsed.errors] == [("units.0.unit_id", "SLASH_IN_ID")], parsed.errors
+    parsed = parse_command(CommandKind.DEFINE, json.dumps({**election, "election_id": "../e"}))
+    assert [(p.field, p.code) for p in parsed.errors] == [("election_id", "SLASH_IN_ID")], parsed.errors
+    parsed = parse_command(CommandKind.OPEN, json.dumps({"idempotency_key": "k", "unit_id": "x/../y", "attendance": 3}))
+    assert [(p.field, p.code) for p in parsed.errors] == [("unit_id", "SLASH_IN_ID")], parsed.errors
+
+
 def test_candidate_names_are_plain_and_told_apart(election: dict[str, Any]) -> None:
     for name, field in (("Biden ", "candidates.1"), ("Bi\u202eden", "candidates.1")):
         parsed = parse_command(CommandKind.DEFINE, json.dumps({**election, "candidates": ["Sanders", name]}))

@@ -261,3 +261,23 @@ def test_a_refused_definition_names_an_election_that_no_command_tallies(workspac
         code, said = caucus(*command, "--election", "ghost")
         assert code == 2 and "'ghost' is not defined" in str(said), (command, said)
     assert _tally(caucus)["state"]["units_defined"] == len(ELECTION["units"])
+
+
+def test_a_sender_without_the_right_to_a_unit_cannot_file_refusals_under_it(workspace: Callable[[str], Caucus],
+                                                                            tmp_path: Path) -> None:
+    """No credential, or another unit's chair, naming the election in the body: the refusal is kept, but
+    it is no part of the unit's state (its count of refusals, the events of its trail); anyone could
+    otherwise write into any unit's public trail."""
+    caucus = workspace("refused-foreign")
+    official = _official(caucus)
+    _define(caucus, tmp_path, official)
+    code, other = caucus("credentials", "issue", "--unit", "200003", "--name", "Other", "--election", "e2020", "--json")
+    assert code == 0
+    for token in ((), ("--token", other["token"])):
+        code, refused = caucus("report", "--unit", "200002", "--election", "e2020", "--attendance", "30",
+                               "--first", "Adams=20,Baker=10", "--final", "Adams=20,Baker=10", *token, "--json")  # fmt: skip
+        assert code == 1 and refused["errors"], refused
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    assert _tally(caucus, "--unit", "200002")["unit"]["rejected"] == 0
+    code, trail = caucus("trail", "200002", "--json")
+    assert code == 0 and trail["events"] == [] and len(trail["unattributed"]) == 2, trail

@@ -49,6 +49,10 @@ class ReadError(LookupError):
         self.status = status
 
 
+ANSWER_CACHE_BYTES = 64 << 20
+"""What the built answers kept for readers may hold in all (an answer over 16 MiB is built each time)."""
+
+
 @dataclass(frozen=True)
 class Answer:
     """A JSON body (None: the client's copy is current) with its ETag; ``immutable`` never changes."""
@@ -59,26 +63,36 @@ class Answer:
 
 
 class _Cache:
-    """A small LRU of built answers and views, keyed by their tokens (bounded: old tokens fall out)."""
+    """A small LRU of built answers and views, keyed by their tokens, bounded by count and, where the
+    items say how large they are (``weight``: an answer's bytes), by their total: a count alone let
+    readers asking one large answer at many times (``?as_of=``) hold gigabytes. An item heavier than a
+    quarter of the budget is not kept at all."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, budget: int | None = None) -> None:
         self.size = size
-        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self.budget = budget
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._weight = 0
         self._lock = threading.Lock()
 
     def get(self, key: Any) -> Any:
         with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: Any, value: Any) -> None:
-        with self._lock:
-            self._items[key] = value
+            item = self._items.get(key)
+            if item is None:
+                return None
             self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            return item[0]
+
+    def put(self, key: Any, value: Any, weight: int = 0) -> None:
+        if self.budget is not None and weight * 4 > self.budget:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            self._weight += weight - (old[1] if old is not None else 0)
+            self._items[key] = (value, weight)
+            while len(self._items) > self.size or (self.budget is not None and self._weight > self.budget):
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._weight -= dropped
 
 
 def percent_text(part: int, whole: int) -> str:
@@ -151,7 +165,7 @@ class ResultsReader:
         self._token_store: ProjectionStore | None = None
         self._token_lock = threading.Lock()
         self._lock = threading.RLock()
-        self._answers = _Cache(256)
+        self._answers = _Cache(256, budget=ANSWER_CACHE_BYTES)
         self._views = _Cache(4)  # a view holds every unit's tally: a few, not many
 
     def _default_store(self) -> ProjectionStore:
@@ -297,7 +311,7 @@ class ResultsReader:
             return cached
         body = (encode or dumps)(build(self.view(election, token=token, cut=cut)))
         made = Answer(body, etag, immutable)
-        self._answers.put(etag, made)
+        self._answers.put(etag, made, len(made.body or b""))
         return made
 
     def plain(self, route: str, if_none_match: str | None, build: Callable[[], Any], *,
@@ -310,7 +324,7 @@ class ResultsReader:
         if cached is not None:
             return cached
         made = Answer((encode or dumps)(build()), etag)
-        self._answers.put(etag, made)
+        self._answers.put(etag, made, len(made.body or b""))
         return made
 
     def with_log(self, route: str, election: str | None, if_none_match: str | None,
@@ -324,7 +338,7 @@ class ResultsReader:
         if cached is not None:
             return cached
         made = Answer((encode or dumps)(build(self.view(election, token=token[0]))), etag)
-        self._answers.put(etag, made)
+        self._answers.put(etag, made, len(made.body or b""))
         return made
 
     def elections(self) -> list[dict[str, Any]]:

@@ -51,6 +51,16 @@ def _record_findings(data: Path, *args: str) -> list[tuple[str, str, str]]:
                   if f["code"] in ("DIRECT_WRITE", "RECORDED_OUT_OF_ORDER"))
 
 
+def _appended_then_found(data: Path, token: str, tmp_path: Path, events: list[dict[str, Any]], code: str) -> list[Any]:
+    """Append ``events`` with ``log append`` (which must take them) and return the audit's ``code`` findings."""
+    lines = tmp_path / f"{code}.jsonl"
+    lines.write_text("".join(json.dumps(e) + "\n" for e in events))
+    done = _caucus(data, "log", "append", str(lines), token=token)
+    assert done.returncode == 0, done.stderr
+    found: list[Any] = json.loads(_caucus(data, "audit", "--log", "--json", "--code", code).stdout)["findings"]
+    return found
+
+
 def test_direct_and_backdated_records_are_flagged(tmp_path: Path) -> None:
     data = tmp_path / "data"
     _, token = CredentialStore(data / "credentials.json").issue("official", name="Bob")
@@ -85,12 +95,7 @@ def test_an_event_that_says_it_occurred_after_it_was_recorded_is_flagged(tmp_pat
     now = datetime.now(UTC)
     late = {**_report("P3", "from-2099", now), "occurred_at": datetime(2099, 1, 1, tzinfo=UTC).isoformat()}
     skewed = {**_report("P4", "fast-clock", now), "occurred_at": (now + timedelta(minutes=9)).isoformat()}
-    lines = tmp_path / "lines.jsonl"
-    lines.write_text(json.dumps(late) + "\n" + json.dumps(skewed) + "\n")
-    done = _caucus(data, "log", "append", str(lines), token=token)
-    assert done.returncode == 0, done.stderr
-    audit = _caucus(data, "audit", "--log", "--json", "--code", "OCCURRED_AFTER_RECORDED")
-    found = json.loads(audit.stdout)["findings"]
+    found = _appended_then_found(data, token, tmp_path, [late, skewed], "OCCURRED_AFTER_RECORDED")
     assert [(f["unit_id"], f["severity"], f["result_event_id"]) for f in found] == [("P3", "warn", late["event_id"])]
     assert "2099-01-01" in found[0]["message"] and found[0]["reported"].startswith("2099-01-01")
 
@@ -134,11 +139,6 @@ def test_a_correction_recorded_before_the_result_it_replaces_is_flagged(tmp_path
 
     early = correction("P3", datetime.fromisoformat(results["P3"]["recorded_at"]) - timedelta(seconds=20))
     fine = correction("P4", datetime.now(UTC))
-    source = tmp_path / "fixes.jsonl"
-    source.write_text(json.dumps(early) + "\n" + json.dumps(fine) + "\n")
-    done = _caucus(data, "log", "append", str(source), token=token)
-    assert done.returncode == 0, done.stderr
-    audit = _caucus(data, "audit", "--log", "--json", "--code", "RECORDED_BEFORE_SUPERSEDED")
-    found = json.loads(audit.stdout)["findings"]
+    found = _appended_then_found(data, token, tmp_path, [early, fine], "RECORDED_BEFORE_SUPERSEDED")
     assert [(f["unit_id"], f["severity"], f["result_event_id"]) for f in found] == [("P3", "warn", early["event_id"])]
     assert results["P3"]["event_id"] in found[0]["message"]

@@ -463,13 +463,11 @@ def _micros(at: datetime) -> datetime:
 
 
 def new_event_id() -> str:
-    """A fresh event id, ordered by time (UUIDv7, RFC 9562). Every store of events keeps a unique index
-    on the id (the embedded log, PostgreSQL's event index): ids that grow with time are added at the end
-    of that index, where random ones (v4) land on a random page each, which cost the embedded log's
-    batched append about a fifth of its speed (``scripts/bench_append.py``). The order is all an id
-    says: within one millisecond the library moves its clock on by one for each id, so a burst runs
-    ahead of the time, and nothing may read a time out of an id. Ids that must be reproducible (the
-    importer's, the simulator's) stay uuid5 of what they record."""
+    """A fresh event id ordered by time (UUIDv7, RFC 9562): the unique id indexes (the embedded log,
+    PostgreSQL's event index) grow at their end instead of one random page an event (v4), which cost the
+    embedded log's batched append a fifth of its speed (``scripts/bench_append.py``). Order is all an id
+    tells: within a millisecond the library moves its clock on per id. Reproducible ids (the importer's,
+    the simulator's) stay uuid5 of what they record."""
     return str(uuid7())
 
 

@@ -296,6 +296,7 @@ def _add_read_routes(app: FastAPI, intake: Intake, store: CredentialStore, retry
     @app.get("/health", summary="Is the intake up, can it reach the log, does anything wait in the spool")
     async def health() -> JSONResponse:
         status = await run_in_threadpool(intake.status)
+        status["spool"].pop("path", None)  # anyone may ask: no file paths of the machine (`caucus spool status` has it)
         ok = status["log_lost"] is None
         writing = status["reachable"] and not status["spool"]["pending"]  # events waiting: appends are failing
         status["status"] = "ok" if ok and writing else ("degraded" if ok else "log lost")

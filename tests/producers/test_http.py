@@ -121,6 +121,7 @@ def test_receipts_health_and_docs(defined: None, client: TestClient, tokens: dic
     assert client.get("/receipts/", headers=tokens["official"]).status_code == 404
     health = client.get("/health")
     assert health.status_code == 200 and health.json()["status"] == "ok" and health.json()["spool"]["pending"] == 0
+    assert "path" not in health.json()["spool"]  # no credential needed: no file paths of the machine
     doc = client.get("/openapi.json").json()
     assert {"/elections", "/units/{unit}/open", "/units/{unit}/results", "/units/{unit}/corrections",
             "/units/{unit}/ties", "/receipts/{idempotency_key}", "/health"} <= set(doc["paths"])  # fmt: skip

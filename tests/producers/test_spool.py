@@ -255,7 +255,12 @@ def test_spool_flush_keeps_the_spool_for_a_lost_log_until_it_is_restored_and_reb
     # an accepted report that waits in the spool (as one kept while the log was out of reach)
     waiting = new_event(ResultReported(Result({"A": 30, "B": 30}, {"A": 30, "B": 30}, attendance=60), reporter="chair"),
                         election_id="e", unit_id="P4", actor="official:Bob#1", channel=Channel.APP, idempotency_key="p4")
-    Intake.for_settings(load_settings({"data_dir": data}, env={}).settings).spool.add(waiting)
+    # and one for a unit the lost log had been redefined with, which the older copy restored below lacks
+    gone = new_event(ResultReported(Result({"A": 30, "B": 30}, {"A": 30, "B": 30}, attendance=60), reporter="chair"),
+                     election_id="e", unit_id="P5", actor="official:Bob#1", channel=Channel.APP, idempotency_key="p5")
+    spool = Intake.for_settings(load_settings({"data_dir": data}, env={}).settings).spool
+    spool.add(waiting)
+    spool.add(gone)
     copy.mkdir()
     shutil.move(str(data / "log.sqlite3"), copy / "log.sqlite3")
     for extra in ("-wal", "-shm"):
@@ -263,17 +268,21 @@ def test_spool_flush_keeps_the_spool_for_a_lost_log_until_it_is_restored_and_reb
     SqliteLog(data / "log.sqlite3").close()  # a new, empty log in its place
 
     lost = _caucus(data, "spool", "flush", token=token)
-    assert lost.returncode == 3 and "1 spooled event(s) stay in the spool" in lost.stderr, lost.stderr
+    assert lost.returncode == 3 and "2 spooled event(s) stay in the spool" in lost.stderr, lost.stderr
     assert "caucus intake rebuild" in lost.stderr
-    assert json.loads(_caucus(data, "spool", "status", "--json").stdout)["pending"] == 1
+    assert json.loads(_caucus(data, "spool", "status", "--json").stdout)["pending"] == 2
 
     history = tmp_path / "history.jsonl"
     history.write_text(_caucus(copy, "log", "tail", "-n", "0", "--json").stdout)
     assert _caucus(data, "log", "append", str(history), token=token).returncode == 0
     rebuilt = _caucus(data, "intake", "rebuild", "--json")
-    assert rebuilt.returncode == 0 and json.loads(rebuilt.stdout)["spooled_waiting"] == 1, rebuilt.stderr
+    assert rebuilt.returncode == 0 and json.loads(rebuilt.stdout)["spooled_waiting"] == 2, rebuilt.stderr
     flushed = _caucus(data, "spool", "flush", "--json")
-    assert flushed.returncode == 0 and json.loads(flushed.stdout)["forwarded"] == 1, flushed.stdout + flushed.stderr
+    report = json.loads(flushed.stdout)
+    assert flushed.returncode == 0 and (report["forwarded"], report["rejected"]) == (1, 1), flushed.stdout + flushed.stderr
+    logged = [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
+    refused = [e for e in logged if e["type"] == "SubmissionRejected" and e["unit_id"] == "P5"]
+    assert len(refused) == 1 and "UNKNOWN_UNIT" in json.dumps(refused[0]["payload"]), refused
     assert _caucus(data, "project", "--until-caught-up", "-q").returncode == 0
     tally = json.loads(_caucus(data, "tally", "--unit", "P4", "--json").stdout)
     assert tally["unit"]["status"] == "reported", tally

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ledger.events import Problem
-from producers.identifiers import plain_id, plain_text, said
+from producers.identifiers import plain_id, plain_text, said, shown_name
 from producers.strict_json import escaped, has_surrogates, load_json, quoted
 
 __all__ = [
@@ -63,6 +63,7 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT, description="a non-negative whole number")]
 Text = Annotated[str, Field(min_length=1, max_length=200)]
 Said = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(said)]
+ShownName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(said), AfterValidator(shown_name)]
 """Free text a reader must be able to see: names, reasons, authorities, callers, witnesses."""
 Ident = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^\S(.*\S)?$"), AfterValidator(plain_id)]
 Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(plain_text)]
@@ -116,7 +117,7 @@ class CommandKind(enum.StrEnum):
 class CountySpec:
     __pydantic_config__ = _STRICT
     county_id: Ident
-    name: Said
+    name: ShownName
     sde_ratio: Ratio
 
 
@@ -124,7 +125,7 @@ class CountySpec:
 class SatelliteGroupSpec:
     __pydantic_config__ = _STRICT
     group_id: Ident
-    name: Said
+    name: ShownName
     sde_pool: Ratio
     attendance_base: Count | None = None
 
@@ -133,14 +134,14 @@ class SatelliteGroupSpec:
 class UnitSpec:
     __pydantic_config__ = _STRICT
     unit_id: Ident
-    name: Said
+    name: ShownName
     county_id: Ident
     delegates: Annotated[
         Count | None,
         Field(description="D, the county delegates the unit elects; leave out for satellites (D follows attendance)"),
     ] = None
     satellite_group: Ident | None = None
-    short_name: Said | None = None
+    short_name: ShownName | None = None
     sde_weight: Ratio | None = None
 
 
@@ -151,7 +152,7 @@ class DefineElection:
     __pydantic_config__ = _STRICT
     KIND = CommandKind.DEFINE
     election_id: Ident
-    name: Said
+    name: ShownName
     rule_set: Text
     candidates: Annotated[tuple[Name, ...], Field(min_length=1)]
     counties: tuple[CountySpec, ...]

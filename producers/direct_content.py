@@ -56,10 +56,11 @@ __all__ = ["content_problems", "KEPT_AS_RECORDED", "KEPT_ALWAYS"]
 KEPT_AS_RECORDED = frozenset(CHECK_CODES) | {"TOO_LONG", "ALREADY_DEFINED"}
 """Refusals of the intake that a direct write of a published record (the import channel) is not
 refused for (module docstring)."""
-KEPT_ALWAYS = frozenset({"ALREADY_DEFINED", "BLANK", "NOT_A_SATELLITE", "SLASH_IN_ID"})
+KEPT_ALWAYS = frozenset({"ALREADY_DEFINED", "BLANK", "NOT_A_SATELLITE", "SLASH_IN_ID", "HIDDEN_CHARACTER"})
 """... and those that no direct write is refused for. ``BLANK`` (a reason or a name blank on screen),
-``NOT_A_SATELLITE`` (a precinct's sde_weight) and ``SLASH_IN_ID`` (an id with a '/', which no HTTP path
-can name): the intake took such definitions before it refused them,
+``NOT_A_SATELLITE`` (a precinct's sde_weight), ``SLASH_IN_ID`` (an id with a '/', which no HTTP path
+can name) and ``HIDDEN_CHARACTER`` (a name with a control or invisible character): the intake took such
+definitions before it refused them,
 and a restore must keep what the ledger accepted; a direct write names its official in its writer
 header, and the audit lists it, whatever it says."""
 

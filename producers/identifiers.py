@@ -16,7 +16,8 @@ from pydantic_core import PydanticCustomError
 
 from ledger.events import Problem
 
-__all__ = ["plain_text", "plain_id", "candidate_collisions", "folded", "shows_a_word", "said", "hidden_character"]
+__all__ = ["plain_text", "plain_id", "candidate_collisions", "folded", "shows_a_word", "said", "hidden_character",
+           "shown_name"]
 
 _HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 _BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
@@ -70,6 +71,18 @@ def said(value: str) -> str:
     (spaces, zero-width marks, Hangul fillers) it would leave the paper trail an entry naming nobody."""
     if not shows_a_word(value):
         raise PydanticCustomError("blank", "must contain a visible letter or digit (it is blank on screen)", {})
+    return value
+
+
+def shown_name(value: str) -> str:
+    """A name people read on the results site, in tables and trails (a county's, a unit's, an
+    election's): no control, format or invisible characters. A NUL or a line separator breaks the
+    page and the table it is printed in, and a bidi override (U+202E) makes one name display as
+    another."""
+    found = _hidden(value)
+    if found is not None:
+        raise PydanticCustomError("hidden_character", "must not contain control or invisible characters (found {char})",
+                                  {"char": found})
     return value
 
 

@@ -239,6 +239,19 @@ def test_an_id_with_a_slash_is_refused_as_no_http_path_could_name_it(election: d
     assert [(p.field, p.code) for p in parsed.errors] == [("unit_id", "SLASH_IN_ID")], parsed.errors
 
 
+@pytest.mark.parametrize("name, char", [("Ward\x001", "U+0000"), ("Ward\u20281", "U+2028"), ("\u202eWard 1", "U+202E")],
+                         ids=["nul", "line-separator", "bidi-override"])
+def test_a_name_people_read_has_no_hidden_characters(election: dict[str, Any], name: str, char: str) -> None:
+    """A unit's name is printed on the results site and in tables: a NUL or a line separator breaks them,
+    a bidi override shows one name as another. Spaces inside a name stay allowed."""
+    unit = {**election["units"][0], "name": name}
+    parsed = parse_command(CommandKind.DEFINE, json.dumps({**election, "units": [unit, *election["units"][1:]]}))
+    assert [(p.field, p.code) for p in parsed.errors] == [("units.0.name", "HIDDEN_CHARACTER")], parsed.errors
+    assert char in parsed.errors[0].message
+    county = {**election["counties"][0], "name": "Des  Moines County"}
+    assert parse_command(CommandKind.DEFINE, json.dumps({**election, "counties": [county, *election["counties"][1:]]})).command
+
+
 def test_candidate_names_are_plain_and_told_apart(election: dict[str, Any]) -> None:
     for name, field in (("Biden ", "candidates.1"), ("Bi\u202eden", "candidates.1")):
         parsed = parse_command(CommandKind.DEFINE, json.dumps({**election, "candidates": ["Sanders", name]}))

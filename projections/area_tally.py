@@ -99,6 +99,10 @@ class AreaTally:
             "sde_exact": {c: fraction_text(v) for c, v in self.sde.items()},
             "sde_exact_decimal": {c: str(display_sde(v)) for c, v in self.sde.items()},
             "sde_display_sum": {c: str(v) for c, v in self.sde_display_sum.items()},
+            "total": {  # the human table's last row
+                "first": sum(self.first.values()), "final": sum(self.final.values()), "cds": sum(self.cds.values()),
+                "sde_display_sum": str(sum(self.sde_display_sum.values(), Decimal(0))),
+            },
         }
 
 

@@ -8,6 +8,7 @@ import io
 import json
 import os
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +231,12 @@ def test_bracketed_words_reach_the_reader(caucus: Run, tmp_path: Path) -> None:
     assert code == 0 and "[tie pending]" in table, table
     code, header = caucus("tally", "--rule-set", "idp-2020[leftover=lots]")
     assert code == 0 and "rule set idp-2020[leftover=lots]" in header, header
+    # --json has the human table's total row too
+    code, shown = caucus("tally", "--json")
+    state = shown["state"]
+    assert code == 0 and state["total"]["first"] == sum(state["first"].values()) == 100, state
+    assert state["total"]["cds"] == sum(state["cds"].values())
+    assert state["total"]["sde_display_sum"] == str(sum((Decimal(v) for v in state["sde_display_sum"].values()), Decimal(0)))
     code, receipt = caucus("report", "--unit", "P2", "--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40",
                            "--token", token, "--json")  # fmt: skip
     assert code == 0, receipt

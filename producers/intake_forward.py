@@ -12,14 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ledger.events import Event, Problem, ResultCorrected, ResultReported, SubmissionRejected, TieBroken, UnitOpened
+from ledger.events import Event, Problem, SubmissionRejected
 from ledger.log.port import Position
 from producers.intake_state import IntakeState, claimed_key, fingerprint
 from producers.validation import conflicts
 
 __all__ = ["Verdict", "recheck"]
-
-_UNIT_EVENTS = (UnitOpened, ResultReported, ResultCorrected, TieBroken)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +39,7 @@ def recheck(event: Event[Any], state: IntakeState) -> Verdict:
     known = state.rejection(claimed_key(key)) if isinstance(event.payload, SubmissionRejected) else None
     if known is not None and known.event_id == event.event_id:
         return Verdict("present", known.position, event.event_id)
-    problems = conflicts(event, state) or _unit_gone(event, state)
+    problems = conflicts(event, state)
     if claim is not None:
         problems = (
             Problem("idempotency_key", "IDEMPOTENCY_CONFLICT", f"key {key!r} was used meanwhile for other content (event {claim.event_id})"),
@@ -50,14 +48,3 @@ def recheck(event: Event[Any], state: IntakeState) -> Verdict:
     if problems and not isinstance(event.payload, SubmissionRejected):
         return Verdict("refuse", problems=problems)
     return Verdict("append")
-
-
-def _unit_gone(event: Event[Any], state: IntakeState) -> tuple[Problem, ...]:
-    """A unit's event whose election, as the log now defines it, has no such unit: a log restored from a
-    copy older than the definition the event was judged by (after a lost log, ``Intake.flush``)."""
-    env = event.envelope
-    election = state.election(env.election_id)
-    if not isinstance(event.payload, _UNIT_EVENTS) or election is None or env.unit_id in election.units:
-        return ()
-    return (Problem("unit_id", "UNKNOWN_UNIT", f"election {env.election_id!r} as the log now defines it has no "
-                    f"reporting unit {env.unit_id!r}"),)

@@ -170,13 +170,8 @@ def _check_definition(election_id: str, payload: ElectionDefined, view: IntakeVi
     errors: list[Problem] = []
     existing = view.election(election_id)
     if existing is not None:
-        errors.append(
-            Problem(
-                "election_id",
-                "ALREADY_DEFINED",
-                f"election {election_id!r} is already defined (event {existing.event_id}); an election is defined once",
-            )
-        )
+        errors.append(Problem("election_id", "ALREADY_DEFINED",
+                              f"election {election_id!r} is already defined (event {existing.event_id}); an election is defined once"))
     try:
         get_rule_set(payload.rule_set)
     except CaucusMathError as exc:
@@ -474,8 +469,13 @@ def conflicts(event: Event[Any], view: IntakeView) -> tuple[Problem, ...]:
         if existing is not None:
             return (Problem("election_id", "ALREADY_DEFINED", f"election {env.election_id!r} was defined meanwhile (event {existing.event_id})"),)
         return ()
-    if isinstance(payload, (UnitOpened, ResultReported, ResultCorrected, TieBroken)) and view.election(env.election_id) is None:
-        return (Problem("election_id", "UNKNOWN_ELECTION", f"election {env.election_id!r} is not defined in the log"),)
+    if isinstance(payload, (UnitOpened, ResultReported, ResultCorrected, TieBroken)):
+        election = view.election(env.election_id)
+        if election is None:
+            return (Problem("election_id", "UNKNOWN_ELECTION", f"election {env.election_id!r} is not defined in the log"),)
+        if env.unit_id not in election.units:  # the log was restored from a copy older than the definition it was judged by
+            return (Problem("unit_id", "UNKNOWN_UNIT", f"election {env.election_id!r} as the log now defines it has no "
+                            f"reporting unit {env.unit_id!r}"),)
     status = view.unit(env.election_id, env.unit_id)
     if isinstance(payload, UnitOpened) and status.opened_event_id is not None:
         return (Problem("unit_id", "ALREADY_OPENED", f"unit {env.unit_id!r} was opened meanwhile (event {status.opened_event_id})"),)

@@ -16,7 +16,7 @@ from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings
 from ledger.log.port import LogError, LogLostError
 from producers.credentials import CredentialError, CredentialStore
-from producers.intake import Intake, IntakeLogLost
+from producers.intake import Intake
 from producers.spool import SpoolError
 
 __all__ = ["register", "credential_store", "CredentialsOption"]
@@ -71,9 +71,7 @@ def spool_flush(ctx: typer.Context, as_json: bool = FlushJson) -> None:
     try:
         intake.start()
         report = intake.flush()
-    except IntakeLogLost as exc:
-        raise fail(str(exc)) from exc
-    except LogLostError as exc:  # found by the start, before the flush could say what waits
+    except LogLostError as exc:  # found by the start or by the flush: the same words either way
         raise fail(f"the log was lost: {intake.log_lost or exc}; the {len(intake.spool.pending())} spooled event(s) "
                    "stay in the spool until then") from exc
     except (LogError, SpoolError) as exc:

@@ -26,6 +26,8 @@ from producers.intake_state import IntakeView
 
 __all__ = ["redefinition_problems", "PUBLISHED_MAY_CHANGE"]
 
+_UNDER_WAY = "under way (opened, reported or tossed for)"
+
 PUBLISHED_MAY_CHANGE = frozenset({"SDE_WEIGHT_CHANGED", "GROUP_CHANGED"})
 """What a published amendment may change of a reported unit: the 2020 certified release re-fitted the
 satellites' SDE weights to corrected headcounts (``producers.importers.idp2020.definitions``)."""
@@ -80,23 +82,23 @@ def _unit_problems(old: UnitDefinition, new: UnitDefinition | None, uid: str, be
         return
     field = f"units.{uid}"
     if new.delegates != old.delegates:
-        yield Problem(f"{field}.delegates", "DELEGATES_CHANGED", f"unit {uid!r} is under way (opened, reported or tossed for) with "
+        yield Problem(f"{field}.delegates", "DELEGATES_CHANGED", f"unit {uid!r} is {_UNDER_WAY} with "
                       f"{old.delegates} delegate(s); a redefinition may not make it {new.delegates}")
     for name in ("county_id", "satellite_group", "sde_weight"):
         if getattr(new, name) != getattr(old, name):
             satellite = old.satellite_group is not None and new.satellite_group == old.satellite_group
             code = "SDE_WEIGHT_CHANGED" if name == "sde_weight" and satellite else "UNIT_CHANGED"
-            yield Problem(f"{field}.{name}", code, f"unit {uid!r} is under way (opened, reported or tossed for); a redefinition may not "
+            yield Problem(f"{field}.{name}", code, f"unit {uid!r} is {_UNDER_WAY}; a redefinition may not "
                           f"change its {name} from {getattr(old, name)!r} to {getattr(new, name)!r}")
     old_county, new_county = before.ratios.get(old.county_id), after.ratios.get(new.county_id)
     if new.county_id == old.county_id and new_county != old_county:
         yield Problem(f"counties.{old.county_id}.sde_ratio", "COUNTY_RATIO_CHANGED",
-                      f"county {old.county_id!r} holds unit {uid!r}, which is under way (opened, reported or tossed for); a redefinition may not "
+                      f"county {old.county_id!r} holds unit {uid!r}, which is {_UNDER_WAY}; a redefinition may not "
                       f"change the county's SDE ratio ({old_county} to {new_county})")
     group = old.satellite_group
     if group is not None and new.satellite_group == group and before.groups.get(group) != after.groups.get(group):
         yield Problem(f"satellite_groups.{group}", "GROUP_CHANGED",
-                      f"satellite group {group!r} holds unit {uid!r}, which is under way (opened, reported or tossed for); "
+                      f"satellite group {group!r} holds unit {uid!r}, which is {_UNDER_WAY}; "
                       "a redefinition may not change the group's SDE pool or attendance base")
 
 

@@ -179,8 +179,8 @@ def report(name: str, ours: list[float], theirs: list[float], target: float | No
     print(f"{name:<34} {spread(ours)} | {spread(theirs)} | {ratio:>6.2f}x (rounds {pairs[0]:.2f}..{pairs[-1]:.2f}{verdict})")
 
 
-def run_rounds(args: argparse.Namespace, peer: Peer, records: list[PendingRecord], values: Path, tmp: Path,
-               bootstrap: str, pg: dict[str, str]) -> dict[str, tuple[list[float], list[float]]]:
+def run_rounds(args: argparse.Namespace, peer: Peer, records: list[PendingRecord], random_ids: list[PendingRecord],
+               values: Path, tmp: Path, bootstrap: str, pg: dict[str, str]) -> dict[str, tuple[list[float], list[float]]]:
     results: dict[str, tuple[list[float], list[float]]] = {}
 
     def add(name: str, ours_rate: float, theirs_rate: float) -> None:
@@ -201,7 +201,7 @@ def run_rounds(args: argparse.Namespace, peer: Peer, records: list[PendingRecord
             args.es_sqlite = f"journal_mode={got['journal_mode']}, synchronous={got['synchronous']}"
             add(f"SQLite, batches of {batch}", ours, n / got["seconds"])
             with SqliteLog(tmp / f"ours-{uuid.uuid4().hex[:8]}.sqlite3", partitions=args.partitions) as log:
-                add(f"  random event ids, {batch}", n / timed_appends(log, args.random_ids, batch), n / got["seconds"])
+                add(f"  random event ids, {batch}", n / timed_appends(log, random_ids, batch), n / got["seconds"])
             ours = n / statements_only(tmp / f"raw-{uuid.uuid4().hex[:8]}.sqlite3", _SCHEMA, _INSERT, our_rows, batch)
             theirs = n / statements_only(tmp / f"raw-{uuid.uuid4().hex[:8]}.sqlite3", ES_TABLE, ES_INSERT, their_rows, batch)
             add(f"  statements only, {batch}", ours, theirs)
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         records.append(PendingRecord(ev.key, ev.event_id, value, event_headers(ev, value, WRITER)))
     # The same events under random ids (the importer's uuid5 are): what ordered ids are worth
     rng = random.Random(args.seed)
-    args.random_ids = [replace(r, event_id=str(uuid.UUID(int=rng.getrandbits(128)))) for r in records]
+    random_ids = [replace(r, event_id=str(uuid.UUID(int=rng.getrandbits(128)))) for r in records]
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-append-")))
         values = tmp / "values.bin"
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(peer.close)
         bootstrap, where = stack.enter_context(kafka_bootstrap(args.kafka, tmp / "run"))
         pg = stack.enter_context(pg_database())
-        results = run_rounds(args, peer, records, values, tmp, bootstrap, pg)
+        results = run_rounds(args, peer, records, random_ids, values, tmp, bootstrap, pg)
         ours_sqlite = sqlite_synchronous(tmp / "settings.sqlite3")
 
     print()

@@ -54,10 +54,9 @@ def ordered_id(rng: random.Random, ms: int) -> str:
     return str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62) | (rand & ((1 << 62) - 1))))
 
 
-def make_events(count: int, units: int, seed: int, *, ordered_ids: bool = True) -> list[Event[ResultReported]]:
+def make_events(count: int, units: int, seed: int) -> list[Event[ResultReported]]:
     """``count`` ResultReported events spread over ``units`` precincts (deterministic). Their ids are
-    ordered by time, as the intake's are (``ledger.events.new_event_id``), or with ``ordered_ids=False``
-    random, as the importer's uuid5 are."""
+    ordered by time, as the intake's are (``ledger.events.new_event_id``)."""
     rng = random.Random(seed)
     base_ms = 1_580_860_800_000  # caucus night, 2020-02-05T00:00Z
     events = []
@@ -67,7 +66,7 @@ def make_events(count: int, units: int, seed: int, *, ordered_ids: bool = True) 
         final = {c: n + rng.randint(0, 30) for c, n in first.items() if n >= 15}
         payload = ResultReported(Result(first, final, attendance=sum(first.values())), reporter=f"chair:{unit}")
         ev = new_event(payload, election_id="bench", unit_id=unit, actor=f"chair:{unit}", channel=Channel.APP,
-                       event_id=ordered_id(rng, base_ms + i) if ordered_ids else str(uuid.UUID(int=rng.getrandbits(128))))
+                       event_id=ordered_id(rng, base_ms + i))
         events.append(ev)
     return events
 

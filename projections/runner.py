@@ -24,6 +24,7 @@ from typing import Any
 
 from ledger.codec import Codec, default_codec
 from ledger.log.port import LogLostError, StoredRecord
+from projections.log_continuity import LastApplied
 from projections.batch_fold import DEFAULT_CHUNK, BatchFolder, FoldedBatch, FoldError, tally_row
 from projections.tally_revision import TALLIES_REVISION
 from projections.early_fold import BaseMoved, EarlyFold, fold_early
@@ -181,6 +182,8 @@ class ProjectionRunner:
         self._next: dict[int, int] = {}
         self._known: dict[int, int] = {}  # the highest stored position seen per partition, kept when revoked
         self._targets: dict[int, int] = {}
+        self._checks: list[LastApplied] = []  # stored positions whose last records are still to be found applied
+        self._checked: set[tuple[int, int]] = set()
         self._last_report = 0.0
         self.last_base: dict[int, int] = {}
         """Of the last batch committed, the stored position of each of its partitions as it found them
@@ -193,6 +196,7 @@ class ProjectionRunner:
         with self.store.reader(self.set_id) as r:
             stored = r.positions()
         start = start_positions(stored, partitions)  # POSITIONS_FROM_STORE
+        self._read_last_applied({p: start[p] for p in partitions if start[p] > 0 and (p, start[p]) not in self._checked})
         for p in partitions:
             row = stored.get(p)
             self._next[p] = start[p]
@@ -329,6 +333,11 @@ and the rules' meanings) it was checked against, so a
         """Lost log: a high watermark below a position this runner knows was applied. Partitions it
         no longer owns count too: a broker that restarted empty also breaks the group, and a runner
         left without partitions must still say so rather than wait for an assignment."""
+        while self._checks:
+            check = self._checks.pop(0)
+            with self.store.reader(self.set_id) as r:
+                check.verify(self.codec, r.processed)
+            self._checked.update(check.positions.items())
         marks = self.source.high_watermarks()
         self.progress.high_watermarks = dict(marks)
         for p, hw in marks.items():
@@ -337,6 +346,15 @@ and the rules' meanings) it was checked against, so a
                 raise LogLostError(p, known, hw)
             if p not in self._targets and p in self.source.assigned():
                 self._targets[p] = hw
+
+    def _read_last_applied(self, positions: dict[int, int]) -> None:
+        """A log rewound and written again past a stored position (``projections.log_continuity``): the
+        records are read now, and judged by ``_check_marks`` before the first batch of the partitions is
+        applied, not here: a consumer group calls ``assigned`` from its rebalance, where an error would be
+        logged and dropped. A source without a log of its own (a cut of another) has nothing to check."""
+        log = getattr(self.source, "log", None)
+        if positions and log is not None:
+            self._checks.append(LastApplied(log, positions))
 
     def _caught_up(self) -> bool:
         if not self.source.ready:

@@ -127,6 +127,29 @@ def test_a_rewound_log_exits_non_zero_with_a_clear_message(support: ModuleType, 
     assert "log lost or rewound" in lost.stderr and "projection tally v1" in lost.stderr
 
 
+def test_an_older_copy_restored_and_written_past_the_projection_exits_3(support: ModuleType, tmp_path: Path) -> None:
+    """The same log (same id) restored from an older copy, then written again past every position the
+    projection applied: the new events sit where the projection already passed, and are not skipped."""
+    import shutil
+
+    data = tmp_path / "data"
+    events = support.election_log(20)
+    log = SqliteLog(data / "log.sqlite3", partitions=8)
+    Journal(log).append_batch(events[:3])
+    log.close()
+    shutil.copy(data / "log.sqlite3", tmp_path / "older-copy.sqlite3")
+    Journal(SqliteLog(data / "log.sqlite3")).append_batch(events[3:])
+    first = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
+        (data / name).unlink(missing_ok=True)
+    shutil.copy(tmp_path / "older-copy.sqlite3", data / "log.sqlite3")
+    Journal(SqliteLog(data / "log.sqlite3")).append_batch(support.election_log(60, election_id="e2"))
+    again = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
+    assert again.returncode == 3, again.stderr
+    assert "never applied" in again.stderr and "caucus replay --new-log" in again.stderr
+
+
 def test_a_new_log_in_place_of_the_old_one_is_refused_with_the_way_out(support: ModuleType, tmp_path: Path) -> None:
     """A log deleted and made again is another log (another id): the projection says so, and the
     instruction it gives works."""

@@ -208,6 +208,59 @@ def test_a_rewound_log_is_reported_not_waited_on(support: ModuleType, open_store
         _run(store, sid, SqliteLog(path))
 
 
+def test_a_log_rewound_and_written_again_past_the_projection_is_reported(support: ModuleType, open_store: Open, tmp_path: Any) -> None:
+    """Written again past every stored position, the log's high watermarks say nothing: the records at
+    the positions the projection passed are other events, which must not be skipped without a word."""
+    from projections.log_continuity import LogRewoundError
+
+    path = tmp_path / "log.sqlite3"
+    Journal(SqliteLog(path, partitions=4)).append_batch(support.election_log(10))
+    store = open_store()
+    sid = _new_set(store)
+    _run(store, sid, SqliteLog(path))
+    with store.reader(sid) as r:
+        before = {p: row.next_offset for p, row in r.positions().items()}
+    path.unlink()
+    for extra in ("-wal", "-shm"):
+        (tmp_path / f"log.sqlite3{extra}").unlink(missing_ok=True)
+    Journal(SqliteLog(path, partitions=4)).append_batch(support.election_log(40, election_id="e2"))
+    refilled = SqliteLog(path)
+    assert all(refilled.high_watermarks()[p] >= n for p, n in before.items())  # what the old check looked at
+    refilled.close()
+    with pytest.raises(LogRewoundError, match="never applied"):
+        _run(store, sid, SqliteLog(path))
+    with store.reader(sid) as r:
+        assert {p: row.next_offset for p, row in r.positions().items()} == before  # nothing of the new log applied
+
+
+def test_a_log_restored_and_given_back_its_own_events_goes_on(support: ModuleType, open_store: Open, tmp_path: Any) -> None:
+    """An older copy restored and the lost events appended again (same ids, same positions): nothing
+    was lost, so the runner goes on, and the tallies are those of the whole log."""
+    import shutil
+
+    events = support.election_log(12)
+    path = tmp_path / "log.sqlite3"
+    first = SqliteLog(path, partitions=4)
+    Journal(first).append_batch(events[:5])
+    first.close()  # the copy is of the file alone: nothing left in its WAL
+    shutil.copy(path, tmp_path / "older.sqlite3")
+    Journal(SqliteLog(path)).append_batch(events[5:30])
+    store = open_store()
+    sid = _new_set(store)
+    _run(store, sid, SqliteLog(path))
+    for extra in ("", "-wal", "-shm"):
+        (tmp_path / f"log.sqlite3{extra}").unlink(missing_ok=True)
+    shutil.copy(tmp_path / "older.sqlite3", path)
+    Journal(SqliteLog(path)).append_batch(events[5:])
+    runner = _run(store, sid, SqliteLog(path))
+    assert runner.progress.applied == len(events) - 30
+    p = Projection()
+    p.apply_all(events)
+    ctx = election_context(p.elections["e1"], "e1")
+    assert {u: t[2] for u, t in support.snapshot(store, sid)["tallies"].items()} == {
+        u: compute_unit_tally(s, ctx).dumps() for u, s in p.units.items()}
+
+
 def test_a_redefinition_recomputes_every_unit(support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]) -> None:
     from dataclasses import replace
     from datetime import timedelta

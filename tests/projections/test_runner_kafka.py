@@ -138,6 +138,36 @@ def test_a_restarted_broker_is_reported_as_a_lost_log(
         _runner(store, sid, bootstrap, unique_topic).run(until_caught_up=True)
 
 
+def test_a_restarted_broker_written_again_past_the_stored_positions_is_a_rewound_log(
+    support: ModuleType, open_store: Open, broker: Any, unique_topic: str
+) -> None:
+    """The same topic, emptied by the restart and refilled with more (other) events than the
+    projection applied: its high watermarks are past every stored position, so only the record at a
+    stored position tells that the log is not the one applied."""
+    from projections.log_continuity import LogRewoundError
+
+    bootstrap = broker.bootstrap
+    provision_topic(bootstrap, unique_topic, PARTS)
+    events = support.election_log(10)
+    support.produce(bootstrap, unique_topic, events, PARTS, duplicate=events)  # each partition ends in a repeat
+    store = open_store()
+    sid = store.ensure_serving("tally", source="kafka").set_id
+    assert _runner(store, sid, bootstrap, unique_topic).run(until_caught_up=True).applied == len(events)
+    later = support.election_log(2, election_id="e3")
+    support.produce(bootstrap, unique_topic, later, PARTS)
+    # the same log: the repeats that end each partition were applied (as repeats), so the runner goes on
+    assert _runner(store, sid, bootstrap, unique_topic).run(until_caught_up=True).applied == len(later)
+    with store.reader(sid) as r:
+        stored = {p: row.next_offset for p, row in r.positions().items()}
+    broker.restart()
+    provision_topic(bootstrap, unique_topic, PARTS)
+    support.produce(bootstrap, unique_topic, support.election_log(60, election_id="e2"), PARTS)
+    with pytest.raises(LogRewoundError, match="never applied"):
+        _runner(store, sid, bootstrap, unique_topic).run(until_caught_up=True)
+    with store.reader(sid) as r:
+        assert {p: row.next_offset for p, row in r.positions().items()} == stored
+
+
 def test_a_broker_restart_under_a_running_runner_ends_it_with_a_lost_log(
     support: ModuleType, open_store: Open, broker: Any, unique_topic: str
 ) -> None:

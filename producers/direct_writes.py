@@ -109,11 +109,12 @@ def intake_turn(settings: Settings) -> Iterator[None]:
 
 def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
              lines: Sequence[str | Mapping[str, Any]] | None = None,
-             trusted: Sequence[TrustedKey] | None = None) -> list[tuple[int, tuple[Problem, ...]]]:
+             trusted: Sequence[TrustedKey] | None = None, *, check_times: bool = True) -> list[tuple[int, tuple[Problem, ...]]]:
     """Why each of ``events`` (by index) may not be appended to the log ``journal`` reads, judged in
     order as the intake would judge them; empty when all may. Reads the whole log. With ``lines`` (each
     event's JSON as given, or its text) what each says is judged too (``producers.direct_content``), and
-    a checkpoint's key against ``trusted``."""
+    a checkpoint's key against ``trusted``. ``check_times=False``: the events carry the times of a
+    published history (the importer's), not of this write, and are not judged by them."""
     state = IntakeState()
     newest: datetime | None = None
     wanted = {event.event_id for event in events}
@@ -137,7 +138,7 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
             continue
         if event.event_id in written:
             continue
-        problems = list(_time_problems(event.recorded_at, newest, now))
+        problems = list(_time_problems(event.recorded_at, newest, now)) if check_times else []
         verdict = recheck(event, state)
         if verdict.action == "present":  # the same command under another id: the projections would fold it again
             problems.append(_copy_of(verdict.original, event.envelope.idempotency_key))

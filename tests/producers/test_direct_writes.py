@@ -168,6 +168,33 @@ def test_the_2020_history_restores_and_restores_again(tmp_path: Path) -> None:
     assert _log_size(restored) == _log_size(source) == len(history.read_text().splitlines())
 
 
+def test_the_importer_may_not_redefine_an_election_the_log_holds_otherwise(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """An election of the importer's id already in the log, with a unit reported: the 2020 definition
+    would drop that unit and its candidates, so its result would leave every tally. The importer is
+    judged as a direct write is (its times aside) and appends nothing; under an id of its own it imports."""
+    data_dir = Path(__file__).resolve().parents[3] / "shared" / "data" / "iowa2020"
+    if not (data_dir / "idp_apportionment.csv").is_file():
+        pytest.skip(f"the 2020 Iowa data is not at {data_dir}")
+    data, _ = reported
+    before = _log_size(data)
+    clash = _caucus(data, "import", "idp2020", "--data", str(data_dir), "--election-id", ELECTION["election_id"], "--json")
+    assert clash.returncode == 1, clash.stderr
+    summary = json.loads(clash.stdout)
+    errors = [i["message"] for i in summary["issues"] if i["severity"] == "error"]
+    assert any("UNIT_REMOVED" in m and "'P3'" in m for m in errors), errors
+    assert summary["appended"] == 0 and _log_size(data) == before
+    beside = _caucus(data, "import", "idp2020", "--data", str(data_dir), "--election-id", "iowa-2020", "--json")
+    assert beside.returncode == 0, beside.stderr
+    assert json.loads(beside.stdout)["appended"] == 1868
+    lines = _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()
+    corrected = next(doc["unit_id"] for doc in map(json.loads, lines) if doc["type"] == "ResultCorrected")
+    again = _caucus(data, "import", "idp2020", "--data", str(data_dir), "--election-id", "iowa-2020", "--recount-unit", corrected,
+                    "--json")  # the correction's stage changes: other content under an id the log holds
+    assert again.returncode == 1
+    assert any("EVENT_ID_CONFLICT" in i["message"] for i in json.loads(again.stdout)["issues"])
+    assert _log_size(data) == before + 1868
+
+
 def test_a_direct_write_is_read_by_an_intake_whose_queued_command_shares_a_catch_up(
     reported: tuple[Path, str], tmp_path: Path
 ) -> None:

@@ -12,10 +12,14 @@ from collections import Counter
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ledger.events import Event
 from ledger.journal import Journal
+from ledger.render import event_to_json
+from producers.direct_writes import refusals
 from producers.importers.idp2020.build import ELECTION_ID, ImportPlan, StageCount, build_events
 from producers.importers.idp2020.reference import APPORTIONMENT, DIRECTORY, NYT_FEED, load_apportionment, load_directory
 from producers.importers.idp2020.releases import RELEASES, parse_release
@@ -81,6 +85,32 @@ class ImportSummary:
         }
 
 
+SHOWN_CONFLICTS = 20
+"""Refused events listed one by one; the rest are counted."""
+
+
+def _conflicts(journal: Journal, events: list[Event[Any]]) -> list[Issue]:
+    """What the log as it stands refuses of the plan, judged as ``caucus log append`` judges a file
+    (``producers.direct_writes.refusals``), less the times, which are the published history's: an
+    election of the same id defined otherwise (its units, candidates or counties changed under results
+    the log holds), a unit's second result, an event id the log holds for other content (a re-run with
+    other ``--recount-unit`` choices). The importer needs no credential because it writes only what the
+    releases say; it may not, for that, change what the log already holds. One error per refused event
+    (the first ``SHOWN_CONFLICTS``), and nothing is appended."""
+    found = refusals(journal, events, datetime.now(UTC), [event_to_json(e) for e in events], check_times=False)
+    issues = [
+        Issue("error", f"{events[i].type} {events[i].unit_id or events[i].envelope.election_id} (event {events[i].event_id})",
+              "; ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) + " (the log already holds otherwise)")
+        for i, problems in found[:SHOWN_CONFLICTS]
+    ]
+    if len(found) > SHOWN_CONFLICTS:
+        issues.append(Issue("error", "import", f"{len(found) - SHOWN_CONFLICTS} more events refused the same way"))
+    if found:
+        issues.append(Issue("info", "import", "to import the releases beside what the log holds, give them an election id "
+                                              "of their own: --election-id ID"))
+    return issues
+
+
 def import_idp2020(data_dir: Path, journal: Journal | None, *, election_id: str = ELECTION_ID, log_name: str = "",
                    recount_units: Collection[str] = (), progress: Progress | None = None,
                    batch_size: int = 250, turn: Callable[[], AbstractContextManager[None]] = nullcontext) -> ImportSummary:
@@ -97,6 +127,10 @@ def import_idp2020(data_dir: Path, journal: Journal | None, *, election_id: str 
     if plan.events:
         summary.units_defined = len(plan.definition.units)
     if journal is None or not summary.ok:
+        return summary
+    with turn():
+        summary.issues.extend(_conflicts(journal, plan.events))
+    if not summary.ok:
         return summary
     before = sum(journal.log.high_watermarks().values())
     total = len(plan.events)

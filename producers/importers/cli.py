@@ -6,7 +6,8 @@ listed), 1 when the input as a whole is unusable and nothing was appended, 2 whe
 directory (nothing is opened or created then).
 
 No credential is needed: the importer writes only what the published releases say, with event ids
-derived from them, and names itself in each record's ``caucus-writer`` header (see
+derived from them, and names itself in each record's ``caucus-writer`` header (files that are not the
+published ones are imported under a writer that says so: ``producers.importers.idp2020.published``) (see
 ``producers.direct_writes`` for the commands that do need an official). It appends each batch in the
 intake's turn and marks it, like every writer without an intake, so an intake beside it never decides
 against a log the import has moved on, and waits for one batch at a time, not for the whole import.
@@ -25,6 +26,8 @@ from ledger.config import open_log
 from ledger.journal import Journal
 from producers.direct_writes import intake_turn
 from producers.importers.idp2020 import ELECTION_ID, ImportSummary, import_idp2020
+from producers.importers.idp2020.published import UNPUBLISHED_WRITER, unpublished
+from producers.importers.issues import Issue
 from producers.importers.progress import progress_bar
 
 __all__ = ["register", "import_app"]
@@ -51,7 +54,10 @@ def idp2020(
     settings = settings_of(ctx)
     if not data.is_dir():
         raise fail(f"--data {data}: not a directory (give the directory holding the 2020 Iowa files)")
-    journal = None if dry_run else Journal(open_log(settings), writer=f"importer:idp2020 ({election_id})")
+    changed = unpublished(data)
+    writer = (f"importer:idp2020 ({election_id})" if not changed else
+              f"{UNPUBLISHED_WRITER} ({election_id}; not as published: {', '.join(changed)})")
+    journal = None if dry_run else Journal(open_log(settings), writer=writer)
     show_progress = not as_json and sys.stderr.isatty()
     try:
         with progress_bar(show_progress, "appending events") as progress:
@@ -61,6 +67,11 @@ def idp2020(
     finally:
         if journal is not None:
             journal.close()
+    summary.issues.extend(
+        Issue("warning", name, "differs from the published file: the records imported from it are written as direct "
+                               "writes, and `caucus audit` lists them (DIRECT_WRITE)")
+        for name in changed
+    )
     emit(summary.to_json(), as_json, lambda: _print_summary(summary))
     if not summary.ok:
         raise typer.Exit(1)

@@ -146,3 +146,32 @@ def test_the_import_takes_the_intakes_turn_and_marks_its_writes(iowa_dir: Path, 
             assert not lock.covers(arrived), "the import's appends left no mark: a queued command would skip them"
     finally:
         lock.close()
+
+
+def _writers(log_dir: Path) -> set[str]:
+    from ledger.record_headers import writer_of
+
+    log = SqliteLog(log_dir / "log.sqlite3")
+    try:
+        return {writer_of(rec.headers) for rec in log.read()}
+    finally:
+        log.close()
+
+
+def test_files_that_are_not_the_published_releases_import_as_direct_writes(iowa_dir: Path, tmp_path: Path) -> None:
+    """A copy with one count changed imports as readily as the releases; its records must not carry the
+    importer's name, which says "as published", but a writer that makes them direct writes (listed by
+    the audit as DIRECT_WRITE), and the summary says which file differs."""
+    from ledger.record_headers import is_direct_writer
+
+    published = _run(iowa_dir, tmp_path / "published")
+    assert published.exit_code == 0, published.output
+    assert not any("differs from the published file" in i["message"] for i in _summary(published.output)["issues"])
+    assert {is_direct_writer(w) for w in _writers(tmp_path / "published")} == {False}
+
+    changed = _run(_data_copy(iowa_dir, tmp_path, edit=lambda text: text.replace("\n", "\r\n")), tmp_path / "changed")
+    assert changed.exit_code == 0, changed.output
+    warned = [i for i in _summary(changed.output)["issues"] if "differs from the published file" in i["message"]]
+    assert [i["where"] for i in warned] == [FIRST_RELEASE]
+    writers = _writers(tmp_path / "changed")
+    assert writers and all(is_direct_writer(w) and FIRST_RELEASE in w for w in writers)

@@ -56,6 +56,7 @@ def writer_of(headers: Headers) -> str:
 def is_direct_writer(writer: str) -> bool:
     """Whether ``writer`` put its record on the log without the intake's checks: an official's
     ``caucus log append`` or ``caucus simulate write``, not the intake (``system:``) nor the importer
-    of the published releases (an import of other files names itself otherwise, and is one). The event's actor is then only what the
-    writer typed, so the trail shows the writer beside it and the audit names the record."""
+    of the published releases (an import of other files names itself otherwise, and is one). The
+    event's actor is then only what the writer typed, so the trail shows the writer beside it and the
+    audit names the record."""
     return bool(writer) and not writer.startswith(("system:", "importer:"))

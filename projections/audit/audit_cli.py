@@ -76,7 +76,7 @@ def run_audit(
         where = f"{settings.describe_log()}: " + (cut.describe() if cut is not None else "the whole log")
         meta = {"as_of": at.state.to_json()}
         report = audit_tallies(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta)
-        return _with(report, records), at.context, at.state.unattributed
+        return _with(report, records), at.context, refused_unattributed(at.state.unattributed)
     from projections.stores import open_store
 
     store = open_store(settings, read_only=True)
@@ -89,7 +89,7 @@ def run_audit(
         check_source(view.set, store, settings, identity)
         where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
         with store.reader(view.set.set_id) as reader:
-            loose = reader.unattributed()
+            loose = refused_unattributed(reader.unattributed())
         records = log_record_findings(log, view.context)
     finally:
         log.close()
@@ -104,6 +104,12 @@ def _with(report: AuditReport, records: list[AuditFinding]) -> AuditReport:
     order = {s: i for i, s in enumerate(SEVERITY_ORDER)}
     report.findings[:] = sorted([*report.findings, *records], key=lambda f: order.get(f.severity, len(order)))
     return report
+
+
+def refused_unattributed(rows: list[EventRow]) -> list[EventRow]:
+    """Of the records that name no election, the refused submissions: a signed checkpoint names none
+    either, being a statement about the whole log, and is no submission anybody should look into."""
+    return [r for r in rows if r.type == "SubmissionRejected"]
 
 
 def unattributed_json(rows: list[EventRow]) -> list[dict[str, Any]]:

@@ -93,6 +93,7 @@ def test_a_refusal_before_attribution_keeps_no_report_out_of_the_count(workspace
     assert code == 1 and refused["errors"]
     code, accepted = _report(caucus, "--token", chair["token"])
     assert code == 0 and accepted["status"] == "accepted", accepted
+    assert caucus("checkpoint")[0] == 0  # names no election either, but is no refused submission
     assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
     state = _tally(caucus)["state"]
     assert state["units_reporting"] == 1 and state["cds"] == {"Adams": 1, "Baker": 1}

@@ -34,7 +34,7 @@ from ledger.cli_output import (
     settings_of,
 )
 from ledger.config import open_log
-from ledger.log.port import LogError, LogLostError
+from ledger.log.port import LogError, LogLostError, LogReplacedError
 
 __all__ = ["app", "main", "command", "settings_of", "emit", "fail", "JsonOption", "loaded_settings"]
 
@@ -49,7 +49,8 @@ app = typer.Typer(
         "Use --kafka HOST:PORT for a Kafka log and --database postgresql://... for a PostgreSQL store "
         "(or CAUCUS_KAFKA / CAUCUS_DATABASE, or caucus.toml; see `caucus config show`).\n\n"
         "Exit codes: 0 done, 1 refused or differences found, 2 an operational error (bad arguments or "
-        "configuration, a backend unreachable, something missing), 3 the log was lost or rewound. Under --json an "
+        "configuration, a backend unreachable, something missing), 3 the log was lost, rewound or replaced by another "
+        "(a projection built from another log). Under --json an "
         "error is printed as "
         '{"error": {...}} on stderr.'
     ),
@@ -464,9 +465,9 @@ def main(argv: list[str] | None = None) -> None:
     except click_errors.ClickException as exc:
         print_error(exc.format_message(), exc.exit_code, as_json=as_json, kind="usage")
         sys.exit(exc.exit_code)
-    except LogLostError as exc:  # whatever command met it: README's exit 3, not an operational 2
+    except (LogLostError, LogReplacedError) as exc:  # whatever command met it: README's exit 3, not an operational 2
         log.debug("log lost", exc_info=True)
-        print_error(_describe(exc), 3, as_json=as_json, kind="LogLostError")
+        print_error(_describe(exc), 3, as_json=as_json, kind="LogLostError" if isinstance(exc, LogLostError) else "LogReplacedError")
         sys.exit(3)
     except _operational_errors() as exc:
         log.debug("operational error", exc_info=True)

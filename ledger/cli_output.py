@@ -166,10 +166,11 @@ def fail(message: str, code: int = 2, *, kind: str = "") -> typer.Exit:
     """Print the error (as JSON under --json, see ``ledger.cli_output``) and return the Exit to raise.
     Called while a lost log is being handled, an operational error is exit 3, as the README says of a
     lost log, whatever words the command wraps it in (each command catches ``LogError`` its own way)."""
-    from ledger.log.port import LogLostError
+    from ledger.log.port import LogLostError, LogReplacedError
 
     handling = sys.exc_info()[1]
-    if code == 2 and isinstance(handling, LogLostError):
-        code, kind = 3, kind if kind not in ("", "operational") else "LogLostError"
+    if code == 2 and isinstance(handling, (LogLostError, LogReplacedError)):
+        lost = "LogLostError" if isinstance(handling, LogLostError) else "LogReplacedError"
+        code, kind = 3, kind if kind not in ("", "operational") else lost
     print_error(message, code, as_json=wants_json(), kind=kind)
     return typer.Exit(code)

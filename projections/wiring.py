@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ledger.backends import backends_for
 from ledger.config import Settings
-from ledger.log.port import EventLog
+from ledger.log.port import EventLog, LogReplacedError
 from projections.backends import group_source
 from projections.queries import DEFAULT_SET
 from projections.sources import Source
@@ -26,7 +26,7 @@ NEW_LOG_HINT = (
 DEFAULT_GROUP = "caucus-projections"
 
 
-class SourceMismatch(StoreError):
+class SourceMismatch(StoreError, LogReplacedError):
     """The projection set was built from another log than the one configured."""
 
 

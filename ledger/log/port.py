@@ -63,6 +63,12 @@ class LogLostError(LogError):
         self.high_watermark = high_watermark
 
 
+class LogReplacedError(LogError):
+    """The configured log is another log than the one a projection was built from (another log id: one
+    lost and made again, or another address): the projection reflects records this log does not hold,
+    which is what a lost log means to its reader, and is exit 3 like one."""
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Position:
     partition: int

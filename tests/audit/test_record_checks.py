@@ -113,7 +113,7 @@ def test_the_audit_of_a_projection_refuses_a_log_it_was_not_built_from(tmp_path:
         (data / f"log.sqlite3{suffix}").unlink(missing_ok=True)
     SqliteLog(data / "log.sqlite3").close()  # made again: empty, with an id of its own
     done = _caucus(data, "audit", "--json")
-    assert done.returncode == 2 and "another log" in json.loads(done.stderr)["error"]["message"], done.stderr
+    assert done.returncode == 3 and "another log" in json.loads(done.stderr)["error"]["message"], done.stderr
     assert done.stdout == ""
 
 

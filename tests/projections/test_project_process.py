@@ -161,7 +161,7 @@ def test_a_new_log_in_place_of_the_old_one_is_refused_with_the_way_out(support: 
         (data / name).unlink(missing_ok=True)
     Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(support.election_log(1))
     other = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
-    assert other.returncode == 2 and other.stderr.count("error:") == 1
+    assert other.returncode == 3 and other.stderr.count("error:") == 1
     assert "another log" in other.stderr and "`caucus replay --new-log`" in other.stderr
     fixed = subprocess.run(_cli(data, None, "replay", "--new-log", "-q"), env=_env(), capture_output=True, text=True, timeout=120)
     assert fixed.returncode == 0, fixed.stderr

@@ -31,7 +31,7 @@ from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
-from projections.wiring import DEFAULT_GROUP, log_identity, open_existing_log, source_for
+from projections.wiring import DEFAULT_GROUP, SourceMismatch, check_source, log_identity, open_existing_log, source_for
 
 __all__ = ["register"]
 
@@ -223,8 +223,11 @@ def tally(
                     log.close()
             county_id = find_county(view.context, county) if county else None
             unit_id = find_unit(view, unit) if unit else None
+            note = _against_the_log(settings, store, view) if as_of is None else None
         except (QueryError, LogError) as exc:
             raise fail(str(exc)) from exc
+    if note is not None and not as_json:
+        typer.echo(f"note: {note}", err=True)
     console = cli_console()
     if unit_id is not None:
         t = view.unit(unit_id)
@@ -262,6 +265,31 @@ def tally(
                           + ", ".join(u.unit_id for u in view.undefined_units[:10]))
 
     emit(state_document(view), as_json, human_state)
+
+
+def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> str | None:
+    """A tally is the store's: what the log holds beyond it is not in it, which a reader should be
+    told (a correction accepted but not yet projected). A store built from another log than the
+    configured one is refused (exit 3), as ``project`` and ``audit`` refuse it. A log that cannot be
+    read (a store copied or moved without it, a broker down) leaves the tally the store's, with a note."""
+    try:
+        log = open_existing_log(settings)
+    except LogError as exc:
+        return f"the log cannot be read ({exc}); this is the projection as of its last batch"
+    try:
+        identity = f"log:{log.log_id}" if log.log_id is not None else "a log with no id"
+        check_source(view.set, store, settings, identity)
+        behind = sum(max(0, m - view.positions.get(p, 0)) for p, m in log.high_watermarks().items())
+    except SourceMismatch:
+        raise
+    except LogError as exc:
+        return f"the log cannot be read ({exc}); this is the projection as of its last batch"
+    finally:
+        log.close()
+    if behind:
+        return (f"the projection has not read the log's last {behind} record(s), so they are not in this tally: "
+                "`caucus project` reads them (a runner left running keeps the tally current)")
+    return None
 
 
 def trail(

@@ -242,3 +242,32 @@ def test_bracketed_words_reach_the_reader(caucus: Run, tmp_path: Path) -> None:
     assert code == 0, receipt
     code, trail = caucus("trail", "P2")
     assert code == 0 and "[not projected yet]" in trail, trail
+
+
+def test_a_tally_behind_the_log_says_so_and_one_of_another_log_is_refused(caucus: Run, tmp_path: Path) -> None:
+    """The tally is the store's: a result accepted but not yet projected is not in it, and the reader is
+    told (the text; JSON stays the document). A store built from another log is refused, exit 3, as
+    ``project`` and ``audit`` refuse it; with no log to read (a store moved on its own) it is shown."""
+    token = _define(caucus, tmp_path)
+    assert caucus("project", "--until-caught-up")[0] == 0
+    code, text = caucus("tally")
+    assert code == 0 and "has not read" not in text
+    code, receipt = caucus("report", "--unit", "P4", "--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40",
+                           "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    code, text = caucus("tally")
+    assert code == 0 and "note: the projection has not read the log's last 1 record(s)" in text
+    code, doc = caucus("tally", "--json")
+    assert code == 0 and doc["state"]["units_reporting"] == 0
+    data = tmp_path / "data"
+    moved = tmp_path / "moved-log.sqlite3"
+    (data / "log.sqlite3").rename(moved)
+    for suffix in ("-wal", "-shm"):
+        (data / f"log.sqlite3{suffix}").unlink(missing_ok=True)
+    code, text = caucus("tally")
+    assert code == 0 and "note: the log cannot be read" in text
+    from ledger.log.sqlite import SqliteLog
+
+    SqliteLog(data / "log.sqlite3").close()  # another log, with an id of its own
+    code, text = caucus("tally")
+    assert code == 3 and "another log" in text

@@ -92,7 +92,9 @@ def wants_json(ctx: Context | None = None) -> bool:
 
 
 def print_error(message: str, code: int, *, as_json: bool, kind: str = "") -> None:
-    """The one way an error is printed (module docstring)."""
+    """The one way an error is printed (module docstring): one line, also when the cause's own words
+    run over several (a database driver's hint on a line of its own)."""
+    message = " ".join(message.split()) if "\n" in message else message
     if as_json:
         doc = {"error": {"message": message, "exit_code": code, "type": kind or _kind(code)}}
         typer.echo(json.dumps(doc, sort_keys=True), err=True)

@@ -43,18 +43,22 @@ class LogRewoundError(LogLostError):
         self.high_watermark = -1
 
 
-def records_at(log: EventLog, offsets: Mapping[int, int], marks: Mapping[int, int], *, scan: int = 10_000) -> dict[int, StoredRecord | None]:
+def records_at(log: EventLog, offsets: Mapping[int, int], *, scan: int = 10_000) -> dict[int, StoredRecord | None]:
     """The record at each ``partition: offset`` (None where the log holds none there: a gap a Kafka
-    transaction marker leaves). One read from all of them at once (one fetch on Kafka), stopped once
-    each has given its first record or after ``scan`` records; a partition not met by then (an
-    embedded log reads in append order, and one partition's last record may lie far behind the
-    others') is read on its own."""
-    found: dict[int, StoredRecord | None] = {}
-    if offsets:
-        found = _first_records(log, offsets, marks, scan)
-    for part, offset in offsets.items():
-        if part not in found:
-            found.update(_first_records(log, {part: offset}, marks, 1))
+    transaction marker leaves). One read from all of them at once (one fetch on Kafka; the other
+    partitions from their start, which a runner's check meets only for partitions it has applied
+    nothing of), stopped once each has given its first record or after ``scan`` records. A partition
+    not met by then (an embedded log reads in append order, and one partition's last record may lie far
+    behind the others') is read on its own, the others from their high watermarks. A start beyond a
+    partition's end is the read's ``LogLostError``."""
+    if not offsets:
+        return {}
+    found = _first_records(log, offsets, {}, scan)
+    missing = [p for p in offsets if p not in found]
+    if missing:
+        marks = log.high_watermarks()
+        for part in missing:
+            found.update(_first_records(log, {part: offsets[part]}, marks, 1))
     return found
 
 
@@ -93,16 +97,14 @@ class LastApplied:
 
     def _read(self, log: EventLog) -> None:
         try:
-            marks = log.high_watermarks()
-            last = {p: n - 1 for p, n in self.positions.items() if 0 < n <= marks.get(p, 0)}
-            self._records = records_at(log, last, marks)
+            self._records = records_at(log, {p: n - 1 for p, n in self.positions.items() if n > 0})
         except BaseException as exc:  # noqa: BLE001 -- raised on the runner's thread, by verify
             self._error = exc
 
     def verify(self, codec: Codec, processed: Callable[[Sequence[str]], set[str]]) -> None:
         """``LogRewoundError`` if an event at a stored position is one ``processed`` does not know; the
-        read's own error (the log unreachable) as it was raised. A log shorter than a stored position is
-        the high watermark check's to report, and is passed over here."""
+        read's own error as it was raised (the log unreachable, or shorter than a stored position: a
+        lost log)."""
         self._thread.join()
         if self._error is not None:
             raise self._error

@@ -18,6 +18,7 @@ from ledger.log.port import LogError, LogLostError
 from projections.asof import AsOfError, parse_cut
 from projections.queries import DEFAULT_SET, QueryError, TallyView, load_view
 from projections.replay import CATCH_UP_BATCH, ReplayOutcome, build_as_of, rebuild
+from projections.replay_integrity import checkpoint_problem
 from projections.runner import Progress, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, StoreError
@@ -47,6 +48,9 @@ def replay(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     new_log: bool = typer.Option(False, "--new-log", help="The serving projection was built from another log (a lost log, "
                                  "another cluster): build the new version from the configured log all the same."),
+    despite_checkpoints: bool = typer.Option(False, "--despite-checkpoints", help="Rebuild and switch even if the log does "
+                                             "not match its signed checkpoints (a log restored from a copy: `caucus verify` "
+                                             "says what differs)."),
     projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True, help="Projection set name."),
     session_timeout_ms: int = typer.Option(10_000, "--session-timeout-ms", hidden=True, help="Kafka group session timeout."),
 ) -> None:
@@ -92,6 +96,8 @@ def replay(
             finally:
                 log.close()
         else:
+            if promote and not despite_checkpoints:
+                _held_to_checkpoints(settings)
             outcome = rebuild(store, settings, name=projection, rule_set=rule_set, batch_size=batch_size, promote=promote,
                               on_progress=say, session_timeout_ms=session_timeout_ms, catch_up_batch=catch_up_batch,
                               new_log=new_log)
@@ -131,6 +137,20 @@ def replay(
             _print_state(built_view, built_view.state(), cut.describe() if cut else "", settings.describe_log())
 
     emit(data, as_json, human)
+
+
+def _held_to_checkpoints(settings: Settings) -> None:
+    """Refuse (exit 1) a replay into service of a log that does not match its signed checkpoints
+    (``projections.replay_integrity``)."""
+    log = open_existing_log(settings)
+    try:
+        problem = checkpoint_problem(settings, log)
+    finally:
+        log.close()
+    if problem is not None:
+        raise fail(f"refused: {problem}. The serving projection is unchanged. `caucus verify` lists every difference; "
+                   "a log restored from a copy (its records carry new append times) is replayed all the same with "
+                   "--despite-checkpoints", code=1)
 
 
 def _publish(store: ProjectionStore, settings: Settings, outcome: ReplayOutcome) -> None:

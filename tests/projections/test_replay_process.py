@@ -64,3 +64,32 @@ def test_a_killed_replay_is_abandoned_and_a_second_replay_waits(support: ModuleT
     assert outcome["promoted"] and outcome["previous"]["version"] == 1 and outcome["previous"]["state"] == "retired"
     assert any(f"set {running['set_id']}" in note and "dropped" in note for note in outcome["notes"]), outcome["notes"]
     assert sorted(s["state"] for s in _sets(data)) == ["retired", "serving"]  # the abandoned set is gone
+
+
+def test_a_log_edited_under_its_checkpoints_is_not_replayed_into_service(support: ModuleType, tmp_path: Path) -> None:
+    """A record changed in the embedded file after a checkpoint signed it: `caucus verify` finds it, and a
+    replay must not make the changed numbers the served ones (exit 0, no word) while the audit blames
+    the chair. It is refused, the serving set unchanged, unless the operator says to go on."""
+    import sqlite3
+
+    data = tmp_path / "data"
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(support.election_log(6))
+    assert _run(data, "project", "--until-caught-up", "-q").returncode == 0
+    signed = _run(data, "checkpoint")
+    assert signed.returncode == 0, signed.stderr
+    clean = _run(data, "replay", "-q")  # the log as checkpointed: replayed as before
+    assert clean.returncode == 0, clean.stderr
+    db = sqlite3.connect(data / "log.sqlite3")
+    (first, value), (second, _) = db.execute("SELECT seq, value FROM log_records ORDER BY seq DESC LIMIT 2 OFFSET 1").fetchall()
+    db.execute("DROP TRIGGER log_records_no_update")
+    db.execute("UPDATE log_records SET value = (SELECT value FROM log_records WHERE seq = ?) WHERE seq = ?", (first, second))
+    db.commit()
+    db.close()
+    serving = [s["version"] for s in _sets(data) if s["state"] == "serving"]
+    refused = _run(data, "replay", "-q")
+    assert refused.returncode == 1, refused.stderr
+    assert "does not match its signed checkpoints" in refused.stderr and "--despite-checkpoints" in refused.stderr
+    assert [s["version"] for s in _sets(data) if s["state"] == "serving"] == serving
+    forced = _run(data, "replay", "-q", "--despite-checkpoints")
+    assert forced.returncode == 0, forced.stderr
+    assert [s["version"] for s in _sets(data) if s["state"] == "serving"] != serving

@@ -106,8 +106,9 @@ def test_sigterm_stops_cleanly_between_batches(support: ModuleType, tmp_path: Pa
     store.close()
 
 
-def test_a_rewound_log_exits_non_zero_with_a_clear_message(support: ModuleType, tmp_path: Path) -> None:
-    """The same log (same id) restored from an older copy holds fewer records than the projection applied."""
+def _projected_then_restored_from_an_older_copy(support: ModuleType, tmp_path: Path) -> Path:
+    """A data directory whose log (same id) was projected whole, then replaced by a copy taken after its
+    first three records."""
     import shutil
 
     data = tmp_path / "data"
@@ -122,6 +123,12 @@ def test_a_rewound_log_exits_non_zero_with_a_clear_message(support: ModuleType, 
     for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
         (data / name).unlink(missing_ok=True)
     shutil.copy(tmp_path / "older-copy.sqlite3", data / "log.sqlite3")
+    return data
+
+
+def test_a_rewound_log_exits_non_zero_with_a_clear_message(support: ModuleType, tmp_path: Path) -> None:
+    """The same log (same id) restored from an older copy holds fewer records than the projection applied."""
+    data = _projected_then_restored_from_an_older_copy(support, tmp_path)
     lost = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
     assert lost.returncode == 3
     assert "log lost or rewound" in lost.stderr and "projection tally v1" in lost.stderr
@@ -130,20 +137,7 @@ def test_a_rewound_log_exits_non_zero_with_a_clear_message(support: ModuleType, 
 def test_an_older_copy_restored_and_written_past_the_projection_exits_3(support: ModuleType, tmp_path: Path) -> None:
     """The same log (same id) restored from an older copy, then written again past every position the
     projection applied: the new events sit where the projection already passed, and are not skipped."""
-    import shutil
-
-    data = tmp_path / "data"
-    events = support.election_log(20)
-    log = SqliteLog(data / "log.sqlite3", partitions=8)
-    Journal(log).append_batch(events[:3])
-    log.close()
-    shutil.copy(data / "log.sqlite3", tmp_path / "older-copy.sqlite3")
-    Journal(SqliteLog(data / "log.sqlite3")).append_batch(events[3:])
-    first = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=120)
-    assert first.returncode == 0, first.stderr
-    for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
-        (data / name).unlink(missing_ok=True)
-    shutil.copy(tmp_path / "older-copy.sqlite3", data / "log.sqlite3")
+    data = _projected_then_restored_from_an_older_copy(support, tmp_path)
     Journal(SqliteLog(data / "log.sqlite3")).append_batch(support.election_log(60, election_id="e2"))
     again = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 3, again.stderr

@@ -7,11 +7,13 @@ embedded log restored, then new reports appended, puts new events at positions t
 already passed, and they would be skipped without a trace while the tallies kept results the log no
 longer holds.
 
-So when a runner is given a partition, the record just before its stored position is read and its
-event id looked up in the projection's event index (every applied event is indexed, duplicates
-under their first position). An event the projection never applied there means the log was rewound
-and refilled: ``LogRewoundError``, which is a lost log (exit 3, the same instruction: restore the log,
-or rebuild the projection from the log as it now is).
+So when a runner is given a partition, the record just before its stored position is read and looked
+up in the projection's event index, which keeps where each applied event sat (a repeat under its first
+position). The record must be the event the index has at that position; or a repeat of an event
+indexed elsewhere, which the log must still hold there. Anything else means the log was rewound and
+refilled (the lost events appended again after new ones included): ``LogRewoundError``, which is a
+lost log (exit 3, the same instruction: restore the log, or rebuild the projection from the log as it
+now is).
 
 What one record per partition cannot see: a refill that differs only before the last record applied
 in every partition. The signed checkpoints check the whole log (``caucus verify``).
@@ -29,34 +31,35 @@ __all__ = ["LastApplied", "LogRewoundError", "records_at"]
 
 
 class LogRewoundError(LogLostError):
-    """The log holds, at a position a projection has passed, an event the projection never applied."""
+    """The log holds, at a position a projection has passed, another event than the one it applied there."""
 
     def __init__(self, partition: int, offset: int, event_id: str, event_type: str) -> None:
         Exception.__init__(
             self,
-            f"log lost or rewound: partition {partition} offset {offset} holds {event_type} {event_id}, an event this "
-            f"projection never applied (it applied another one there): the log was replaced by an older copy, or lost, "
-            f"and written again since",
+            f"log lost or rewound: partition {partition} offset {offset} holds {event_type} {event_id}, not the event this "
+            f"projection applied there: the log was replaced by an older copy, or lost, and written again since",
         )
         self.partition = partition
         self.expected = offset + 1
         self.high_watermark = -1
 
 
-def records_at(log: EventLog, offsets: Mapping[int, int], *, scan: int = 10_000) -> dict[int, StoredRecord | None]:
+def records_at(log: EventLog, offsets: Mapping[int, int], marks: Mapping[int, int] | None = None, *,
+               scan: int = 10_000) -> dict[int, StoredRecord | None]:
     """The record at each ``partition: offset`` (None where the log holds none there: a gap a Kafka
-    transaction marker leaves). One read from all of them at once (one fetch on Kafka; the other
-    partitions from their start, which a runner's check meets only for partitions it has applied
-    nothing of), stopped once each has given its first record or after ``scan`` records. A partition
-    not met by then (an embedded log reads in append order, and one partition's last record may lie far
-    behind the others') is read on its own, the others from their high watermarks. A start beyond a
-    partition's end is the read's ``LogLostError``."""
+    transaction marker leaves). With ``marks`` (high watermarks known at no cost: an embedded log's),
+    each partition is read on its own, the others pinned at their ends: an index seek each. Without,
+    one read from all of them (one fetch on Kafka; the other partitions from their start), stopped once
+    each has given its first record or after ``scan`` records, and a partition not met by then read on
+    its own. A start beyond a partition's end is the read's ``LogLostError``."""
     if not offsets:
         return {}
-    found = _first_records(log, offsets, {}, scan)
+    found: dict[int, StoredRecord | None] = {}
+    if marks is None:
+        found = _first_records(log, offsets, {}, scan)
     missing = [p for p in offsets if p not in found]
     if missing:
-        marks = log.high_watermarks()
+        marks = marks if marks is not None else log.high_watermarks()
         for part in missing:
             found.update(_first_records(log, {part: offsets[part]}, marks, 1))
     return found
@@ -88,33 +91,50 @@ class LastApplied:
     ``verify`` waits for it and looks the events up in the store, on the runner's thread (a store's
     connection is the runner's)."""
 
-    def __init__(self, log: EventLog, positions: Mapping[int, int]) -> None:
+    def __init__(self, log: EventLog, positions: Mapping[int, int], marks: Mapping[int, int] | None = None) -> None:
         self.positions = dict(positions)
+        self._log = log
         self._records: dict[int, StoredRecord | None] = {}
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._read, args=(log,), name="caucus-log-continuity", daemon=True)
+        self._thread = threading.Thread(target=self._read, args=(marks,), name="caucus-log-continuity", daemon=True)
         self._thread.start()
 
-    def _read(self, log: EventLog) -> None:
+    def _read(self, marks: Mapping[int, int] | None) -> None:
         try:
-            self._records = records_at(log, {p: n - 1 for p, n in self.positions.items() if n > 0})
+            self._records = records_at(self._log, {p: n - 1 for p, n in self.positions.items() if n > 0}, marks)
         except BaseException as exc:  # noqa: BLE001 -- raised on the runner's thread, by verify
             self._error = exc
 
-    def verify(self, codec: Codec, processed: Callable[[Sequence[str]], set[str]]) -> None:
-        """``LogRewoundError`` if an event at a stored position is one ``processed`` does not know; the
-        read's own error as it was raised (the log unreachable, or shorter than a stored position: a
-        lost log)."""
+    def verify(self, codec: Codec, indexed_at: Callable[[Sequence[str]], dict[str, tuple[int, int]]]) -> None:
+        """``LogRewoundError`` if a record at a stored position is not the event the index has there,
+        nor a repeat of an event the log still holds where the index has it; the read's own error as it
+        was raised (the log unreachable, or shorter than a stored position: a lost log)."""
         self._thread.join()
         if self._error is not None:
             raise self._error
+        events = {}
         for part, rec in sorted(self._records.items()):
             if rec is None:
                 continue
             try:
-                event = codec.decode_deferred(rec.value, frozenset())
+                events[part] = (rec, codec.decode_deferred(rec.value, frozenset()))
             except CodecError:
                 continue  # not an event: the fold names it when it meets it
-            event_id = event.envelope.event_id
-            if not processed([event_id]):
-                raise LogRewoundError(part, rec.position.offset, event_id, event.type)
+        where = indexed_at([event.event_id for _, event in events.values()])
+        for part, (rec, event) in events.items():
+            at = where.get(event.event_id)
+            here = (part, rec.position.offset)
+            if at == here or (at is not None and self._still_there(codec, at, event.event_id)):
+                continue
+            raise LogRewoundError(part, rec.position.offset, event.event_id, event.type)
+
+    def _still_there(self, codec: Codec, at: tuple[int, int], event_id: str) -> bool:
+        """A repeat: the log still holds the event where it was first applied (a producer's retry that
+        landed twice), not an event appended again after a rewind, whose first place now holds another."""
+        rec = records_at(self._log, {at[0]: at[1]}, self._log.high_watermarks()).get(at[0])
+        if rec is None:
+            return False
+        try:
+            return codec.decode_deferred(rec.value, frozenset()).event_id == event_id
+        except CodecError:
+            return False

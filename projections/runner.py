@@ -183,7 +183,6 @@ class ProjectionRunner:
         self._known: dict[int, int] = {}  # the highest stored position seen per partition, kept when revoked
         self._targets: dict[int, int] = {}
         self._checks: list[LastApplied] = []  # stored positions whose last records are still to be found applied
-        self._checked: set[tuple[int, int]] = set()
         self._last_report = 0.0
         self.last_base: dict[int, int] = {}
         """Of the last batch committed, the stored position of each of its partitions as it found them
@@ -196,7 +195,7 @@ class ProjectionRunner:
         with self.store.reader(self.set_id) as r:
             stored = r.positions()
         start = start_positions(stored, partitions)  # POSITIONS_FROM_STORE
-        self._read_last_applied({p: start[p] for p in partitions if start[p] > 0 and (p, start[p]) not in self._checked})
+        self._read_last_applied({p: start[p] for p in partitions if start[p] > 0})
         for p in partitions:
             row = stored.get(p)
             self._next[p] = start[p]
@@ -336,8 +335,7 @@ and the rules' meanings) it was checked against, so a
         while self._checks:
             check = self._checks.pop(0)
             with self.store.reader(self.set_id) as r:
-                check.verify(self.codec, r.processed)
-            self._checked.update(check.positions.items())
+                check.verify(self.codec, r.indexed_at)
         marks = self.source.high_watermarks()
         self.progress.high_watermarks = dict(marks)
         for p, hw in marks.items():
@@ -354,7 +352,9 @@ and the rules' meanings) it was checked against, so a
         logged and dropped. A source without a log of its own (a cut of another) has nothing to check."""
         log = getattr(self.source, "log", None)
         if positions and log is not None:
-            self._checks.append(LastApplied(log, positions))
+            # an embedded log's high watermarks cost nothing, and let each partition be read on its own
+            marks = None if self.source.shares_partitions else log.high_watermarks()
+            self._checks.append(LastApplied(log, positions, marks))
 
     def _caught_up(self) -> bool:
         if not self.source.ready:

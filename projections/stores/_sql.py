@@ -240,6 +240,14 @@ class SqlReader:
         rows = self._q_in(self._sql("SELECT event_id FROM proj_events WHERE set_id = ? AND event_id {in}"), [self.set_id], ids, "event_id")
         return {r[0] for r in rows}
 
+    def indexed_at(self, event_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        ids = list(dict.fromkeys(event_ids))
+        if not ids:
+            return {}
+        rows = self._q_in(self._sql("SELECT event_id, part, log_offset FROM proj_events WHERE set_id = ? AND event_id {in}"),
+                          [self.set_id], ids, "event_id")
+        return {e: (int(p), int(o)) for e, p, o in rows}
+
     def events_for(self, election_id: str, unit_key: str) -> list[EventRow]:
         rows = self._q(
             self._sql(

@@ -130,6 +130,10 @@ class _Reader:
         events = self._t.events
         return {e for e in event_ids if e in events}
 
+    def indexed_at(self, event_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        events = self._t.events
+        return {e: (events[e].partition, events[e].offset) for e in event_ids if e in events}
+
     def events_for(self, election_id: str, unit_key: str) -> list[EventRow]:
         rows = [r for r in self._t.events.values() if r.election_id == election_id and r.unit_key == unit_key]
         return sorted(rows, key=lambda r: (r.partition, r.offset))

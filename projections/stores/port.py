@@ -201,6 +201,11 @@ class StoreReader(Protocol):
         """Those of ``event_ids`` already applied to this set."""
         ...
 
+    def indexed_at(self, event_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Where each of ``event_ids`` that was applied sat in the log when it was (partition, offset;
+        a repeat is indexed under its first position)."""
+        ...
+
     def events_for(self, election_id: str, unit_key: str) -> list[EventRow]:
         """Index rows of the events of one election that touched ``unit_key``, in log order
         (``election_id`` "" finds the refusals that named no election)."""

@@ -141,7 +141,7 @@ def test_an_older_copy_restored_and_written_past_the_projection_exits_3(support:
     Journal(SqliteLog(data / "log.sqlite3")).append_batch(support.election_log(60, election_id="e2"))
     again = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 3, again.stderr
-    assert "never applied" in again.stderr and "caucus replay --new-log" in again.stderr
+    assert "not the event this projection applied there" in again.stderr and "caucus replay --new-log" in again.stderr
 
 
 def test_a_new_log_in_place_of_the_old_one_is_refused_with_the_way_out(support: ModuleType, tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ from ledger.codec import MAGIC
 from ledger.events import Event
 from ledger.log.port import Headers
 
-__all__ = ["CONTENT_TYPE", "DERIVED", "WRITER", "event_headers", "header_map", "writer_of", "is_direct_writer"]
+__all__ = ["CONTENT_TYPE", "DERIVED", "WRITER", "UNPUBLISHED_IMPORT", "event_headers", "header_map", "writer_of",
+           "is_direct_writer", "is_imported_history"]
 
 CONTENT_TYPE = "application/vnd.caucus.event+avro; encoding=single-object"
 EVENT_TYPE, FINGERPRINT, ELECTION, UNIT, CONTENT, WRITER = (
@@ -51,6 +52,17 @@ def header_map(headers: Headers) -> dict[str, str]:
 def writer_of(headers: Headers) -> str:
     """Who wrote a record to the log, from its ``caucus-writer`` header ("" for a record without one)."""
     return header_map(headers).get(WRITER, "")
+
+
+UNPUBLISHED_IMPORT = "import-of-unpublished-files:"
+"""The writer prefix of records the importer took from files that are not the published ones: direct
+writes (``is_direct_writer``), of a history whose times are its own (``is_imported_history``)."""
+
+
+def is_imported_history(writer: str) -> bool:
+    """Whether ``writer`` is an importer: its records carry the times of the history it imports, which
+    are no clock of this ledger's to judge."""
+    return writer.startswith(("importer:", UNPUBLISHED_IMPORT))
 
 
 def is_direct_writer(writer: str) -> bool:

@@ -31,7 +31,7 @@ from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
-from projections.wiring import DEFAULT_GROUP, SourceMismatch, check_source, log_identity, open_existing_log, source_for
+from projections.wiring import DEFAULT_GROUP, check_source, log_identity, open_existing_log, source_for
 
 __all__ = ["register"]
 
@@ -267,28 +267,43 @@ def tally(
     emit(state_document(view), as_json, human_state)
 
 
+LOG_ANSWER_SECONDS = 3.0
+"""How long ``tally`` waits for the log to say where it stands before answering from the store alone."""
+
+
 def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> str | None:
     """A tally is the store's: what the log holds beyond it is not in it, which a reader should be
     told (a correction accepted but not yet projected). A store built from another log than the
     configured one is refused (exit 3), as ``project`` and ``audit`` refuse it. A log that cannot be
-    read (a store copied or moved without it, a broker down) leaves the tally the store's, with a note."""
-    try:
-        log = open_existing_log(settings)
-    except LogError as exc:
-        return f"the log cannot be read ({exc}); this is the projection as of its last batch"
-    try:
-        identity = f"log:{log.log_id}" if log.log_id is not None else "a log with no id"
-        check_source(view.set, store, settings, identity)
-        behind = sum(max(0, m - view.positions.get(p, 0)) for p, m in log.high_watermarks().items())
-    except SourceMismatch:
-        raise
-    except LogError as exc:
-        return f"the log cannot be read ({exc}); this is the projection as of its last batch"
-    finally:
-        log.close()
+    read (a store copied or moved without it), or does not answer within ``LOG_ANSWER_SECONDS`` (a
+    broker down: its client would wait for its own timeout), leaves the tally the store's, with a note."""
+    answer: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            log = open_existing_log(settings)
+            try:
+                answer["id"], answer["marks"] = log.log_id, log.high_watermarks()
+            finally:
+                log.close()
+        except Exception as exc:  # noqa: BLE001 -- handed to the command's thread
+            answer["error"] = exc
+
+    asking = threading.Thread(target=ask, name="caucus-tally-log", daemon=True)
+    asking.start()
+    asking.join(LOG_ANSWER_SECONDS)
+    if asking.is_alive():
+        return f"the log did not answer within {LOG_ANSWER_SECONDS:g} s; this is the projection as of its last batch"
+    if "error" in answer:
+        if isinstance(answer["error"], LogError):
+            return f"the log cannot be read ({answer['error']}); this is the projection as of its last batch"
+        raise answer["error"]
+    identity = f"log:{answer['id']}" if answer["id"] is not None else "a log with no id"
+    check_source(view.set, store, settings, identity)
+    behind = sum(max(0, m - view.positions.get(p, 0)) for p, m in answer["marks"].items())
     if behind:
-        return (f"the projection has not read the log's last {behind} record(s), so they are not in this tally: "
-                "`caucus project` reads them (a runner left running keeps the tally current)")
+        return (f"the log holds {behind} record(s) the projection has not read yet; a result among them is not in "
+                "this tally: `caucus project` reads them (a runner left running keeps the tally current)")
     return None
 
 

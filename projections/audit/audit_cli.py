@@ -107,9 +107,10 @@ def _with(report: AuditReport, records: list[AuditFinding]) -> AuditReport:
 
 
 def refused_unattributed(rows: list[EventRow]) -> list[EventRow]:
-    """Of the records that name no election, the refused submissions: a signed checkpoint names none
-    either, being a statement about the whole log, and is no submission anybody should look into."""
-    return [r for r in rows if r.type == "SubmissionRejected"]
+    """The records that name no election, less the signed checkpoints: a checkpoint names none, being a
+    statement about the whole log, and is no submission anybody should look into. Anything else that
+    names none stays listed (an audit leaves out only what it knows to be harmless)."""
+    return [r for r in rows if r.type != "CheckpointSigned"]
 
 
 def unattributed_json(rows: list[EventRow]) -> list[dict[str, Any]]:

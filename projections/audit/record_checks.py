@@ -38,7 +38,7 @@ from ledger.codec import Codec, default_codec
 from ledger.event_values import CLOCK_SKEW
 from ledger.events import Event, ResultCorrected, ResultReported, TieBroken
 from ledger.log.port import EventLog, StoredRecord
-from ledger.record_headers import is_direct_writer, writer_of
+from ledger.record_headers import is_direct_writer, is_imported_history, writer_of
 from projections.audit.checks import AuditFinding
 from projections.tally import ElectionContext
 
@@ -85,12 +85,13 @@ def record_findings(records: Iterable[tuple[StoredRecord, Event[Any]]], ctx: Ele
         env = event.envelope
         writer = writer_of(rec.headers)
         imported = writer.startswith("importer:")
+        history = is_imported_history(writer)  # its times are the history's, not this ledger's clock
         before = _newer(by_partition.get(rec.position.partition), earlier if rec.timestamp_ms > 0 else None)
         if env.election_id == ctx.election_id and not imported:
-            found.extend(_findings_of(ctx, rec, event, writer, before))
-            if replaced is not None and env.recorded_at < replaced:
+            found.extend(_findings_of(ctx, rec, event, writer, None if history else before, times=not history))
+            if replaced is not None and env.recorded_at < replaced and not history:
                 found.append(_before_superseded(ctx, rec, event, writer, replaced))
-        if not imported:
+        if not history:
             by_partition[rec.position.partition] = _newer(by_partition.get(rec.position.partition), env.recorded_at) \
                 or env.recorded_at
             if rec.timestamp_ms > 0:
@@ -103,7 +104,7 @@ def _newer(a: datetime | None, b: datetime | None) -> datetime | None:
 
 
 def _findings_of(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], writer: str,
-                 before: datetime | None) -> list[AuditFinding]:
+                 before: datetime | None, *, times: bool = True) -> list[AuditFinding]:
     env = event.envelope
     found: list[AuditFinding] = []
     if is_direct_writer(writer):
@@ -119,7 +120,7 @@ def _findings_of(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], wri
                               f"{env.recorded_at.isoformat()}, before {before.isoformat()}, the newest record "
                               f"appended ahead of it: reads as of a time in between see it, though it was not "
                               f"in the log then (written by {writer or 'an unnamed writer'})"))
-    if env.occurred_at > env.recorded_at + CLOCK_SKEW:
+    if times and env.occurred_at > env.recorded_at + CLOCK_SKEW:
         found.append(_finding(ctx, rec, event, "OCCURRED_AFTER_RECORDED", "warn",
                               f"at or before {(env.recorded_at + CLOCK_SKEW).isoformat()}", env.occurred_at.isoformat(),
                               f"{event.type} {event.event_id} at {rec.position} says it occurred at "

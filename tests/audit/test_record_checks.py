@@ -83,6 +83,12 @@ def test_direct_and_backdated_records_are_flagged(tmp_path: Path) -> None:
     assert _caucus(data, "project", "--until-caught-up").returncode == 0
     assert _record_findings(data) == expected  # the projection's audit reads the log for these too
     assert _record_findings(data, "--code", "RECORDED_OUT_OF_ORDER") == [("RECORDED_OUT_OF_ORDER", "warn", "P3")]
+    # an import of files that are not the published ones: a direct write, but its times are its history's
+    from ledger.record_headers import UNPUBLISHED_IMPORT
+
+    history = event_from_json(_report("P4", "import-p4", datetime.now(UTC) - timedelta(days=2000)))
+    Journal(SqliteLog(data / "log.sqlite3"), writer=f"{UNPUBLISHED_IMPORT}idp2020 (e; not as published: x.csv)").append(history)
+    assert _record_findings(data, "--log") == sorted([*expected, ("DIRECT_WRITE", "warn", "P4")])
 
 
 def test_an_event_that_says_it_occurred_after_it_was_recorded_is_flagged(tmp_path: Path) -> None:

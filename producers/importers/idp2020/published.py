@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from ledger.record_headers import UNPUBLISHED_IMPORT
+
 __all__ = ["PUBLISHED", "UNPUBLISHED_WRITER", "unpublished"]
 
 PUBLISHED = {
@@ -25,7 +27,7 @@ PUBLISHED = {
 }
 """The files the importer reads, as the party (and, for the directory and the feed, the press) published them."""
 
-UNPUBLISHED_WRITER = "import-of-unpublished-files:idp2020"
+UNPUBLISHED_WRITER = UNPUBLISHED_IMPORT + "idp2020"
 """The writer of records imported from other files: not ``importer:``, so a direct write (module docstring)."""
 
 

@@ -100,7 +100,7 @@ def _conflicts(journal: Journal, events: list[Event[Any]]) -> list[Issue]:
     found = refusals(journal, events, datetime.now(UTC), [event_to_json(e) for e in events], check_times=False)
     issues = [
         Issue("error", f"{events[i].type} {events[i].unit_id or events[i].envelope.election_id} (event {events[i].event_id})",
-              "; ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) + " (the log already holds otherwise)")
+              "; ".join(f"{p.field}: {p.code}: {p.message}" for p in problems))
         for i, problems in found[:SHOWN_CONFLICTS]
     ]
     if len(found) > SHOWN_CONFLICTS:

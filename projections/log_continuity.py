@@ -45,18 +45,19 @@ class LogRewoundError(LogLostError):
 
 
 def records_at(log: EventLog, offsets: Mapping[int, int], marks: Mapping[int, int] | None = None, *,
-               scan: int = 10_000) -> dict[int, StoredRecord | None]:
+               rest: Mapping[int, int] | None = None, scan: int = 10_000) -> dict[int, StoredRecord | None]:
     """The record at each ``partition: offset`` (None where the log holds none there: a gap a Kafka
     transaction marker leaves). With ``marks`` (high watermarks known at no cost: an embedded log's),
     each partition is read on its own, the others pinned at their ends: an index seek each. Without,
-    one read from all of them (one fetch on Kafka; the other partitions from their start), stopped once
-    each has given its first record or after ``scan`` records, and a partition not met by then read on
-    its own. A start beyond a partition's end is the read's ``LogLostError``."""
+    one read from all of them (one fetch on Kafka; the other partitions from ``rest``, a runner's
+    stored positions: only what it has not applied, else from their start), stopped once each has given
+    its first record or after ``scan`` records, and a partition not met by then read on its own. A
+    start beyond a partition's end is the read's ``LogLostError``."""
     if not offsets:
         return {}
     found: dict[int, StoredRecord | None] = {}
     if marks is None:
-        found = _first_records(log, offsets, {}, scan)
+        found = _first_records(log, offsets, rest or {}, scan)
     missing = [p for p in offsets if p not in found]
     if missing:
         marks = marks if marks is not None else log.high_watermarks()
@@ -91,17 +92,18 @@ class LastApplied:
     ``verify`` waits for it and looks the events up in the store, on the runner's thread (a store's
     connection is the runner's)."""
 
-    def __init__(self, log: EventLog, positions: Mapping[int, int], marks: Mapping[int, int] | None = None) -> None:
+    def __init__(self, log: EventLog, positions: Mapping[int, int], marks: Mapping[int, int] | None = None,
+                 rest: Mapping[int, int] | None = None) -> None:
         self.positions = dict(positions)
         self._log = log
         self._records: dict[int, StoredRecord | None] = {}
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._read, args=(marks,), name="caucus-log-continuity", daemon=True)
+        self._thread = threading.Thread(target=self._read, args=(marks, rest), name="caucus-log-continuity", daemon=True)
         self._thread.start()
 
-    def _read(self, marks: Mapping[int, int] | None) -> None:
+    def _read(self, marks: Mapping[int, int] | None, rest: Mapping[int, int] | None) -> None:
         try:
-            self._records = records_at(self._log, {p: n - 1 for p, n in self.positions.items() if n > 0}, marks)
+            self._records = records_at(self._log, {p: n - 1 for p, n in self.positions.items() if n > 0}, marks, rest=rest)
         except BaseException as exc:  # noqa: BLE001 -- raised on the runner's thread, by verify
             self._error = exc
 

@@ -195,7 +195,7 @@ class ProjectionRunner:
         with self.store.reader(self.set_id) as r:
             stored = r.positions()
         start = start_positions(stored, partitions)  # POSITIONS_FROM_STORE
-        self._read_last_applied({p: start[p] for p in partitions if start[p] > 0})
+        self._read_last_applied({p: start[p] for p in partitions if start[p] > 0}, {p: row.next_offset for p, row in stored.items()})
         for p in partitions:
             row = stored.get(p)
             self._next[p] = start[p]
@@ -345,7 +345,7 @@ and the rules' meanings) it was checked against, so a
             if p not in self._targets and p in self.source.assigned():
                 self._targets[p] = hw
 
-    def _read_last_applied(self, positions: dict[int, int]) -> None:
+    def _read_last_applied(self, positions: dict[int, int], stored: dict[int, int]) -> None:
         """A log rewound and written again past a stored position (``projections.log_continuity``): the
         records are read now, and judged by ``_check_marks`` before the first batch of the partitions is
         applied, not here: a consumer group calls ``assigned`` from its rebalance, where an error would be
@@ -354,7 +354,7 @@ and the rules' meanings) it was checked against, so a
         if positions and log is not None:
             # an embedded log's high watermarks cost nothing, and let each partition be read on its own
             marks = None if self.source.shares_partitions else log.high_watermarks()
-            self._checks.append(LastApplied(log, positions, marks))
+            self._checks.append(LastApplied(log, positions, marks, rest=stored))
 
     def _caught_up(self) -> bool:
         if not self.source.ready:

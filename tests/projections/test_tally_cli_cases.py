@@ -271,3 +271,14 @@ def test_a_tally_behind_the_log_says_so_and_one_of_another_log_is_refused(caucus
     SqliteLog(data / "log.sqlite3").close()  # another log, with an id of its own
     code, text = caucus("tally")
     assert code == 3 and "another log" in text
+
+
+def test_a_tally_answers_from_the_store_when_the_log_does_not_answer(caucus: Run, tmp_path: Path) -> None:
+    """A broker that is down: the tally is the store's, with a note, not an error after the client's own
+    timeout (nothing listens on port 1)."""
+    _define(caucus, tmp_path)
+    assert caucus("project", "--until-caught-up")[0] == 0
+    code, text = caucus("--kafka", "127.0.0.1:1", "tally")
+    assert code == 0, text
+    assert "note: the log" in text and "this is the projection as of its last batch" in text
+    assert "units reporting: 0 of" in text

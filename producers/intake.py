@@ -70,6 +70,9 @@ from producers.intake_state import IntakeState, Layered
 from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submission
 from producers.rejections import MAX_RAW_INPUT
 from producers.spool import Spool
+from producers.spool_basis import basis_missing, basis_of
+
+
 
 __all__ = ["Submission", "Receipt", "Refusal", "Outcome", "FlushReport", "Intake", "intake_dir", "MAX_RAW_INPUT", "MAX_BODY",
            "SNAPSHOT_EVERY"]
@@ -299,7 +302,7 @@ class Intake:
         spooled: list[Position | None] = []
         for event in events:
             try:
-                self.spool.add(event)
+                self.spool.add(event, basis_of(self.state), self._generation)
             except Exception as exc:  # noqa: BLE001 - kept: those before it; the rest hear why
                 return Wrote("spooled", spooled, exc)
             log.warning("log out of reach (%s): %s %s kept in the spool", self.last_log_error, event.type, event.event_id)
@@ -321,7 +324,12 @@ class Intake:
         return Layered(self.state, self._overlay) if self.spool.pending() else self.state
 
     def _forward(self, *, force: bool = False) -> FlushReport:
-        """Send spooled events to the log in order, re-checking each against the log first."""
+        """Send spooled events to the log in order, re-checking each against the log first; none into a
+        log that is not the one they were judged against (``spool_basis``)."""
+        if self._journal is not None and (gone := basis_missing(self._journal, self.spool.pending(), self._generation,
+                                                                self.state.positions)):
+            self._lost(f"{gone}; run `caucus intake rebuild` to accept the log as it now is")
+            raise IntakeLogLost(f"{self.log_lost}; the {len(self.spool.pending())} spooled event(s) stay in the spool until then")
         forwarded = rejected = present = 0
         error: str | None = None
         for item in self.spool.pending():

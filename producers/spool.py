@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,8 @@ class SpoolError(RuntimeError):
 class SpooledEvent:
     event: Event[Any]
     spooled_at: str
+    basis: dict[int, tuple[int, str]] = field(default_factory=dict)  # what it was judged against (spool_basis)
+    generation: int = 0
 
 
 def _fsync_dir(path: Path) -> None:
@@ -98,7 +100,8 @@ class Spool:
                 record = json.loads(line)
                 if record["kind"] == "event":
                     event = event_from_json(record["event"])
-                    pending[event.event_id] = SpooledEvent(event, record["spooled_at"])
+                    basis = {int(p): (int(n), str(a)) for p, (n, a) in record.get("basis", {}).items()}
+                    pending[event.event_id] = SpooledEvent(event, record["spooled_at"], basis, int(record.get("generation", 0)))
                 elif record["kind"] == "forwarded":
                     pending.pop(record["event_id"], None)
                 else:
@@ -153,12 +156,14 @@ class Spool:
             raise SpoolError(f"cannot write the spool {self.path}: {exc}") from exc
         self._stamp = self._file_stamp()
 
-    def add(self, event: Event[Any]) -> SpooledEvent:
-        """Keep an event durably; returns once it is fsynced."""
+    def add(self, event: Event[Any], basis: dict[int, tuple[int, str]] | None = None, generation: int = 0) -> SpooledEvent:
+        """Keep an event durably; returns once it is fsynced. ``basis``/``generation``: the state it was
+        judged against (``producers.spool_basis``)."""
         self.pending()
         assert self._pending is not None
-        entry = SpooledEvent(event, datetime.now(UTC).isoformat())
-        self._append({"kind": "event", "spooled_at": entry.spooled_at, "event": event_to_json(event)})
+        entry = SpooledEvent(event, datetime.now(UTC).isoformat(), dict(basis or {}), generation)
+        self._append({"kind": "event", "spooled_at": entry.spooled_at, "event": event_to_json(event), "generation": generation,
+                      "basis": {str(p): [n, a] for p, (n, a) in entry.basis.items()}})
         self._pending[event.event_id] = entry
         return entry
 

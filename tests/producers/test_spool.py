@@ -286,3 +286,52 @@ def test_spool_flush_keeps_the_spool_for_a_lost_log_until_it_is_restored_and_reb
     assert _caucus(data, "project", "--until-caught-up", "-q").returncode == 0
     tally = json.loads(_caucus(data, "tally", "--unit", "P4", "--json").stdout)
     assert tally["unit"]["status"] == "reported", tally
+
+
+def test_a_flush_from_a_snapshot_older_than_the_spool_does_not_forward_into_an_emptied_log(
+    tmp_path: Path, official: Credential, election: dict[str, Any]
+) -> None:
+    """The service judged and spooled a report against a log holding the election; the log then came
+    back empty (a memory-only broker). A flush from another process, whose snapshot was taken while
+    the log was still empty, finds nothing amiss in the log itself: the spooled report's own basis
+    (the positions and events it was judged after) must stop it, and keep it, until a rebuild."""
+    from ledger.log.sqlite import SqliteLog
+    from producers.intake import IntakeLogLost
+
+    down = {"now": False}
+    path = tmp_path / "log.sqlite3"
+
+    def connect() -> SqliteLog:
+        if down["now"]:
+            raise LogUnavailableError("test: the log is down")
+        return SqliteLog(path, partitions=4)
+
+    def submit(intake: Intake, kind: CommandKind, data: dict[str, Any], unit: str | None, key: str) -> Outcome:
+        return intake.submit(Submission(kind, json.dumps(data), official, unit_id=unit, idempotency_key=key))
+
+    import shutil
+
+    early = Intake(connect, tmp_path / "intake", name="t").start()
+    early.close()  # a snapshot of the empty log, which the flushing process will still have
+    shutil.copy(early.snapshot_path, tmp_path / "older-snapshot")
+    service = Intake(connect, tmp_path / "intake", name="t").start()
+    assert submit(service, CommandKind.DEFINE, election, None, "define-ia-test").accepted
+    assert submit(service, CommandKind.OPEN, {"attendance": 5}, "E01", "o").accepted
+    service.close()
+    down["now"] = True
+    offline = Intake(connect, tmp_path / "intake", name="t").start()
+    report = {"first_alignment": {"Biden": 5}, "final_alignment": {"Biden": 5}}
+    spooled = submit(offline, CommandKind.REPORT, report, "E01", "r")
+    assert isinstance(spooled, Receipt) and spooled.status == "spooled"
+    offline.close()
+    shutil.copy(tmp_path / "older-snapshot", early.snapshot_path)  # the service saves its snapshot seldom
+    for extra in ("", "-wal", "-shm"):  # back, but empty
+        (tmp_path / f"log.sqlite3{extra}").unlink(missing_ok=True)
+    SqliteLog(path, partitions=4).close()
+    down["now"] = False
+    flusher = Intake(connect, tmp_path / "intake", name="t").start()
+    with pytest.raises(IntakeLogLost, match="judged against"):
+        flusher.flush()
+    assert [i.event.event_id for i in flusher.spool.pending()] == [spooled.event_id]
+    assert list(SqliteLog(path).read()) == []  # nothing forwarded, nothing refused into the empty log
+    flusher.close()

@@ -5,8 +5,7 @@ sender's credential (or why it failed). The intake then, holding its lock:
 
 1. catches its state up with the log (other processes may have written) and forwards spooled events;
 2. parses; checks the sender's role; resolves the election; builds the event;
-3. answers a repeated idempotency key with the original receipt (same content) or refuses it (other
-   content);
+3. answers a repeated idempotency key with the original receipt (same content) or refuses it (other);
 4. validates against the state; a refusal is itself recorded as ``SubmissionRejected`` (raw input and
    every error, made recordable whatever the input was: ``producers.rejections``) and every error goes
    back to the sender;
@@ -26,9 +25,9 @@ from the snapshot, and saves a new one only every ``SNAPSHOT_EVERY`` events; the
 a minute and at shutdown. The second reason: a CLI started while the log is down validates against the
 snapshot (and the spool) instead of refusing everything; the snapshot may then lag the log, which is
 why spooled events are checked again when they are forwarded. If the log no longer holds what the
-snapshot (or the running state) saw -- a memory-only broker restarted -- that is reported
-(``LogLostError``), never papered over; ``rebuild()`` (``caucus intake rebuild``) accepts the log as it
-now is. A running intake (the HTTP service) that found its log lost watches its snapshot file: when
+snapshot (or the running state, or a spooled event: ``spool_basis``) saw -- a memory-only broker
+restarted -- that is reported (``LogLostError``); ``rebuild()`` (``caucus intake rebuild``) accepts the
+log as it now is. A running intake (the HTTP service) that found its log lost watches its snapshot file: when
 another process rebuilds (a new snapshot appears), it loads that and goes on, without a restart.
 
 Group commit. Commands that queue on the lock while another is decided are decided together in the
@@ -36,9 +35,8 @@ next turn (``producers.intake_group``): one catch-up, each judged in turn (``pro
 as if those before it were accepted, one ``append_batch``, and every answer only once the batch is
 durable. A CLI command is a group of one.
 
-Writers. One lock per intake directory (``producers.intake_lock``: the HTTP service and CLI invocations
-on one machine take turns). Intakes on different machines writing to one Kafka topic are not
-serialised; run one intake per log.
+Writers. One lock per intake directory (``producers.intake_lock``: the HTTP service and CLI invocations on
+one machine take turns). Intakes on different machines writing to one Kafka topic are not serialised.
 """
 
 from __future__ import annotations
@@ -71,8 +69,6 @@ from producers.outcomes import FlushReport, Outcome, Receipt, Refusal, Submissio
 from producers.rejections import MAX_RAW_INPUT
 from producers.spool import Spool
 from producers.spool_basis import basis_missing, basis_of
-
-
 
 __all__ = ["Submission", "Receipt", "Refusal", "Outcome", "FlushReport", "Intake", "intake_dir", "MAX_RAW_INPUT", "MAX_BODY",
            "SNAPSHOT_EVERY"]
@@ -324,10 +320,14 @@ class Intake:
         return Layered(self.state, self._overlay) if self.spool.pending() else self.state
 
     def _forward(self, *, force: bool = False) -> FlushReport:
-        """Send spooled events to the log in order, re-checking each against the log first; none into a
-        log that is not the one they were judged against (``spool_basis``)."""
-        if self._journal is not None and (gone := basis_missing(self._journal, self.spool.pending(), self._generation,
-                                                                self.state.positions)):
+        """Send spooled events in order, each checked again; none into a log they were not judged on (``spool_basis``)."""
+        try:
+            journal = self._journal_or_none(force=force)
+            gone = journal and basis_missing(journal, self.spool.pending(), self._generation, self.state.positions)
+        except LogUnavailableError as exc:  # the loop below meets the outage and says so
+            self._unavailable(exc)
+            gone = None
+        if gone:
             self._lost(f"{gone}; run `caucus intake rebuild` to accept the log as it now is")
             raise IntakeLogLost(f"{self.log_lost}; the {len(self.spool.pending())} spooled event(s) stay in the spool until then")
         forwarded = rejected = present = 0

@@ -130,7 +130,18 @@ class _KafkaLogs:
         return self.open(settings, read_only=not for_runner, topic=None)
 
     def open_results(self, settings: Settings, *, read_only: bool) -> EventLog:
-        return self.open(settings, read_only=read_only, topic=settings.results_topic)
+        """Opened to publish, the feed gets an id of its own if it has none (a topic from before, or one
+        made again by a broker that restarted empty), as the event log does: a subscriber that resumes
+        from its positions can then tell the feed it followed from another."""
+        log = self.open(settings, read_only=read_only, topic=settings.results_topic)
+        ensure = getattr(log, "ensure_log_id", None)
+        if not read_only and ensure is not None and log.log_id is None:
+            try:
+                ensure()
+            except BaseException:
+                log.close()
+                raise
+        return log
 
     def open_results_latest(self, settings: Settings, *, read_only: bool) -> LatestView:
         """A topic of its own, created compacted: the broker keeps the newest copy of each key."""

@@ -259,7 +259,7 @@ class _Keeper:
         try:
             positions, seen = self.checkpoint.load(self.feed_id)
         except CheckpointMismatch as exc:
-            raise fail(str(exc)) from exc
+            raise fail(str(exc), code=3) from exc  # the feed it followed is not this one: as a lost log is
         dedupe.seen.update(seen)
         return positions
 

@@ -77,9 +77,10 @@ class SubscriberCheckpoint:
         row = self._conn.execute("SELECT feed_id FROM subscriber WHERE grp = ?", (self.group,)).fetchone()
         if row is None:
             return None, {}
-        if feed_id is not None and row[0] is not None and row[0] != feed_id:
+        if row[0] is not None and row[0] != feed_id:  # an id does not go away: a feed without one is another
             raise CheckpointMismatch(f"subscriber group {self.group!r} followed another results feed (log id {row[0]}, "
-                                     f"this one is {feed_id}); use another --group, or --from-beginning with a new one")
+                                     f"this one is {feed_id or 'a feed with no id'}: replaced, or lost and made again); "
+                                     "its positions mean nothing here: use another --group, or --from-beginning with a new one")
         positions = {int(p): int(o) for p, o in self._conn.execute(
             "SELECT part, next_offset FROM subscriber_position WHERE grp = ?", (self.group,))}
         seen = {(e, k, a): int(v) for e, k, a, v in self._conn.execute(

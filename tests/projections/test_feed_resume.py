@@ -49,7 +49,9 @@ def test_a_subscriber_group_resumes_where_it_stopped(support: ModuleType, tmp_pa
     a = _lines(_caucus(base, "subscribe", "--group", "desk", "--from-beginning", "--max", "5"))
     assert len(a) == 5
     checkpoint = SubscriberCheckpoint(data / CHECKPOINT_FILE, "desk")
-    after_a, seen = checkpoint.load(None)
+    feed = SqliteLog(data / "results.sqlite3", read_only=True)
+    after_a, seen = checkpoint.load(feed.log_id)  # the feed the group followed
+    feed.close()
     checkpoint.close()
     assert after_a is not None and len(seen) == 5
     b = _lines(_caucus(base, "subscribe", "--group", "desk", "--until-idle", "1"))

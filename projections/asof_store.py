@@ -44,7 +44,7 @@ class HistoryReader(Protocol):
 
     def history_at_time(self, at: str) -> list[tuple[Any, ...]]: ...
 
-    def history_first_offsets(self, event_ids: Sequence[str]) -> dict[str, tuple[int, int]]: ...
+    def indexed_at(self, event_ids: Sequence[str]) -> dict[str, tuple[int, int]]: ...
 
 
 _Tail = dict[UnitKey, tuple[int, int, int]]  # key -> (partition, first offset to read, offset to stop before)
@@ -157,7 +157,7 @@ def _fold_tails(log: EventLog, reader: HistoryReader, codec: Codec, cut: Cut, ta
         for key in keys:
             if event.envelope.election_id == key[0] and (cut.at is None or event.recorded_at <= cut.at):
                 found.append((p, off, key, event))
-    first = reader.history_first_offsets([ev.event_id for *_, ev in found])
+    first = reader.indexed_at([ev.event_id for *_, ev in found])
     for p, off, key, event in found:
         if first.get(event.event_id, (p, off)) != (p, off):
             continue  # a repeat of an event applied before (``exactly_once.HELD_BY_INDEX``)

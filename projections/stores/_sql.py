@@ -296,15 +296,6 @@ class SqlReader:
                   "ORDER BY h.high_at DESC, h.last_offset DESC LIMIT 1)")
         return self._history_cut(chosen, [self.set_id, at])
 
-    def history_first_offsets(self, event_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """Where each event was first applied (partition, offset), as the index holds it."""
-        ids = list(dict.fromkeys(event_ids))
-        if not ids:
-            return {}
-        rows = self._q_in(self._sql("SELECT event_id, part, log_offset FROM proj_events WHERE set_id = ? AND event_id {in}"),
-                          [self.set_id], ids, "event_id")
-        return {e: (int(p), int(o)) for e, p, o in rows}
-
     def _history_cut(self, chosen: str, params: list[Any]) -> list[tuple[Any, ...]]:
         sid = self.set_id
         return self._q(self._sql(_HISTORY_CUT.format(chosen=chosen)), [sid, sid, *params, sid, sid, sid])

@@ -31,7 +31,7 @@ from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
-from projections.wiring import DEFAULT_GROUP, check_source, log_identity, open_existing_log, source_for
+from projections.wiring import DEFAULT_GROUP, check_source, log_identity, open_existing_log, read_identity, source_for
 
 __all__ = ["register"]
 
@@ -298,8 +298,7 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
         if isinstance(answer["error"], LogError):
             return f"the log cannot be read ({answer['error']}); this is the projection as of its last batch"
         raise answer["error"]
-    identity = f"log:{answer['id']}" if answer["id"] is not None else "a log with no id"
-    check_source(view.set, store, settings, identity)
+    check_source(view.set, store, settings, read_identity(answer["id"]))
     behind = sum(max(0, m - view.positions.get(p, 0)) for p, m in answer["marks"].items())
     if behind:
         return (f"the log holds {behind} record(s) the projection has not read yet; a result among them is not in "

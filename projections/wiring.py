@@ -15,7 +15,7 @@ from projections.sources import Source
 from projections.stores.port import ProjectionStore, SetInfo, StoreError
 
 __all__ = ["DEFAULT_GROUP", "source_for", "serving_set", "log_identity", "open_existing_log", "SourceMismatch",
-           "check_source", "NEW_LOG_HINT"]
+           "check_source", "read_identity", "NEW_LOG_HINT"]
 
 NEW_LOG_HINT = (
     "To project this log into this store, run `caucus replay --new-log` (it builds a new version of the projection "
@@ -66,6 +66,13 @@ def log_identity(settings: Settings, log: EventLog | None = None) -> str:
             "record which log it was built from; open it once with write access (e.g. `caucus project` as its owner)"
         )
     return f"log:{log_id}"
+
+
+def read_identity(log_id: str | None) -> str:
+    """The source a reader checks a projection against (``check_source``) for a log it opened read-only,
+    and so cannot give an id: ``log:<id>``, or words no projection recorded, so one built from a log
+    with an id is refused."""
+    return f"log:{log_id}" if log_id is not None else "a log with no id"
 
 
 def _legacy_identity(settings: Settings) -> str:

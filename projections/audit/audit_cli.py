@@ -28,7 +28,7 @@ from projections.audit.record_checks import log_record_findings
 from projections.audit.codes import AUDIT_CODES
 from ledger.caucus_math import CaucusMathError
 from projections.queries import QueryError, find_county, load_view
-from projections.wiring import check_source
+from projections.wiring import check_source, read_identity
 from projections.stores.port import EventRow, StoreError
 from projections.tally import ElectionContext
 
@@ -85,8 +85,7 @@ def run_audit(
         view = load_view(store, election_id=election_id)
         # the record checks read the configured log: of another log (one lost and made again) they would
         # find nothing to say, and "no findings" over a projection that log no longer holds
-        identity = f"log:{log.log_id}" if log.log_id is not None else "a log with no id"
-        check_source(view.set, store, settings, identity)
+        check_source(view.set, store, settings, read_identity(log.log_id))
         where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
         with store.reader(view.set.set_id) as reader:
             loose = refused_unattributed(reader.unattributed())

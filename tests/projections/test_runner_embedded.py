@@ -233,9 +233,9 @@ def test_a_log_rewound_and_written_again_past_the_projection_is_reported(support
         assert {p: row.next_offset for p, row in r.positions().items()} == before  # nothing of the new log applied
 
 
-def test_a_log_restored_and_given_back_its_own_events_goes_on(support: ModuleType, open_store: Open, tmp_path: Any) -> None:
-    """An older copy restored and the lost events appended again (same ids, same positions): nothing
-    was lost, so the runner goes on, and the tallies are those of the whole log."""
+def _projected_then_restored(support: ModuleType, open_store: Open, tmp_path: Any) -> tuple[list[Any], Any, ProjectionStore, int]:
+    """A 12-unit election's log projected up to its 30th event, then replaced by a copy taken after its
+    fifth: (the events, the log's path, the store, the set)."""
     import shutil
 
     events = support.election_log(12)
@@ -251,6 +251,13 @@ def test_a_log_restored_and_given_back_its_own_events_goes_on(support: ModuleTyp
     for extra in ("", "-wal", "-shm"):
         (tmp_path / f"log.sqlite3{extra}").unlink(missing_ok=True)
     shutil.copy(tmp_path / "older.sqlite3", path)
+    return events, path, store, sid
+
+
+def test_a_log_restored_and_given_back_its_own_events_goes_on(support: ModuleType, open_store: Open, tmp_path: Any) -> None:
+    """An older copy restored and the lost events appended again (same ids, same positions): nothing
+    was lost, so the runner goes on, and the tallies are those of the whole log."""
+    events, path, store, sid = _projected_then_restored(support, open_store, tmp_path)
     Journal(SqliteLog(path)).append_batch(events[5:])
     runner = _run(store, sid, SqliteLog(path))
     assert runner.progress.applied == len(events) - 30
@@ -266,23 +273,9 @@ def test_a_log_restored_then_given_new_events_before_its_lost_ones_is_reported(s
     """The lost events appended again, but after new ones (an intake took a report meanwhile): the ids
     at the stored positions may be ones the projection applied, just not there, and the new events
     sit where the projection has passed. Not skipped: reported as a rewound log."""
-    import shutil
-
     from projections.log_continuity import LogRewoundError
 
-    events = support.election_log(12)
-    path = tmp_path / "log.sqlite3"
-    first = SqliteLog(path, partitions=4)
-    Journal(first).append_batch(events[:5])
-    first.close()
-    shutil.copy(path, tmp_path / "older.sqlite3")
-    Journal(SqliteLog(path)).append_batch(events[5:30])
-    store = open_store()
-    sid = _new_set(store)
-    _run(store, sid, SqliteLog(path))
-    for extra in ("", "-wal", "-shm"):
-        (tmp_path / f"log.sqlite3{extra}").unlink(missing_ok=True)
-    shutil.copy(tmp_path / "older.sqlite3", path)
+    events, path, store, sid = _projected_then_restored(support, open_store, tmp_path)
     Journal(SqliteLog(path)).append_batch(support.election_log(3, election_id="e2"))
     Journal(SqliteLog(path)).append_batch(events[5:])
     with pytest.raises(LogRewoundError):

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ledger.journal import Journal
+from ledger.log.records_at import records_at
 from producers.intake_state import IntakeState
 from producers.spool import SpooledEvent
 
@@ -45,10 +46,8 @@ def basis_missing(journal: Journal, pending: Iterable[SpooledEvent], generation:
         if positions.get(part, 0) < offset:
             return (f"partition {part} holds {positions.get(part, 0)} record(s), fewer than the {offset} the spooled "
                     "events were judged against")
-        start = {p: positions.get(p, 0) for p in range(journal.log.partitions)}
-        start[part] = offset - 1
-        found = next((logged for logged in journal.read(start) if logged.position.partition == part), None)
-        if found is None or found.position.offset != offset - 1 or found.event.event_id != anchor:
+        found = records_at(journal.log, {part: offset - 1}, positions).get(part)
+        if found is None or journal.codec.decode(found.value).event_id != anchor:
             return (f"partition {part} no longer holds, at offset {offset - 1}, the event the spooled events were judged "
                     "after")
     return None

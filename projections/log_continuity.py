@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ledger.codec import Codec, CodecError
 from ledger.log.port import EventLog, LogLostError, StoredRecord
+from ledger.log.records_at import records_at
 
-__all__ = ["LastApplied", "LogRewoundError", "records_at"]
+__all__ = ["LastApplied", "LogRewoundError"]
 
 
 class LogRewoundError(LogLostError):
@@ -42,47 +43,6 @@ class LogRewoundError(LogLostError):
         self.partition = partition
         self.expected = offset + 1
         self.high_watermark = -1
-
-
-def records_at(log: EventLog, offsets: Mapping[int, int], marks: Mapping[int, int] | None = None, *,
-               rest: Mapping[int, int] | None = None, scan: int = 10_000) -> dict[int, StoredRecord | None]:
-    """The record at each ``partition: offset`` (None where the log holds none there: a gap a Kafka
-    transaction marker leaves). With ``marks`` (high watermarks known at no cost: an embedded log's),
-    each partition is read on its own, the others pinned at their ends: an index seek each. Without,
-    one read from all of them (one fetch on Kafka; the other partitions from ``rest``, a runner's
-    stored positions: only what it has not applied, else from their start), stopped once each has given
-    its first record or after ``scan`` records, and a partition not met by then read on its own. A
-    start beyond a partition's end is the read's ``LogLostError``."""
-    if not offsets:
-        return {}
-    found: dict[int, StoredRecord | None] = {}
-    if marks is None:
-        found = _first_records(log, offsets, rest or {}, scan)
-    missing = [p for p in offsets if p not in found]
-    if missing:
-        marks = marks if marks is not None else log.high_watermarks()
-        for part in missing:
-            found.update(_first_records(log, {part: offsets[part]}, marks, 1))
-    return found
-
-
-def _first_records(log: EventLog, offsets: Mapping[int, int], marks: Mapping[int, int], limit: int) -> dict[int, StoredRecord | None]:
-    start = {p: marks.get(p, 0) for p in range(log.partitions)}
-    start.update(offsets)
-    found: dict[int, StoredRecord | None] = {}
-    reader = log.read(start, max_records=limit)
-    try:
-        for rec in reader:
-            part = rec.position.partition
-            if part in offsets and part not in found:
-                found[part] = rec if rec.position.offset == offsets[part] else None
-                if len(found) == len(offsets):
-                    break
-    finally:
-        close = getattr(reader, "close", None)
-        if close is not None:
-            close()
-    return found
 
 
 class LastApplied:

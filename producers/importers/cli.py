@@ -6,9 +6,10 @@ listed), 1 when the input as a whole is unusable and nothing was appended, 2 whe
 directory (nothing is opened or created then).
 
 No credential is needed: the importer writes only what the published releases say, with event ids
-derived from them, and names itself in each record's ``caucus-writer`` header (files that are not the
-published ones are imported under a writer that says so: ``producers.importers.idp2020.published``) (see
-``producers.direct_writes`` for the commands that do need an official). It appends each batch in the
+derived from them, and names itself in each record's ``caucus-writer`` header (see
+``producers.direct_writes`` for the commands that do need an official). Files that are not the
+published ones are imported under a writer that says so (``producers.importers.idp2020.published``).
+It appends each batch in the
 intake's turn and marks it, like every writer without an intake, so an intake beside it never decides
 against a log the import has moved on, and waits for one batch at a time, not for the whole import.
 """

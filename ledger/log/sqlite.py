@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
+from itertools import count, repeat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -393,6 +394,9 @@ def _place(records: Sequence[PendingRecord], known: dict[str, Position], heads: 
            partitions: int, now_ms: int) -> _Placed:
     """Where each record goes: its known position, the position of its first copy in the batch, or the
     next offset of its partition. ``known`` and ``heads`` are left as they were (a retry starts again)."""
+    event_ids = [rec.event_id for rec in records]
+    if not known and len(set(event_ids)) == len(event_ids):
+        return _place_new(records, event_ids, heads, partitions, now_ms)
     known = dict(known)
     after = dict(heads)
     rows: list[tuple[int, int, str, str, bytes, int, bytes | None]] = []
@@ -409,6 +413,34 @@ def _place(records: Sequence[PendingRecord], known: dict[str, Position], heads: 
             add_row((part, offset, rec.key, event_id, rec.value, now_ms, blob(rec.headers)))
         add_position(pos)
     return _Placed(positions, rows, after)
+
+
+def _place_new(records: Sequence[PendingRecord], event_ids: list[str], heads: dict[int, int],
+               partitions: int, now_ms: int) -> _Placed:
+    """``_place`` for the common batch, whose ids are all new and distinct: each record takes its
+    partition's next offset, computed column by column. This is most of an embedded append's Python
+    time (a record costs about as much here as SQLite's insert of it), so per-record calls are few."""
+    parts = [record_partition(rec, partitions) for rec in records]
+    counters = {part: count(head) for part, head in heads.items()}
+    offsets = [next(counters[part]) for part in parts]
+    rows = list(zip(parts, offsets, [rec.key for rec in records], event_ids, [rec.value for rec in records],
+                    repeat(now_ms), map(_headers_blob, [rec.headers for rec in records])))
+    return _Placed(list(map(_position, parts, offsets)), rows, {part: next(c) for part, c in counters.items()})
+
+
+_new_object = object.__new__
+_set_partition = vars(Position)["partition"].__set__  # the slots' own descriptors
+_set_offset = vars(Position)["offset"].__set__
+
+
+def _position(partition: int, offset: int) -> Position:
+    """``Position(partition, offset)`` at half the cost: a frozen dataclass's ``__init__`` goes through
+    ``object.__setattr__`` per field, which a thousand-record batch feels. The slots are set directly;
+    the instance is the same (equal, hashed and ordered as one built the usual way)."""
+    pos = _new_object(Position)
+    _set_partition(pos, partition)
+    _set_offset(pos, offset)
+    return pos
 
 
 def _hint(exc: BaseException) -> str:

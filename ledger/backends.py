@@ -70,7 +70,7 @@ class _SqliteLogs:
 
         if read_only:
             return SqliteLog(settings.log_path, read_only=True)
-        return SqliteLog(settings.log_path, partitions=settings.partitions)
+        return SqliteLog(settings.log_path, partitions=settings.partitions if settings.partitions_chosen else None)
 
     def open_existing(self, settings: Settings, *, for_runner: bool) -> EventLog:
         """A runner opens it for writing when it can, so a log from before log ids gets its id."""
@@ -89,7 +89,7 @@ class _SqliteLogs:
         path = settings.data_dir / RESULTS_LOG_FILE
         if read_only:
             return SqliteLog(path, read_only=True)
-        return SqliteLog(path, partitions=None if path.exists() else settings.partitions)
+        return SqliteLog(path, partitions=None if path.exists() or not settings.partitions_chosen else settings.partitions)
 
     def open_results_latest(self, settings: Settings, *, read_only: bool) -> LatestView:
         from ledger.log.sqlite_latest import SqliteLatest

@@ -84,7 +84,7 @@ def _global(
     kafka: Optional[str] = typer.Option(None, "--kafka", help="Kafka bootstrap HOST:PORT[,HOST:PORT] for the log (env CAUCUS_KAFKA)."),
     topic: Optional[str] = typer.Option(None, "--topic", help="Event topic name (env CAUCUS_TOPIC; default caucus.events)."),
     database: Optional[str] = typer.Option(None, "--database", help="PostgreSQL URL for the projection store (env CAUCUS_DATABASE)."),
-    partitions: Optional[int] = typer.Option(None, "--partitions", help="Partitions when a log is created (env CAUCUS_PARTITIONS; default 8)."),
+    partitions: Optional[int] = typer.Option(None, "--partitions", help="Partitions when a log is created (env CAUCUS_PARTITIONS; default 8). An existing embedded log keeps its own count; a Kafka topic needs the count it was made with."),
     log_level: Optional[str] = typer.Option(None, "--log-level", help="Diagnostics on stderr from this level: DEBUG, INFO, WARNING (default), ERROR."),
     log_format: Optional[str] = typer.Option(None, "--log-format", help="Diagnostics as text (default) or json lines."),
     wide: bool = typer.Option(False, "--wide", help="Tables as wide as their content: no wrapping (may be given anywhere on the line)."),

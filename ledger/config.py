@@ -46,6 +46,10 @@ class Settings:
     backend: str | None = None
     """``memory``: the log and the projection store in this process's memory (``ledger.backends``)."""
     partitions: int = 8
+    partitions_chosen: bool = True
+    """``partitions`` was given (flag, variable or file; settings built in code always give it). When it
+    was not, an existing embedded log keeps the count it was created with, so a log made with
+    ``--partitions`` needs no repeat of it."""
     kafka_options: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """kafka-python client properties for every client (security, SASL, TLS, pass-through ones)."""
     kafka_replication: int = 1

@@ -100,7 +100,7 @@ class CaucusSettings(BaseSettings):
     database: str | None = Field(None, description="PostgreSQL URL for the projection store; unset: the embedded store.")
     backend: Literal["memory"] | None = Field(
         None, description="memory: the log and the projection store in this process's memory (tests, `caucus demo`); unset: as kafka and database say.")
-    partitions: int = Field(8, ge=1, le=10_000, description="Partitions when a log is created.")
+    partitions: int = Field(8, ge=1, le=10_000, description="Partitions when a log is created (an existing embedded log keeps its own).")
     kafka_replication: int = Field(1, ge=1, le=32, description="Replication factor of the topics the ledger creates.")
     kafka_library: Literal["kafka-python", "confluent"] = Field(
         "kafka-python", description="Kafka client of the log: kafka-python, or confluent (librdkafka; pip install caucus-ledger[confluent]; consumer groups stay on kafka-python).")
@@ -240,6 +240,7 @@ class CaucusSettings(BaseSettings):
         return Settings(
             data_dir=self.data_dir, kafka=self.kafka, topic=self.topic, results_topic=self.results_topic or "",
             database=self.database, backend=self.backend, partitions=self.partitions, kafka_options=self.kafka_options(),
+            partitions_chosen="partitions" in self.model_fields_set,
             kafka_replication=self.kafka_replication, kafka_library=self.kafka_library, file_mode=int(self.file_mode, 8), credentials=self.credentials,
             token=self.token.get_secret_value() if self.token else None,
             intake_token=self.intake_token.get_secret_value() if self.intake_token else None,

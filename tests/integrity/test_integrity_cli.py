@@ -139,3 +139,16 @@ def test_the_checkpoint_store_can_live_in_postgresql(ledger: Any, caucus: Any, p
     report = json.loads(result.stdout)
     assert report["checkpoints_verified"] == 2 and report["store"].startswith("postgresql://")
     assert not (ledger.data_dir / "checkpoints.sqlite3").exists()
+
+
+def test_a_log_made_with_other_partitions_needs_no_repeat_of_the_setting(ledger: Any, caucus: Any) -> None:
+    """The log here has 4 partitions. A command not told a count keeps the log's; one told another
+    count is refused, and the log is left as it was."""
+    ledger.append(5)
+    told_otherwise = caucus("checkpoint", env={"CAUCUS_PARTITIONS": "8"})
+    assert told_otherwise.exit_code == 2
+    assert "has 4 partitions, not 8" in told_otherwise.output
+    assert ledger.log().partitions == 4
+    not_told = caucus("checkpoint", "--json", env={"CAUCUS_PARTITIONS": ""})
+    assert not_told.exit_code == 0, not_told.output
+    assert len(json.loads(not_told.stdout)["partition_sizes"]) == 4

@@ -93,8 +93,9 @@ class TopicGuard:
                     return
                 raise LogError(
                     f"topic {topic!r} on {bootstrap} has {count} partitions, not {self._partitions}: "
-                    f"events keyed by unit would land in other partitions. If a broker that lost its data "
-                    f"auto-created the topic, delete it and let the ledger create it again."
+                    f"events keyed by unit would land in other partitions. A topic the ledger created with "
+                    f"--partitions {count} needs that setting on every command (CAUCUS_PARTITIONS={count}); if a "
+                    f"broker that lost its data auto-created the topic, delete it and let the ledger create it again."
                 )
             if code not in (0, _UNKNOWN_TOPIC_OR_PARTITION, _LEADER_NOT_AVAILABLE):
                 raise LogError(f"cannot describe topic {topic!r} on {bootstrap}: error code {code}")

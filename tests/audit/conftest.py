@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from ledger.journal import Journal
 from ledger.log.sqlite import SqliteLog
+from tests.shared_data import WHERE
 
 _HERE = Path(__file__).resolve().parent
 
@@ -100,7 +101,7 @@ def caucus_at() -> Callable[[Path, int], Callable[..., Any]]:
 @pytest.fixture(scope="session")
 def iowa_dir(aud: ModuleType) -> Path:
     if not (aud.IOWA_DIR / "idp_apportionment.csv").is_file():
-        pytest.skip(f"the 2020 Iowa data is not at {aud.IOWA_DIR} (the repository's sibling shared/data/iowa2020)")
+        pytest.skip(f"the 2020 Iowa data is not at {aud.IOWA_DIR} ({WHERE})")
     return Path(aud.IOWA_DIR)
 
 

@@ -55,6 +55,7 @@ from ledger.events import (
 )
 from ledger.journal import Journal
 from ledger.log.sqlite import SqliteLog
+from tests.shared_data import IOWA2020
 
 ELECTION = "synthetic-2020"
 CANDIDATES = ("A", "B", "C", "D", "Uncommitted")
@@ -64,7 +65,7 @@ T_DAY3 = datetime(2020, 2, 6, 0, 0, tzinfo=UTC)
 PARTITIONS = 4
 
 REPO = Path(__file__).resolve().parents[2]
-IOWA_DIR = REPO.parent / "shared" / "data" / "iowa2020"
+IOWA_DIR = IOWA2020
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,10 @@ from pathlib import Path
 import pytest
 
 from ledger.caucus_math import SATELLITE_SDE_POOLS_2020
+from tests.shared_data import SHARED_DATA, WHERE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+DATA_DIR = SHARED_DATA
 IOWA_DIR = DATA_DIR / "iowa2020"
 VECTORS = DATA_DIR / "caucus_math_vectors.json"
 PRECINCTS_CSV = IOWA_DIR / "iowa2020_precincts.csv"
@@ -68,7 +69,7 @@ CANDIDATES = (
 def require(path: Path) -> Path:
     """Skip the calling test when a reference file is missing."""
     if not path.exists():
-        pytest.skip(f"reference data not found at {path} (expected the repo root's sibling shared/data)")
+        pytest.skip(f"reference data not found at {path} ({WHERE})")
     return path
 
 

@@ -16,8 +16,9 @@ from ledger.journal import Journal, LoggedEvent
 from ledger.log.sqlite import SqliteLog
 from producers.importers.idp2020 import ImportSummary, import_idp2020, plan_import
 from producers.importers.idp2020.build import ImportPlan
+from tests.shared_data import IOWA2020, WHERE
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iowa2020"
+DATA_DIR = IOWA2020
 HALF_DIGIT = Decimal("0.00005")
 RELEASE_FILES = (
     ("2020-02-07T0113Z", "idp_results_2020-02-07T0113Z.csv"),
@@ -29,7 +30,7 @@ RELEASE_FILES = (
 @pytest.fixture(scope="session")
 def iowa_dir() -> Path:
     if not (DATA_DIR / "idp_apportionment.csv").is_file():
-        pytest.skip(f"the 2020 Iowa data is not at {DATA_DIR} (the repository's sibling shared/data/iowa2020)")
+        pytest.skip(f"the 2020 Iowa data is not at {DATA_DIR} ({WHERE})")
     return DATA_DIR
 
 

@@ -22,9 +22,10 @@ from typing import Any
 import shutil
 
 import pytest
+from tests.shared_data import IOWA2020, WHERE
 
 CAUCUS = str(Path(sys.executable).parent / "caucus")
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iowa2020"
+DATA = IOWA2020
 NOBODY = 65534
 
 
@@ -35,7 +36,7 @@ def can_switch_user() -> bool:
 
 def need_data() -> None:
     if not (DATA / "idp_apportionment.csv").is_file():
-        pytest.skip(f"the 2020 Iowa data is not at {DATA} (the repository's sibling shared/data/iowa2020)")
+        pytest.skip(f"the 2020 Iowa data is not at {DATA} ({WHERE})")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

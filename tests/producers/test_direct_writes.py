@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from producers.credentials import CredentialStore
+from tests.shared_data import IOWA2020
 
 ELECTION = {
     "election_id": "e", "name": "E", "rule_set": "idp-2020", "idempotency_key": "def-e", "candidates": ["A", "B"],
@@ -152,7 +153,7 @@ def test_the_2020_history_restores_and_restores_again(tmp_path: Path) -> None:
     """The importer's log holds what the intake would refuse (a second definition of the election, from
     a later release) and times years before today: restored whole into an empty log it is accepted, and
     appending it again writes nothing and refuses nothing."""
-    data = Path(__file__).resolve().parents[3] / "shared" / "data" / "iowa2020"
+    data = IOWA2020
     if not (data / "idp_apportionment.csv").is_file():
         pytest.skip(f"the 2020 Iowa data is not at {data}")
     source = tmp_path / "imported"
@@ -172,7 +173,7 @@ def test_the_importer_may_not_redefine_an_election_the_log_holds_otherwise(repor
     """An election of the importer's id already in the log, with a unit reported: the 2020 definition
     would drop that unit and its candidates, so its result would leave every tally. The importer is
     judged as a direct write is (its times aside) and appends nothing; under an id of its own it imports."""
-    data_dir = Path(__file__).resolve().parents[3] / "shared" / "data" / "iowa2020"
+    data_dir = IOWA2020
     if not (data_dir / "idp_apportionment.csv").is_file():
         pytest.skip(f"the 2020 Iowa data is not at {data_dir}")
     data, _ = reported

@@ -23,10 +23,11 @@ from ledger.events import Event
 from ledger.journal import Journal
 from ledger.log.sqlite import SqliteLog
 from projections.stores.port import ProjectionStore
+from tests.shared_data import IOWA2020
 
 _HERE = Path(__file__).resolve().parent
 REPO_ROOT = _HERE.parents[1]
-IOWA_DIR = REPO_ROOT.parent / "shared" / "data" / "iowa2020"
+IOWA_DIR = IOWA2020
 
 
 def _load_support() -> ModuleType:

@@ -22,10 +22,11 @@ import pytest
 
 from ledger.journal import Journal
 from ledger.log.sqlite import SqliteLog
+from tests.shared_data import IOWA2020
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iowa2020"
+DATA = IOWA2020
 CAUCUS = str(Path(sys.executable).parent / "caucus")
 
 CERTIFIED_SDE = {"Buttigieg": Decimal("562.9538"), "Sanders": Decimal("562.0214")}

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.shared_data import IOWA2020
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iowa2020"
+DATA = IOWA2020
 CAUCUS = str(Path(sys.executable).parent / "caucus")
 
 # as of (inclusive) -> (Buttigieg, Sanders): sums of the displayed SDEs, as the party published them

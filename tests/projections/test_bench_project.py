@@ -27,10 +27,11 @@ from ledger.log.sqlite import SqliteLog
 from projections.runner import ProjectionRunner
 from projections.sources import EmbeddedSource, KafkaGroupSource
 from projections.stores.port import ProjectionStore
+from tests.shared_data import IOWA2020
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iowa2020"
+DATA = IOWA2020
 UNITS = int(os.environ.get("CAUCUS_BENCH_UNITS", "2000"))
 BATCH = 500
 

@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 import ledger.cli
 from ledger.journal import Journal
 from ledger.log.sqlite import SqliteLog
+from tests.shared_data import IOWA2020, WHERE
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "iowa2020"
+DATA = IOWA2020
 
 
 def _caucus(data_dir: Path, dsn: str, *args: str) -> Any:

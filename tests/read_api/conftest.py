@@ -19,9 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.shared_data import IOWA2020, WHERE
 
 REPO = Path(__file__).resolve().parents[2]
-IOWA_DIR = REPO.parent / "shared" / "data" / "iowa2020"
+IOWA_DIR = IOWA2020
 CAUCUS = str(Path(sys.executable).parent / "caucus")
 ELECTION = "iowa-2020-dem-caucus"
 
@@ -108,7 +109,7 @@ def support_module() -> SimpleNamespace:
 @pytest.fixture(scope="session")
 def iowa_dir() -> Path:
     if not (IOWA_DIR / "idp_apportionment.csv").is_file():
-        pytest.skip(f"the 2020 Iowa data is not at {IOWA_DIR} (the repository's sibling shared/data/iowa2020)")
+        pytest.skip(f"the 2020 Iowa data is not at {IOWA_DIR} ({WHERE})")
     return IOWA_DIR
 
 

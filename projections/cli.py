@@ -31,7 +31,7 @@ from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
-from projections.wiring import DEFAULT_GROUP, check_source, log_identity, open_existing_log, read_identity, source_for
+from projections.wiring import DEFAULT_GROUP, check_source, log_identity, open_existing_log, open_log_of, read_identity, source_for
 
 __all__ = ["register"]
 
@@ -331,7 +331,7 @@ def trail(
                 unit_id = find_unit(view, unit)
             except QueryError:
                 unit_id, defined = unit, False  # not in the definition: its refused submissions may still be in the log
-            log = open_existing_log(settings)
+            log = open_log_of(settings, info, store)
             try:
                 with store.reader(info.set_id) as reader:
                     result = unit_trail(log, reader, view.context.election_id, unit_id, rule_set=rule_set)

@@ -20,7 +20,7 @@ import typer
 
 from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings, open_log
-from ledger.log.port import LogError
+from ledger.log.port import EventLog, LogError
 from projections.asof import AsOfError, Cut, parse_cut, tally_as_of
 from projections.audit.cli import trusted_keys as _trusted_keys
 from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditFinding, AuditReport, audit_tallies
@@ -28,7 +28,7 @@ from projections.audit.record_checks import log_record_findings
 from projections.audit.codes import AUDIT_CODES
 from ledger.caucus_math import CaucusMathError
 from projections.queries import QueryError, find_county, load_view
-from projections.wiring import check_source, read_identity
+from projections.wiring import open_log_of
 from projections.stores.port import EventRow, StoreError
 from projections.tally import ElectionContext
 
@@ -80,18 +80,19 @@ def run_audit(
     from projections.stores import open_store
 
     store = open_store(settings, read_only=True)
-    log = open_log(settings, read_only=True)
+    read: EventLog | None = None
     try:
         view = load_view(store, election_id=election_id)
-        # the record checks read the configured log: of another log (one lost and made again) they would
-        # find nothing to say, and "no findings" over a projection that log no longer holds
-        check_source(view.set, store, settings, read_identity(log.log_id))
+        # the record checks read the configured log: of another log (one lost and made again), or of none,
+        # they would find nothing to say, and "no findings" over a projection that log no longer holds
+        read = open_log_of(settings, view.set, store)
         where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
         with store.reader(view.set.set_id) as reader:
             loose = refused_unattributed(reader.unattributed())
-        records = log_record_findings(log, view.context)
+        records = log_record_findings(read, view.context)
     finally:
-        log.close()
+        if read is not None:
+            read.close()
         store.close()
     meta = {"projection": view.meta()}
     report = audit_tallies(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta)

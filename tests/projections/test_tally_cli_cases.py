@@ -282,3 +282,30 @@ def test_a_tally_answers_from_the_store_when_the_log_does_not_answer(caucus: Run
     assert code == 0, text
     assert "note: the log" in text and "this is the projection as of its last batch" in text
     assert "units reporting: 0 of" in text
+
+
+def test_a_trail_or_audit_of_a_projection_whose_log_is_gone_or_another_is_a_lost_log(caucus: Run, tmp_path: Path) -> None:
+    """``trail`` and ``audit`` read the log beside the projection. With the log it was built from gone (a
+    memory-only broker restarted, a file removed), or another log in its place, neither can speak for
+    the projection: exit 3, as ``project`` says of a lost log, not "nothing there" (exit 2) or a trail
+    of another log's events."""
+    token = _define(caucus, tmp_path)
+    code, receipt = caucus("report", "--unit", "P4", "--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40",
+                           "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    assert caucus("project", "--until-caught-up")[0] == 0
+    assert caucus("trail", "P4", "--json")[0] == 0
+    assert caucus("audit", "--json")[0] in (0, 1)
+    data = tmp_path / "data"
+    for suffix in ("", "-wal", "-shm"):
+        (data / f"log.sqlite3{suffix}").unlink(missing_ok=True)
+    for command in (("trail", "P4"), ("audit",)):
+        code, text = caucus(*command)
+        assert code == 3, (command, text)
+        assert "was built from log" in text and "lost" in text, text
+    from ledger.log.sqlite import SqliteLog
+
+    SqliteLog(data / "log.sqlite3").close()  # another log, with an id of its own
+    for command in (("trail", "P4"), ("audit",)):
+        code, text = caucus(*command)
+        assert code == 3 and "another log" in text, (command, text)

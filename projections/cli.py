@@ -21,7 +21,7 @@ from ledger.cli_output import console as cli_console
 from ledger.cli_output import is_wide
 from ledger.codec import CodecError
 from ledger.config import Settings
-from ledger.log.port import LogError, LogLostError
+from ledger.log.port import LogError, LogLostError, LogMissingError
 from projections.backends import has_groups
 from projections.feed import FeedOfAnotherLog, publishing
 from projections.observe import RunnerObserver, progress_line
@@ -295,6 +295,10 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
     if asking.is_alive():
         return f"the log did not answer within {LOG_ANSWER_SECONDS:g} s; this is the projection as of its last batch"
     if "error" in answer:
+        if isinstance(answer["error"], LogMissingError) and view.set.source.startswith("log:"):
+            return (f"the log {settings.describe_log()} is not there, but this projection was built from log "
+                    f"{view.set.source[4:]}: that log was lost, or the settings name another place; this is the "
+                    "projection as of its last batch")
         if isinstance(answer["error"], LogError):
             return f"the log cannot be read ({answer['error']}); this is the projection as of its last batch"
         raise answer["error"]

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from ledger.backends import backends_for
 from ledger.config import Settings
-from ledger.log.port import EventLog, LogLostError, LogMissingError, LogReplacedError
+from ledger.log.port import EventLog, LogMissingError, LogReplacedError, LogVanishedError
 from projections.backends import group_source
 from projections.queries import DEFAULT_SET
 from projections.sources import Source
 from projections.stores.port import ProjectionStore, SetInfo, StoreError
 
 __all__ = ["DEFAULT_GROUP", "source_for", "serving_set", "log_identity", "open_existing_log", "SourceMismatch",
-           "check_source", "read_identity", "NEW_LOG_HINT", "LogVanished", "open_log_of"]
+           "check_source", "read_identity", "NEW_LOG_HINT", "open_log_of"]
 
 NEW_LOG_HINT = (
     "To project this log into this store, run `caucus replay --new-log` (it builds a new version of the projection "
@@ -28,15 +28,6 @@ DEFAULT_GROUP = "caucus-projections"
 
 class SourceMismatch(StoreError, LogReplacedError):
     """The projection set was built from another log than the one configured."""
-
-
-class LogVanished(LogLostError):
-    """The log a projection was built from is not there at all (no file, no topic): to the projection's
-    readers a lost log, as one emptied is (exit 3), not a place where nothing was ever recorded."""
-
-    def __init__(self, message: str) -> None:
-        Exception.__init__(self, message)
-        self.partition, self.expected, self.high_watermark = -1, 0, 0
 
 
 def source_for(settings: Settings, *, group: str = DEFAULT_GROUP, batch_size: int = 500, session_timeout_ms: int = 10_000,
@@ -121,14 +112,14 @@ def serving_set(store: ProjectionStore, settings: Settings, name: str = DEFAULT_
 def open_log_of(settings: Settings, info: SetInfo, store: ProjectionStore) -> EventLog:
     """The configured log, for a command that reads it beside the projection ``info`` (a trail, an
     audit): that projection's own log, or an error. A log that is not there, while the projection names
-    the log it was built from, is ``LogVanished``; another log is ``SourceMismatch``. Both are exit 3."""
+    the log it was built from, is ``LogVanishedError``; another log is ``SourceMismatch``. Both are exit 3."""
     try:
         log = open_existing_log(settings)
     except LogMissingError as exc:
         if not info.source.startswith("log:"):
             raise
-        raise LogVanished(
-            f"{exc}; but projection {info.name!r} v{info.version} in {store.describe()} was built from "
+        raise LogVanishedError(
+            f"the log {settings.describe_log()} is not there, but projection {info.name!r} v{info.version} in {store.describe()} was built from "
             f"{_describe_source(info.source)}: that log was lost (a broker that keeps its topics in memory "
             f"restarted, a log file removed), or the settings name another place than the one it was built "
             f"from. Restore it from a copy, or give the place it is in; a new log is projected beside this "

@@ -22,6 +22,7 @@ __all__ = [
     "LogUnavailableError",
     "LogLostError",
     "LogMissingError",
+    "LogVanishedError",
     "Offsets",
     "Headers",
 ]
@@ -61,6 +62,16 @@ class LogLostError(LogError):
         self.partition = partition
         self.expected = expected
         self.high_watermark = high_watermark
+
+
+class LogVanishedError(LogLostError):
+    """A log that something beside it vouches for (a projection built from it, checkpoints signed over
+    it) is not there at all (no file, no topic): to those readers a lost log, as one emptied is (exit
+    3), not a place where nothing was ever recorded."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+        self.partition, self.expected, self.high_watermark = -1, 0, 0
 
 
 class LogReplacedError(LogError):

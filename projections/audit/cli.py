@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -27,6 +27,9 @@ from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings, open_log
 from ledger.log.port import EventLog, LogError
 from projections.audit import witness_cli
+
+if TYPE_CHECKING:
+    from ledger.integrity.store import CheckpointStore
 
 __all__ = ["register"]
 
@@ -101,6 +104,29 @@ def log_for(settings: Settings, *, read_only: bool = False) -> Iterator[EventLog
         log.close()
 
 
+@contextmanager
+def _signed_log(settings: Settings, store: CheckpointStore | None) -> Iterator[EventLog]:
+    """The log to verify. One that is not there, while the checkpoint store holds checkpoints signed
+    over a log here, is a lost log (exit 3): the history they vouch for is gone, which "nothing has been
+    recorded yet" would hide."""
+    from ledger.log.port import LogMissingError, LogVanishedError
+
+    try:
+        log = open_log(settings, read_only=True)
+    except LogMissingError as exc:
+        signed = [row.signed for row in store.checkpoints() if row.signed is not None] if store is not None else []
+        if store is None or not signed:
+            raise
+        last = signed[-1].checkpoint
+        raise LogVanishedError(
+            f"the log {settings.describe_log()} is not there, but {store.describe()} holds {len(signed)} checkpoint(s) signed over a "
+            f"log here, the last over {last.tree_size} record(s) at {last.time.isoformat()}: the log they vouch for "
+            "is gone (lost, or the settings name another place). Restore it from a copy and verify it again."
+        ) from exc
+    try:
+        yield log
+    finally:
+        log.close()
 
 
 def _short(h: bytes) -> str:
@@ -248,7 +274,7 @@ def verify_command(
         store = open_checkpoint_store(settings, create=False)
         try:
             began = time.perf_counter()
-            with log_for(settings, read_only=True) as log:
+            with _signed_log(settings, store) as log:
                 scan, report = verify_log(log, store, trusted)
                 log_id = log.log_id
             witnesses = []

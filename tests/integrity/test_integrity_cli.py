@@ -152,3 +152,17 @@ def test_a_log_made_with_other_partitions_needs_no_repeat_of_the_setting(ledger:
     not_told = caucus("checkpoint", "--json", env={"CAUCUS_PARTITIONS": ""})
     assert not_told.exit_code == 0, not_told.output
     assert len(json.loads(not_told.stdout)["partition_sizes"]) == 4
+
+
+def test_verify_of_a_log_that_is_gone_while_checkpoints_vouch_for_one_is_a_lost_log(ledger: Any, caucus: Any) -> None:
+    """With no checkpoint signed, a missing log is "nothing recorded yet" (exit 2). With checkpoints signed
+    over a log here, its absence is a lost history, exit 3, and the message names what vouched for it."""
+    empty = caucus("verify", data_dir=ledger.data_dir.parent / "nothing-here")
+    assert empty.exit_code == 2
+    ledger.append(5)
+    assert caucus("checkpoint").exit_code == 0
+    for suffix in ("", "-wal", "-shm"):
+        ledger.data_dir.joinpath(f"log.sqlite3{suffix}").unlink(missing_ok=True)
+    gone = caucus("verify")
+    assert gone.exit_code == 3, gone.output
+    assert "holds 1 checkpoint(s) signed over a log here" in gone.output and "is gone" in gone.output

@@ -9,7 +9,8 @@ Tamper evidence (``ledger.integrity``):
 - ``caucus witness``: another party's witness, by directory or served by URL (``witness_cli``).
 
 Exit status: 0 all is well, 1 tampering found (or a proof that does not verify), 2 the check could not
-be done (log or store unreachable, no key, unknown event, nothing to prove against).
+be done (log or store unreachable, no key, unknown event, nothing to prove against), 3 the log is lost
+(gone while checkpoints signed over it are stored).
 """
 
 from __future__ import annotations
@@ -262,7 +263,8 @@ def verify_command(
     """Recompute the log's Merkle trees and check every signed checkpoint against them.
 
     Reports the first bad position (PARTITION:OFFSET) and what is wrong there. Exit 0: intact;
-    1: tampering found (or, with --require-checkpoint, no checkpoint verified); 2: could not check."""
+    1: tampering found (or, with --require-checkpoint, no checkpoint verified); 2: could not check;
+    3: the log is gone while checkpoints signed over it are stored (lost, or the settings name another place)."""
     from ledger.integrity.keys import load_trusted_key
     from ledger.integrity.store import open_checkpoint_store
     from ledger.integrity.verify import IntegrityFinding, verify_log

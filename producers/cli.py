@@ -248,7 +248,16 @@ def report(
     channel: str = ChannelOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Report a unit's result: first and final alignment, optionally attendance and delegates awarded."""
+    """Report a unit's result: first and final alignment, optionally attendance and delegates awarded.
+
+    As JSON (FILE, or - for stdin), the fields are those of the options:
+
+    {"unit_id": "FM5", "first_alignment": {"Biden": 25, "Sanders": 31}, "final_alignment": {"Biden": 25,
+    "Sanders": 31}, "attendance": 56, "delegates_reported": {"Biden": 2, "Sanders": 2},
+    "election_id": "ia-2020", "idempotency_key": "fm5-1"}
+
+    Only unit_id and the two alignments are required. A refused report is kept in the log with its
+    problems (exit 1); an accepted one is in the tally once `caucus project` has read it."""
     if source and any(v is not None for v in (first, final, attendance, delegates, worksheet, worksheet_digest, reporter)):
         raise fail("give the report either as JSON (FILE or -) or with options, not both")
     text = _read_source(source) if source else None

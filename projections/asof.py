@@ -331,6 +331,8 @@ def select_election(elections: Mapping[str, ElectionState], wanted: str | None, 
             return holding[0]
         if holding:
             raise AsOfError(f"unit {unit!r} is defined in several elections ({', '.join(holding)}); choose one with --election")
+        raise AsOfError(f"no election {where} defines a unit {unit!r} (elections: {', '.join(defined)}): check the id or "
+                        "name, or choose the election with --election")
     raise AsOfError(f"the log holds several elections ({', '.join(defined)}); choose one with --election")
 
 

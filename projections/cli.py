@@ -305,7 +305,7 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
     check_source(view.set, store, settings, read_identity(answer["id"]))
     behind = sum(max(0, m - view.positions.get(p, 0)) for p, m in answer["marks"].items())
     if behind:
-        return (f"the log holds {behind} record(s) the projection has not read yet; a result among them is not in "
+        return (f"the log holds {behind} record(s) the projection has not read yet; whatever they change is not in "
                 "this tally: `caucus project` reads them (a runner left running keeps the tally current)")
     return None
 

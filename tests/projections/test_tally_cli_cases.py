@@ -309,3 +309,38 @@ def test_a_trail_or_audit_of_a_projection_whose_log_is_gone_or_another_is_a_lost
     for command in (("trail", "P4"), ("audit",)):
         code, text = caucus(*command)
         assert code == 3 and "another log" in text, (command, text)
+
+
+def test_a_unit_no_election_defines_is_named_as_such_when_the_log_holds_several(caucus: Run, tmp_path: Path) -> None:
+    """With two elections, a unit only one defines needs no --election; a mistyped one is said to be
+    defined by none, not taken for a unit both define ("choose one")."""
+    _define(caucus, tmp_path)
+    _define(caucus, tmp_path, election_id="f", name="F", idempotency_key="def-f",
+            units=[{"unit_id": "Q1", "name": "Q1", "county_id": "lee", "delegates": 2}])
+    assert caucus("project", "--until-caught-up")[0] == 0
+    code, shown = caucus("tally", "--unit", "Q1", "--json")
+    assert code == 0 and shown["unit"]["unit_id"] == "Q1", shown
+    for command in (("tally", "--unit", "ZZZ"), ("trail", "ZZZ")):
+        code, text = caucus(*command)
+        assert code == 2, (command, text)
+        assert "no election in the projection defines a unit 'ZZZ' (elections: e, f)" in text, text
+        assert "choose one with --election" not in text
+
+
+def test_an_audit_behind_the_log_says_so(caucus: Run, tmp_path: Path) -> None:
+    """An auditor reads the projection: a correction accepted but not yet projected is not in what was
+    audited, and the audit says so (stderr), as the tally does; once projected, no note."""
+    token = _define(caucus, tmp_path)
+    assert caucus("project", "--until-caught-up")[0] == 0
+    code, text = caucus("audit")
+    assert code == 0 and "note:" not in text, text
+    code, receipt = caucus("report", "--unit", "P4", "--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40",
+                           "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    code, text = caucus("audit")
+    assert code == 0 and "note: the log holds 1 record(s) the projection has not read yet" in text, text
+    code, doc = caucus("audit", "--json")
+    assert code == 0 and doc["unread_records"] == 1
+    assert caucus("project", "--until-caught-up")[0] == 0
+    code, doc = caucus("audit", "--json")
+    assert doc["unread_records"] == 0

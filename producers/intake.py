@@ -70,8 +70,7 @@ from producers.rejections import MAX_RAW_INPUT
 from producers.spool import Spool
 from producers.spool_basis import basis_missing, basis_of
 
-__all__ = ["Submission", "Receipt", "Refusal", "Outcome", "FlushReport", "Intake", "intake_dir", "MAX_RAW_INPUT", "MAX_BODY",
-           "SNAPSHOT_EVERY"]
+__all__ = ["Submission", "Receipt", "Refusal", "Outcome", "FlushReport", "Intake", "intake_dir", "MAX_RAW_INPUT", "MAX_BODY", "SNAPSHOT_EVERY"]
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +153,12 @@ class Intake:
         return self
 
     def close(self, *, snapshot_after: int = 1) -> None:
-        """Save the snapshot if ``snapshot_after`` events came in since the last one, and let go of
-        the log. A CLI run passes SNAPSHOT_EVERY so it does not pay for a snapshot on every command."""
+        """Save the snapshot if ``snapshot_after`` events came in since the last one (a CLI run passes
+        SNAPSHOT_EVERY), and what was last seen of the log always (``intake_snapshot``); let go of the log."""
         with self._thread_lock:
             if self.started and self.log_lost is None:
                 self.save_snapshot(min_new=snapshot_after)
+                self._snapshot.write_seen(self.state, self._generation)
             if self._journal is not None:
                 self._journal.close()
                 self._journal = None
@@ -206,7 +206,8 @@ class Intake:
             return False
         began = time.monotonic()
         try:
-            vanished = read_on(journal, self.state, verify=not self._verified)
+            seen = None if self._verified else self._snapshot.load_seen(self._generation)
+            vanished = read_on(journal, self.state, verify=not self._verified, seen=seen)
         except LogUnavailableError as exc:
             self._unavailable(exc)
             return False
@@ -221,8 +222,8 @@ class Intake:
         if vanished is not None:
             self._lost(f"partition {vanished} no longer holds the event the intake last applied there; run "
                        "`caucus intake rebuild` to accept the log as it now is")
-            at = self.state.positions[vanished]
-            raise LogLostError(vanished, at, at - 1)
+            at = max(self.state.positions.get(vanished, 0), (seen or {}).get(vanished, (0, ""))[0])
+            raise LogLostError(vanished, at, self.state.positions.get(vanished, 0))
         self.last_log_error, self._down_until = None, 0.0
         self._verified = True
         self._lock.read_began(began)
@@ -466,8 +467,7 @@ class Intake:
 
     def _load_snapshot(self) -> tuple[IntakeState | None, int]:
         loaded, problem, generation = self._snapshot.load()
-        if problem is not None:
-            self.last_log_error = problem
+        self.last_log_error = problem if problem is not None else self.last_log_error
         return loaded, generation
 
     def save_snapshot(self, *, force: bool = False, min_new: int = 1) -> bool:

@@ -3,6 +3,13 @@
 A snapshot names the log it describes and is ignored for another (or when it cannot be read: the log
 is folded again instead). It is written to a private temporary file, fsynced and renamed into place,
 so a reader (another process, a crash) sees the old snapshot or the new one, never half of one.
+
+Beside it, ``state.json.seen``: the last event the intake saw in each partition, written whenever an
+intake stops. A command-line intake saves the snapshot only every ``SNAPSHOT_EVERY`` events, so without
+it the next one would check only what that older snapshot covers, and a log restored from a copy taken
+after the snapshot but before the last accepted report would pass: the report lost, the chair holding a
+receipt that says "accepted". Written in the same way; a file of another generation (``caucus intake
+rebuild`` accepted the log since) is ignored.
 """
 
 from __future__ import annotations
@@ -59,14 +66,38 @@ class SnapshotFile:
 
     def write(self, picture: dict[str, Any], saved_at: datetime, generation: int = 0) -> None:
         body = json.dumps({"log": self.log_name, "saved_at": saved_at.isoformat(), "generation": generation, "state": picture})
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f"state.{os.getpid()}.{threading.get_ident()}.tmp")
+        self._replace(self.path, body)
+
+    @property
+    def seen_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".seen")
+
+    def write_seen(self, state: IntakeState, generation: int) -> None:
+        """The last event ``state`` holds in each partition: where it sat (the next offset) and its id."""
+        seen = {str(p): [state.positions[p], e] for p, e in state.anchors.items() if state.positions.get(p, 0) > 0}
+        self._replace(self.seen_path, json.dumps({"log": self.log_name, "generation": generation, "seen": seen}))
+
+    def load_seen(self, generation: int) -> dict[int, tuple[int, str]]:
+        """partition -> (next offset, id of the event just before it), as the last intake to stop saw
+        them; nothing when there is no such file, or it is of another log or generation, or unreadable
+        (then the snapshot's anchors are all there is to check)."""
+        try:
+            data = json.loads(self.seen_path.read_text(encoding="utf-8"))
+            if data.get("log") != self.log_name or data.get("generation") != generation:
+                return {}
+            return {int(p): (int(pos), str(eid)) for p, (pos, eid) in data["seen"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def _replace(self, path: Path, body: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         create_private(tmp)  # private like the log it describes (ledger.files)
         with open(tmp, "w", encoding="utf-8") as out:
             out.write(body)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(tmp, self.path)
+        os.replace(tmp, path)
 
     def stamp(self) -> tuple[int, int, int] | None:
         """Changes whenever another process writes a snapshot (``caucus intake rebuild``)."""

@@ -31,7 +31,8 @@ from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
-from projections.wiring import DEFAULT_GROUP, check_source, log_identity, open_existing_log, open_log_of, read_identity, source_for
+from projections.wiring import (DEFAULT_GROUP, check_source, log_identity, open_existing_log, open_log_of, read_identity,
+                                source_for, unread_records)
 
 __all__ = ["register"]
 
@@ -303,7 +304,7 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
             return f"the log cannot be read ({answer['error']}); this is the projection as of its last batch"
         raise answer["error"]
     check_source(view.set, store, settings, read_identity(answer["id"]))
-    behind = sum(max(0, m - view.positions.get(p, 0)) for p, m in answer["marks"].items())
+    behind = unread_records(answer["marks"], view.positions)
     if behind:
         return (f"the log holds {behind} record(s) the projection has not read yet; whatever they change is not in "
                 "this tally: `caucus project` reads them (a runner left running keeps the tally current)")
@@ -339,7 +340,7 @@ def trail(
             try:
                 with store.reader(info.set_id) as reader:
                     result = unit_trail(log, reader, view.context.election_id, unit_id, rule_set=rule_set)
-                behind = sum(max(0, m - view.positions.get(p, 0)) for p, m in log.high_watermarks().items())
+                behind = unread_records(log.high_watermarks(), view.positions)
             finally:
                 log.close()
         except (QueryError, LogError, CodecError) as exc:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from ledger.backends import backends_for
 from ledger.config import Settings
-from ledger.log.port import EventLog, LogMissingError, LogReplacedError, LogVanishedError
+from collections.abc import Mapping
+
+from ledger.log.port import EventLog, LogLostError, LogMissingError, LogReplacedError, LogVanishedError
 from projections.backends import group_source
 from projections.queries import DEFAULT_SET
 from projections.sources import Source
 from projections.stores.port import ProjectionStore, SetInfo, StoreError
 
 __all__ = ["DEFAULT_GROUP", "source_for", "serving_set", "log_identity", "open_existing_log", "SourceMismatch",
-           "check_source", "read_identity", "NEW_LOG_HINT", "open_log_of"]
+           "check_source", "read_identity", "NEW_LOG_HINT", "open_log_of", "unread_records"]
 
 NEW_LOG_HINT = (
     "To project this log into this store, run `caucus replay --new-log` (it builds a new version of the projection "
@@ -131,3 +133,13 @@ def open_log_of(settings: Settings, info: SetInfo, store: ProjectionStore) -> Ev
         log.close()
         raise
     return log
+
+
+def unread_records(marks: Mapping[int, int], positions: Mapping[int, int]) -> int:
+    """How many records the log holds beyond a projection's positions. A partition that ends before
+    the projection's position there is a log lost or rewound (``LogLostError``, exit 3): what the
+    projection applied from it is gone, and "nothing unread" would hide that."""
+    for part, position in sorted(positions.items()):
+        if marks.get(part, 0) < position:
+            raise LogLostError(part, position, marks.get(part, 0))
+    return sum(max(0, mark - positions.get(part, 0)) for part, mark in marks.items())

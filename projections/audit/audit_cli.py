@@ -28,7 +28,7 @@ from projections.audit.record_checks import log_record_findings
 from projections.audit.codes import AUDIT_CODES
 from ledger.caucus_math import CaucusMathError
 from projections.queries import QueryError, find_county, load_view
-from projections.wiring import open_log_of
+from projections.wiring import open_log_of, unread_records
 from projections.stores.port import EventRow, StoreError
 from projections.tally import ElectionContext
 
@@ -74,7 +74,7 @@ def run_audit(
         finally:
             log.close()
         where = f"{settings.describe_log()}: " + (cut.describe() if cut is not None else "the whole log")
-        meta = {"as_of": at.state.to_json()}
+        meta: dict[str, Any] = {"as_of": at.state.to_json()}
         report = audit_tallies(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta)
         return _with(report, records), at.context, refused_unattributed(at.state.unattributed)
     from projections.stores import open_store
@@ -90,7 +90,7 @@ def run_audit(
         with store.reader(view.set.set_id) as reader:
             loose = refused_unattributed(reader.unattributed())
         records = log_record_findings(read, view.context)
-        unread = sum(max(0, mark - view.positions.get(part, 0)) for part, mark in read.high_watermarks().items())
+        unread = unread_records(read.high_watermarks(), view.positions)
     finally:
         if read is not None:
             read.close()

@@ -15,7 +15,7 @@ import pytest
 
 from ledger.events import Channel, ResultCorrected, ResultReported, SubmissionRejected, UnitOpened, new_event
 from ledger.journal import Journal, LoggedEvent
-from ledger.log.port import EventLog, LogError, LogUnavailableError
+from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError
 from producers.commands import CommandKind
 from producers.credentials import Credential
 from producers.intake import Intake, Outcome, Receipt, Refusal, Submission
@@ -314,6 +314,8 @@ def test_a_flush_from_a_snapshot_older_than_the_spool_does_not_forward_into_an_e
     early = Intake(connect, tmp_path / "intake", name="t").start()
     early.close()  # a snapshot of the empty log, which the flushing process will still have
     shutil.copy(early.snapshot_path, tmp_path / "older-snapshot")
+    seen = early.snapshot_path.with_name(early.snapshot_path.name + ".seen")
+    shutil.copy(seen, tmp_path / "older-seen")
     service = Intake(connect, tmp_path / "intake", name="t").start()
     assert submit(service, CommandKind.DEFINE, election, None, "define-ia-test").accepted
     assert submit(service, CommandKind.OPEN, {"attendance": 5}, "E01", "o").accepted
@@ -324,7 +326,10 @@ def test_a_flush_from_a_snapshot_older_than_the_spool_does_not_forward_into_an_e
     spooled = submit(offline, CommandKind.REPORT, report, "E01", "r")
     assert isinstance(spooled, Receipt) and spooled.status == "spooled"
     offline.close()
-    shutil.copy(tmp_path / "older-snapshot", early.snapshot_path)  # the service saves its snapshot seldom
+    # The service saves its snapshot seldom, and what it last saw only when it stops: killed, it leaves both older
+    shutil.copy(tmp_path / "older-snapshot", early.snapshot_path)
+    current_seen = seen.read_bytes()
+    shutil.copy(tmp_path / "older-seen", seen)
     for extra in ("", "-wal", "-shm"):  # back, but empty
         (tmp_path / f"log.sqlite3{extra}").unlink(missing_ok=True)
     SqliteLog(path, partitions=4).close()
@@ -334,4 +339,9 @@ def test_a_flush_from_a_snapshot_older_than_the_spool_does_not_forward_into_an_e
         flusher.flush()
     assert [i.event.event_id for i in flusher.spool.pending()] == [spooled.event_id]
     assert list(SqliteLog(path).read()) == []  # nothing forwarded, nothing refused into the empty log
+    flusher.close()
+    seen.write_bytes(current_seen)  # what the offline intake saw when it stopped: the start itself finds the loss
+    with pytest.raises(LogLostError):
+        Intake(connect, tmp_path / "intake", name="t").start()
+    assert list(SqliteLog(path).read()) == []
     flusher.close()

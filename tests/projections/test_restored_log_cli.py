@@ -1,0 +1,59 @@
+"""An embedded log restored from an older copy, through the command line: every command that meets it
+says the log was lost (exit 3), and no accepted report disappears without a trace.
+
+The copy is taken after the intake's last snapshot and before a report the chair was told was accepted,
+so the snapshot alone vouches for nothing the restore removed."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from tests.projections.test_tally_cli_cases import Run, _define, caucus  # noqa: F401  (fixture)
+
+REPORT = ("--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40")
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """A consistent copy of a live SQLite file (its WAL included), as a backup tool takes one."""
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+
+
+def _restore(copy: Path, log: Path) -> None:
+    for suffix in ("-wal", "-shm"):
+        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    _copy(copy, log)
+
+
+def _report(caucus: Run, unit: str, token: str) -> tuple[int, object]:
+    return caucus("report", "--unit", unit, *REPORT, "--token", token, "--json")
+
+
+def test_a_report_after_a_restore_that_lost_an_accepted_one_is_refused_until_rebuild(caucus: Run, tmp_path: Path) -> None:
+    token = _define(caucus, tmp_path)
+    log = tmp_path / "data" / "log.sqlite3"
+    assert _report(caucus, "P2", token)[0] == 0
+    _copy(log, tmp_path / "backup.sqlite3")
+    code, receipt = _report(caucus, "P4", token)
+    assert code == 0, receipt
+    _restore(tmp_path / "backup.sqlite3", log)
+    code, text = _report(caucus, "P5", token)
+    assert code == 3, text
+    assert "intake rebuild" in str(text)
+    code, done = caucus("intake", "rebuild", "--json")
+    assert code == 0, done
+    code, receipt = _report(caucus, "P5", token)
+    assert code == 0, receipt
+
+
+def test_tally_audit_and_trail_of_a_projection_longer_than_its_log_are_a_lost_log(caucus: Run, tmp_path: Path) -> None:
+    token = _define(caucus, tmp_path)
+    log = tmp_path / "data" / "log.sqlite3"
+    _copy(log, tmp_path / "backup.sqlite3")
+    assert _report(caucus, "P4", token)[0] == 0
+    assert caucus("project", "--until-caught-up")[0] == 0
+    _restore(tmp_path / "backup.sqlite3", log)
+    for command in (("tally",), ("tally", "--json"), ("audit",), ("trail", "P4")):
+        code, text = caucus(*command)
+        assert code == 3, (command, text)

@@ -50,13 +50,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from ledger.backends import backends_for
 from ledger.config import Settings
 from ledger.events import Event, utc_now
 from ledger.journal import Journal
 from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, Position
 from producers.credentials import Credential
 from producers.intake_catch_up import read_on
+from producers.intake_connect import intake_parts
 from producers.intake_forward import recheck
 from producers.intake_lock import DirectoryLock
 from producers.intake_group import Queue, Slot, Wrote, commit_group
@@ -82,7 +82,7 @@ saving costs about 20 us per event held (2 s at 100k), catching up 500 events co
 def intake_dir(settings: Settings) -> Path:
     """Where the intake of this log keeps its snapshot, spool and lock: one directory per log target,
     so a spool is never forwarded to a log it was not meant for."""
-    return backends_for(settings).intake_dir()
+    return intake_parts(settings)[1]
 
 
 class IntakeLogLost(LogLostError):
@@ -132,8 +132,8 @@ class Intake:
 
     @classmethod
     def for_settings(cls, settings: Settings, **kwargs: Any) -> Intake:
-        backends = backends_for(settings)
-        return cls(backends.open_log, backends.intake_dir(), name=backends.intake_name(), **kwargs)
+        connect, workdir, name = intake_parts(settings)
+        return cls(connect, workdir, name=name, **kwargs)
 
     # -- lifecycle --------------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
-from projections.wiring import (DEFAULT_GROUP, check_source, log_identity, open_existing_log, open_log_of, read_identity,
+from projections.wiring import (DEFAULT_GROUP, check_source, existing_log_identity, open_existing_log, open_log_of, read_identity,
                                 source_for, unread_records)
 
 __all__ = ["register"]
@@ -143,7 +143,7 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
              projection: str, set_id: int | None, session_timeout_ms: int, feed: bool, catch_up_batch: int,
              no_partition_timeout: float) -> Progress:
     try:
-        identity = log_identity(settings)  # first: no store is made for a log that is not there
+        identity = existing_log_identity(settings)  # first: no store is made for a log that is not there
     except (StoreError, LogError) as exc:
         raise fail(str(exc)) from exc
     with _store(settings) as store, _stop_on_signals() as stop:
@@ -227,7 +227,7 @@ def tally(
             note = _against_the_log(settings, store, view) if as_of is None else None
         except (QueryError, LogError) as exc:
             raise fail(str(exc)) from exc
-    if note is not None and not as_json:
+    if note is not None:  # stderr: under --json too, beside the document, which stays the tally
         typer.echo(f"note: {note}", err=True)
     console = cli_console()
     if unit_id is not None:

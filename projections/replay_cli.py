@@ -23,7 +23,7 @@ from projections.runner import Progress, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, StoreError
 from projections.tally import AreaTally
-from projections.wiring import log_identity, open_existing_log
+from projections.wiring import existing_log_identity, open_existing_log
 
 __all__ = ["register", "replay"]
 
@@ -69,7 +69,7 @@ def replay(
         raise fail("--print-only needs --as-of (a rebuild without it is what the stored projection is for)")
     say = (lambda p: None) if quiet else (lambda p: typer.echo(_line(p), err=True))
     try:
-        log_identity(settings)  # the log must be there before a store is made for it
+        existing_log_identity(settings)  # the log must be there before a store is made for it
     except (StoreError, LogError) as exc:
         raise fail(str(exc)) from exc
     try:

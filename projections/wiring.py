@@ -17,7 +17,7 @@ from projections.sources import Source
 from projections.stores.port import ProjectionStore, SetInfo, StoreError
 
 __all__ = ["DEFAULT_GROUP", "source_for", "serving_set", "log_identity", "open_existing_log", "SourceMismatch",
-           "check_source", "read_identity", "NEW_LOG_HINT", "open_log_of", "unread_records"]
+           "check_source", "read_identity", "NEW_LOG_HINT", "open_log_of", "unread_records", "existing_log_identity"]
 
 NEW_LOG_HINT = (
     "To project this log into this store, run `caucus replay --new-log` (it builds a new version of the projection "
@@ -143,3 +143,38 @@ def unread_records(marks: Mapping[int, int], positions: Mapping[int, int]) -> in
         if marks.get(part, 0) < position:
             raise LogLostError(part, position, marks.get(part, 0))
     return sum(max(0, mark - positions.get(part, 0)) for part, mark in marks.items())
+
+
+def existing_log_identity(settings: Settings) -> str:
+    """``log_identity`` for a command that projects the log (``project``, ``replay``): a log that is not
+    there, while the store holds a projection built from a log, is ``LogVanishedError`` (exit 3), as
+    ``open_log_of`` says it to the readers, not "nothing has been recorded yet"."""
+    try:
+        return log_identity(settings)
+    except LogMissingError as exc:
+        built = _built_from_a_log(settings)
+        if built is None:
+            raise
+        raise LogVanishedError(
+            f"the log {settings.describe_log()} is not there, but {built}: that log was lost (a broker that keeps its "
+            "topics in memory restarted, a log file removed), or the settings name another place than the one it was "
+            "built from. Restore it from a copy, or give the place it is in; a new log is projected beside this "
+            "projection with `caucus replay --new-log`."
+        ) from exc
+
+
+def _built_from_a_log(settings: Settings) -> str | None:
+    """Which projection in the configured store (if there is one) names the log it was built from."""
+    from projections.stores import open_store
+
+    try:
+        store = open_store(settings, read_only=True)
+    except (StoreError, OSError):
+        return None
+    try:
+        for info in store.sets():
+            if info.source.startswith("log:"):
+                return f"projection {info.name!r} v{info.version} in {store.describe()} was built from log {info.source[4:]}"
+        return None
+    finally:
+        store.close()

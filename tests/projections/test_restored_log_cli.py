@@ -57,3 +57,40 @@ def test_tally_audit_and_trail_of_a_projection_longer_than_its_log_are_a_lost_lo
     for command in (("tally",), ("tally", "--json"), ("audit",), ("trail", "P4")):
         code, text = caucus(*command)
         assert code == 3, (command, text)
+
+
+def test_a_report_to_a_log_that_is_gone_makes_no_empty_log_in_its_place(caucus: Run, tmp_path: Path) -> None:
+    """An empty log made by the refused report would turn a lost log into "another log" for every
+    reader; the report is refused (exit 3) and the place stays empty, until the log is restored."""
+    token = _define(caucus, tmp_path)
+    log = tmp_path / "data" / "log.sqlite3"
+    assert _report(caucus, "P2", token)[0] == 0
+    _copy(log, tmp_path / "backup.sqlite3")
+    for suffix in ("", "-wal", "-shm"):
+        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    code, text = _report(caucus, "P4", token)
+    assert code == 3, text
+    assert "no empty log was made" in str(text)
+    assert not log.exists()
+    _restore(tmp_path / "backup.sqlite3", log)
+    code, receipt = _report(caucus, "P4", token)
+    assert code == 0, receipt
+
+
+def test_project_and_replay_of_a_log_that_is_gone_are_a_lost_log(caucus: Run, tmp_path: Path) -> None:
+    """The store names the log its projection was built from; with that log gone, projecting is not
+    "nothing recorded yet" (exit 2) but a lost log (exit 3), and nothing is created."""
+    token = _define(caucus, tmp_path)
+    assert _report(caucus, "P2", token)[0] == 0
+    assert caucus("project", "--until-caught-up")[0] == 0
+    log = tmp_path / "data" / "log.sqlite3"
+    for suffix in ("", "-wal", "-shm"):
+        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    for command in (("project", "--until-caught-up"), ("replay",), ("replay", "--new-log")):
+        code, text = caucus(*command)
+        assert code == 3, (command, text)
+        assert "was built from log" in str(text)
+    assert not log.exists()
+    empty = tmp_path / "elsewhere"
+    code, text = caucus("--data-dir", str(empty), "project", "--until-caught-up")
+    assert code == 2, text  # no projection names a log there: nothing has been recorded yet

@@ -158,7 +158,7 @@ class Intake:
         with self._thread_lock:
             if self.started and self.log_lost is None:
                 self.save_snapshot(min_new=snapshot_after)
-                self._snapshot.write_seen(self.state, self._generation)
+                self._snapshot.write_seen(self.state, self._generation, self._lock)
             if self._journal is not None:
                 self._journal.close()
                 self._journal = None
@@ -489,8 +489,8 @@ class Intake:
         with self._locked():
             began = time.perf_counter()
             self.state = IntakeState()
-            self.log_lost = None
-            self._lost_stamp = None
+            self.log_lost, self._lost_stamp = None, None
+            self._snapshot.forget_seen()  # the log is accepted as it is: what was seen of it before is not held against it
             self._generation = max(self._generation, self._snapshot.generation()) + 1
             if not self._catch_up():
                 raise LogUnavailableError(self.last_log_error or "the log is out of reach")

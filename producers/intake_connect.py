@@ -37,7 +37,7 @@ def intake_parts(settings: Settings) -> tuple[Callable[[], EventLog], Path, str]
                     f"the log {backends.describe_log()} is not there, but the intake has seen {sum(p for p, _ in seen.values())} "
                     "record(s) in it: it was lost (a file removed or moved), or the settings name another place. "
                     "Nothing was written, and no empty log was made in its place: restore the log from a copy, then "
-                    "run `caucus intake rebuild`."
+                    "run `caucus intake rebuild`; with no copy, `caucus intake rebuild` starts an empty log here."
                 )
         return backends.open_log()
 

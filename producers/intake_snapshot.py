@@ -8,8 +8,9 @@ Beside it, ``state.json.seen``: the last event the intake saw in each partition,
 intake stops. A command-line intake saves the snapshot only every ``SNAPSHOT_EVERY`` events, so without
 it the next one would check only what that older snapshot covers, and a log restored from a copy taken
 after the snapshot but before the last accepted report would pass: the report lost, the chair holding a
-receipt that says "accepted". Written in the same way; a file of another generation (``caucus intake
-rebuild`` accepted the log since) is ignored.
+receipt that says "accepted". Written in the same way, under the intake's lock, keeping per partition
+the later of what it held and what the stopping intake saw; a file of another generation is ignored,
+and ``caucus intake rebuild`` (which accepts the log as it is) removes it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.files import create_private
+from producers.intake_lock import DirectoryLock
 from producers.intake_state import IntakeState
 
 __all__ = ["SnapshotFile"]
@@ -72,10 +74,21 @@ class SnapshotFile:
     def seen_path(self) -> Path:
         return self.path.with_name(self.path.name + ".seen")
 
-    def write_seen(self, state: IntakeState, generation: int) -> None:
-        """The last event ``state`` holds in each partition: where it sat (the next offset) and its id."""
-        seen = {str(p): [state.positions[p], e] for p, e in state.anchors.items() if state.positions.get(p, 0) > 0}
-        self._replace(self.seen_path, json.dumps({"log": self.log_name, "generation": generation, "seen": seen}))
+    def write_seen(self, state: IntakeState, generation: int, lock: DirectoryLock) -> None:
+        """The last event ``state`` holds in each partition: where it sat (the next offset) and its id,
+        merged under the intake's lock with what the file holds, keeping the later of the two per
+        partition: an intake that stops after another saw more must not put an older view in its place."""
+        with lock.held():
+            seen = self.load_seen(generation)
+            for part, event_id in state.anchors.items():
+                position = state.positions.get(part, 0)
+                if position > seen.get(part, (0, ""))[0]:
+                    seen[part] = (position, event_id)
+            body = {"log": self.log_name, "generation": generation, "seen": {str(p): list(v) for p, v in seen.items()}}
+            self._replace(self.seen_path, json.dumps(body))
+
+    def forget_seen(self) -> None:
+        self.seen_path.unlink(missing_ok=True)
 
     def load_seen(self, generation: int) -> dict[int, tuple[int, str]]:
         """partition -> (next offset, id of the event just before it), as the last intake to stop saw

@@ -143,7 +143,7 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
              projection: str, set_id: int | None, session_timeout_ms: int, feed: bool, catch_up_batch: int,
              no_partition_timeout: float) -> Progress:
     try:
-        identity = existing_log_identity(settings)  # first: no store is made for a log that is not there
+        identity = existing_log_identity(settings, projection)  # first: no store is made for a log that is not there
     except (StoreError, LogError) as exc:
         raise fail(str(exc)) from exc
     with _store(settings) as store, _stop_on_signals() as stop:

@@ -69,7 +69,7 @@ def replay(
         raise fail("--print-only needs --as-of (a rebuild without it is what the stored projection is for)")
     say = (lambda p: None) if quiet else (lambda p: typer.echo(_line(p), err=True))
     try:
-        existing_log_identity(settings)  # the log must be there before a store is made for it
+        existing_log_identity(settings, projection)  # the log must be there before a store is made for it
     except (StoreError, LogError) as exc:
         raise fail(str(exc)) from exc
     try:

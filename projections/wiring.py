@@ -145,14 +145,15 @@ def unread_records(marks: Mapping[int, int], positions: Mapping[int, int]) -> in
     return sum(max(0, mark - positions.get(part, 0)) for part, mark in marks.items())
 
 
-def existing_log_identity(settings: Settings) -> str:
-    """``log_identity`` for a command that projects the log (``project``, ``replay``): a log that is not
-    there, while the store holds a projection built from a log, is ``LogVanishedError`` (exit 3), as
-    ``open_log_of`` says it to the readers, not "nothing has been recorded yet"."""
+def existing_log_identity(settings: Settings, name: str = DEFAULT_SET) -> str:
+    """``log_identity`` for a command that projects the log into the set ``name`` (``project``,
+    ``replay``): a log that is not there, while that set is serving from a log, is ``LogVanishedError``
+    (exit 3), as ``open_log_of`` says it to the readers, not "nothing has been recorded yet". Other sets
+    in the store (of other logs sharing it) say nothing about this one."""
     try:
         return log_identity(settings)
     except LogMissingError as exc:
-        built = _built_from_a_log(settings)
+        built = _built_from_a_log(settings, name)
         if built is None:
             raise
         raise LogVanishedError(
@@ -163,8 +164,9 @@ def existing_log_identity(settings: Settings) -> str:
         ) from exc
 
 
-def _built_from_a_log(settings: Settings) -> str | None:
-    """Which projection in the configured store (if there is one) names the log it was built from."""
+def _built_from_a_log(settings: Settings, name: str) -> str | None:
+    """The serving set ``name`` in the configured store (if there is one), when it names the log it was
+    built from."""
     from projections.stores import open_store
 
     try:
@@ -172,9 +174,9 @@ def _built_from_a_log(settings: Settings) -> str | None:
     except (StoreError, OSError):
         return None
     try:
-        for info in store.sets():
-            if info.source.startswith("log:"):
-                return f"projection {info.name!r} v{info.version} in {store.describe()} was built from log {info.source[4:]}"
-        return None
+        info = store.serving(name)
+        if info is None or not info.source.startswith("log:"):
+            return None
+        return f"projection {info.name!r} v{info.version} in {store.describe()} was built from log {info.source[4:]}"
     finally:
         store.close()

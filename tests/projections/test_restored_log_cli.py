@@ -94,3 +94,57 @@ def test_project_and_replay_of_a_log_that_is_gone_are_a_lost_log(caucus: Run, tm
     empty = tmp_path / "elsewhere"
     code, text = caucus("--data-dir", str(empty), "project", "--until-caught-up")
     assert code == 2, text  # no projection names a log there: nothing has been recorded yet
+
+
+def test_an_intake_that_stops_after_another_saw_more_does_not_hide_a_later_loss(caucus: Run, tmp_path: Path) -> None:
+    """A long-lived intake (the service) stops after a command-line report it never read: what it
+    last saw is older, and must not replace what the command saw, or a restore from before that report
+    would pass unnoticed."""
+    from ledger.config import Settings
+    from producers.intake import Intake
+
+    token = _define(caucus, tmp_path)
+    log = tmp_path / "data" / "log.sqlite3"
+    service = Intake.for_settings(Settings(data_dir=tmp_path / "data")).start()
+    _copy(log, tmp_path / "backup.sqlite3")
+    assert _report(caucus, "P2", token)[0] == 0
+    service.close()
+    _restore(tmp_path / "backup.sqlite3", log)
+    code, text = _report(caucus, "P4", token)
+    assert code == 3, text
+
+
+def test_rebuild_accepts_the_log_as_it_is_whatever_was_seen_before(caucus: Run, tmp_path: Path) -> None:
+    """`caucus intake rebuild` is the way out of a lost log: neither a snapshot gone missing nor a log
+    that is gone with no copy may keep it refusing."""
+    token = _define(caucus, tmp_path)
+    data = tmp_path / "data"
+    log = data / "log.sqlite3"
+    _copy(log, tmp_path / "backup.sqlite3")
+    assert caucus("intake", "rebuild")[0] == 0
+    assert _report(caucus, "P2", token)[0] == 0
+    (data / "intake" / "embedded" / "state.json").unlink()  # what was seen now names a later generation
+    _restore(tmp_path / "backup.sqlite3", log)
+    code, text = caucus("intake", "rebuild")
+    assert code == 0, text
+    assert _report(caucus, "P4", token)[0] == 0
+    for suffix in ("", "-wal", "-shm"):
+        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    assert _report(caucus, "P5", token)[0] == 3 and not log.exists()
+    code, text = caucus("intake", "rebuild")  # no copy to restore: start again from an empty log
+    assert code == 0, text
+    assert log.exists()
+
+
+def test_projecting_another_set_of_a_log_not_there_is_nothing_recorded_yet(caucus: Run, tmp_path: Path) -> None:
+    """Only the set a command projects into speaks for its log: another set in the store (another log's,
+    in a shared store) does not make a log that is not there a lost one."""
+    token = _define(caucus, tmp_path)
+    assert _report(caucus, "P2", token)[0] == 0
+    assert caucus("project", "--until-caught-up")[0] == 0
+    log = tmp_path / "data" / "log.sqlite3"
+    for suffix in ("", "-wal", "-shm"):
+        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    code, text = caucus("project", "--until-caught-up", "--projection", "other")
+    assert code == 2, text
+    assert caucus("project", "--until-caught-up")[0] == 3

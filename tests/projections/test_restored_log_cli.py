@@ -20,9 +20,13 @@ def _copy(src: Path, dst: Path) -> None:
         a.backup(b)
 
 
-def _restore(copy: Path, log: Path) -> None:
-    for suffix in ("-wal", "-shm"):
+def _remove(log: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
         log.with_name(log.name + suffix).unlink(missing_ok=True)
+
+
+def _restore(copy: Path, log: Path) -> None:
+    _remove(log)
     _copy(copy, log)
 
 
@@ -66,8 +70,7 @@ def test_a_report_to_a_log_that_is_gone_makes_no_empty_log_in_its_place(caucus: 
     log = tmp_path / "data" / "log.sqlite3"
     assert _report(caucus, "P2", token)[0] == 0
     _copy(log, tmp_path / "backup.sqlite3")
-    for suffix in ("", "-wal", "-shm"):
-        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    _remove(log)
     code, text = _report(caucus, "P4", token)
     assert code == 3, text
     assert "no empty log was made" in str(text)
@@ -84,8 +87,7 @@ def test_project_and_replay_of_a_log_that_is_gone_are_a_lost_log(caucus: Run, tm
     assert _report(caucus, "P2", token)[0] == 0
     assert caucus("project", "--until-caught-up")[0] == 0
     log = tmp_path / "data" / "log.sqlite3"
-    for suffix in ("", "-wal", "-shm"):
-        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    _remove(log)
     for command in (("project", "--until-caught-up"), ("replay",), ("replay", "--new-log")):
         code, text = caucus(*command)
         assert code == 3, (command, text)
@@ -128,8 +130,7 @@ def test_rebuild_accepts_the_log_as_it_is_whatever_was_seen_before(caucus: Run, 
     code, text = caucus("intake", "rebuild")
     assert code == 0, text
     assert _report(caucus, "P4", token)[0] == 0
-    for suffix in ("", "-wal", "-shm"):
-        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    _remove(log)
     assert _report(caucus, "P5", token)[0] == 3 and not log.exists()
     code, text = caucus("intake", "rebuild")  # no copy to restore: start again from an empty log
     assert code == 0, text
@@ -143,8 +144,7 @@ def test_projecting_another_set_of_a_log_not_there_is_nothing_recorded_yet(caucu
     assert _report(caucus, "P2", token)[0] == 0
     assert caucus("project", "--until-caught-up")[0] == 0
     log = tmp_path / "data" / "log.sqlite3"
-    for suffix in ("", "-wal", "-shm"):
-        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    _remove(log)
     code, text = caucus("project", "--until-caught-up", "--projection", "other")
     assert code == 2, text
     assert caucus("project", "--until-caught-up")[0] == 3

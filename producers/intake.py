@@ -56,7 +56,7 @@ from ledger.journal import Journal
 from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError, Position
 from producers.credentials import Credential
 from producers.intake_catch_up import read_on
-from producers.intake_connect import intake_parts
+from producers.intake_connect import intake_dir, intake_parts
 from producers.intake_forward import recheck
 from producers.intake_lock import DirectoryLock
 from producers.intake_group import Queue, Slot, Wrote, commit_group
@@ -70,19 +70,14 @@ from producers.rejections import MAX_RAW_INPUT
 from producers.spool import Spool
 from producers.spool_basis import basis_missing, basis_of
 
-__all__ = ["Submission", "Receipt", "Refusal", "Outcome", "FlushReport", "Intake", "intake_dir", "MAX_RAW_INPUT", "MAX_BODY", "SNAPSHOT_EVERY"]
+__all__ = ["Submission", "Receipt", "Refusal", "Outcome", "FlushReport", "Intake", "intake_dir", "MAX_RAW_INPUT", "MAX_BODY",
+           "SNAPSHOT_EVERY"]
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_EVERY = 500
 """A CLI run saves the snapshot when this many events came in since the last one (or there is none):
 saving costs about 20 us per event held (2 s at 100k), catching up 500 events costs ~25 ms."""
-
-
-def intake_dir(settings: Settings) -> Path:
-    """Where the intake of this log keeps its snapshot, spool and lock: one directory per log target,
-    so a spool is never forwarded to a log it was not meant for."""
-    return intake_parts(settings)[1]
 
 
 class IntakeLogLost(LogLostError):
@@ -467,7 +462,8 @@ class Intake:
 
     def _load_snapshot(self) -> tuple[IntakeState | None, int]:
         loaded, problem, generation = self._snapshot.load()
-        self.last_log_error = problem if problem is not None else self.last_log_error
+        if problem is not None:
+            self.last_log_error = problem
         return loaded, generation
 
     def save_snapshot(self, *, force: bool = False, min_new: int = 1) -> bool:
@@ -489,7 +485,8 @@ class Intake:
         with self._locked():
             began = time.perf_counter()
             self.state = IntakeState()
-            self.log_lost, self._lost_stamp = None, None
+            self.log_lost = None
+            self._lost_stamp = None
             self._snapshot.forget_seen()  # the log is accepted as it is: what was seen of it before is not held against it
             self._generation = max(self._generation, self._snapshot.generation()) + 1
             if not self._catch_up():

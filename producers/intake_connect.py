@@ -18,7 +18,7 @@ from ledger.config import Settings
 from ledger.log.port import EventLog, LogVanishedError
 from producers.intake_snapshot import SnapshotFile
 
-__all__ = ["intake_parts"]
+__all__ = ["intake_parts", "intake_dir"]
 
 
 def intake_parts(settings: Settings) -> tuple[Callable[[], EventLog], Path, str]:
@@ -42,3 +42,9 @@ def intake_parts(settings: Settings) -> tuple[Callable[[], EventLog], Path, str]
         return backends.open_log()
 
     return connect, workdir, name
+
+
+def intake_dir(settings: Settings) -> Path:
+    """Where the intake of this log keeps its snapshot, spool and lock: one directory per log target,
+    so a spool is never forwarded to a log it was not meant for."""
+    return backends_for(settings).intake_dir()

@@ -6,10 +6,10 @@ assemble runners the same way ``caucus project`` does.
 
 from __future__ import annotations
 
-from ledger.backends import backends_for
-from ledger.config import Settings
 from collections.abc import Mapping
 
+from ledger.backends import backends_for
+from ledger.config import Settings
 from ledger.log.port import EventLog, LogLostError, LogMissingError, LogReplacedError, LogVanishedError
 from projections.backends import group_source
 from projections.queries import DEFAULT_SET
@@ -120,13 +120,7 @@ def open_log_of(settings: Settings, info: SetInfo, store: ProjectionStore) -> Ev
     except LogMissingError as exc:
         if not info.source.startswith("log:"):
             raise
-        raise LogVanishedError(
-            f"the log {settings.describe_log()} is not there, but projection {info.name!r} v{info.version} in {store.describe()} was built from "
-            f"{_describe_source(info.source)}: that log was lost (a broker that keeps its topics in memory "
-            f"restarted, a log file removed), or the settings name another place than the one it was built "
-            f"from. Restore it from a copy, or give the place it is in; a new log is projected beside this "
-            f"projection with `caucus replay --new-log`."
-        ) from exc
+        raise _log_gone(settings, info, store.describe()) from exc
     try:
         check_source(info, store, settings, read_identity(log.log_id))
     except BaseException:
@@ -156,17 +150,12 @@ def existing_log_identity(settings: Settings, name: str = DEFAULT_SET) -> str:
         built = _built_from_a_log(settings, name)
         if built is None:
             raise
-        raise LogVanishedError(
-            f"the log {settings.describe_log()} is not there, but {built}: that log was lost (a broker that keeps its "
-            "topics in memory restarted, a log file removed), or the settings name another place than the one it was "
-            "built from. Restore it from a copy, or give the place it is in; a new log is projected beside this "
-            "projection with `caucus replay --new-log`."
-        ) from exc
+        raise _log_gone(settings, *built) from exc
 
 
-def _built_from_a_log(settings: Settings, name: str) -> str | None:
-    """The serving set ``name`` in the configured store (if there is one), when it names the log it was
-    built from."""
+def _built_from_a_log(settings: Settings, name: str) -> tuple[SetInfo, str] | None:
+    """The serving set ``name`` in the configured store (if there is one) and where it is, when it names
+    the log it was built from."""
     from projections.stores import open_store
 
     try:
@@ -175,8 +164,16 @@ def _built_from_a_log(settings: Settings, name: str) -> str | None:
         return None
     try:
         info = store.serving(name)
-        if info is None or not info.source.startswith("log:"):
-            return None
-        return f"projection {info.name!r} v{info.version} in {store.describe()} was built from log {info.source[4:]}"
+        return (info, store.describe()) if info is not None and info.source.startswith("log:") else None
     finally:
         store.close()
+
+
+def _log_gone(settings: Settings, info: SetInfo, where: str) -> LogVanishedError:
+    return LogVanishedError(
+        f"the log {settings.describe_log()} is not there, but projection {info.name!r} v{info.version} in {where} was "
+        f"built from {_describe_source(info.source)}: that log was lost (a broker that keeps its topics in memory "
+        "restarted, a log file removed), or the settings name another place than the one it was built from. "
+        "Restore it from a copy, or give the place it is in; a new log is projected beside this projection with "
+        "`caucus replay --new-log`."
+    )

@@ -440,8 +440,17 @@ def command(args: list[str] | None = None) -> Command:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run ``caucus``: the README's contract (exit codes, JSON errors, no traceback for a user's error)."""
+    """Run ``caucus``: the README's contract (exit codes, JSON errors, no traceback for a user's error).
+    The command line is known to the error printer while it runs, and only then: a later command in the
+    same process (a test, an embedding program) is not answered in JSON for this one's ``--json``."""
     args = _hoist_wide(list(sys.argv[1:] if argv is None else argv))
+    try:
+        _run(args)
+    finally:
+        set_args(None)
+
+
+def _run(args: list[str]) -> None:
     command_ = command(args)
     set_args(args)
     as_json = "--json" in args

@@ -43,10 +43,11 @@ _wide = False
 _args: list[str] | None = None
 
 
-def set_args(args: list[str]) -> None:
-    """The command line being run (``ledger.cli.main``), for errors raised before a command parsed it."""
+def set_args(args: list[str] | None) -> None:
+    """The command line being run (``ledger.cli.main``), for errors raised before a command parsed it;
+    None once it has ended."""
     global _args
-    _args = list(args)
+    _args = None if args is None else list(args)
 
 
 def set_wide(wide: bool) -> None:

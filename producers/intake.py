@@ -202,7 +202,7 @@ class Intake:
         began = time.monotonic()
         try:
             seen = None if self._verified else self._snapshot.load_seen(self._generation)
-            vanished = read_on(journal, self.state, verify=not self._verified, seen=seen)
+            read_on(journal, self.state, verify=not self._verified, seen=seen)
         except LogUnavailableError as exc:
             self._unavailable(exc)
             return False
@@ -214,11 +214,6 @@ class Intake:
                 "the rebuilt state up by itself)"
             )
             raise
-        if vanished is not None:
-            self._lost(f"partition {vanished} no longer holds the event the intake last applied there; run "
-                       "`caucus intake rebuild` to accept the log as it now is")
-            at = max(self.state.positions.get(vanished, 0), (seen or {}).get(vanished, (0, ""))[0])
-            raise LogLostError(vanished, at, self.state.positions.get(vanished, 0))
         self.last_log_error, self._down_until = None, 0.0
         self._verified = True
         self._lock.read_began(began)

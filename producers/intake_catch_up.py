@@ -16,36 +16,56 @@ from ledger.journal import Journal
 from ledger.log.port import LogLostError
 from producers.intake_state import IntakeState
 
-__all__ = ["read_on"]
+__all__ = ["read_on", "IntakeRecordGone"]
+
+
+class IntakeRecordGone(LogLostError):
+    """An event the intake applied or saw is no longer where it saw it: another event holds its position,
+    or the partition now ends before it. Its message names the event and what is there now, not a high
+    watermark: a log restored from an older copy and written to since can be longer than before."""
+
+    def __init__(self, partition: int, offset: int, event_id: str, found: tuple[int, str] | None) -> None:
+        if found is None:
+            now = "the partition now ends before it"
+        elif found[0] == offset:
+            now = f"it now holds event {found[1]}"
+        else:
+            now = f"the partition now has no record there (the next is event {found[1]} at offset {found[0]})"
+        Exception.__init__(
+            self,
+            f"log lost or rewound: partition {partition} offset {offset} held event {event_id} when this intake last read "
+            f"it; {now}: the log was replaced by an older copy, or lost (and perhaps written again since)",
+        )
+        self.partition, self.expected, self.high_watermark = partition, offset + 1, -1
 
 
 def read_on(journal: Journal, state: IntakeState, *, verify: bool,
-            seen: Mapping[int, tuple[int, str]] | None = None) -> int | None:
+            seen: Mapping[int, tuple[int, str]] | None = None) -> None:
     """Apply to ``state`` what the log holds beyond its positions; with ``verify``, check the anchors
-    first. ``LogLostError`` if an anchor was replaced by another event, and the partition returned
-    whose anchor did not come back at all (None: the log is the one the state describes); either way
-    the state is then partly caught up and the caller must not go on with it. ``LogUnavailableError``
-    passes through."""
+    first. ``IntakeRecordGone`` (a ``LogLostError``) if an anchor or a seen event is not where it was,
+    replaced by another event or past the partition's end; the state is then partly caught up and the
+    caller must not go on with it. ``LogUnavailableError`` passes through."""
     start = dict(state.positions)
-    expect: dict[int, str] = {}
+    expect: dict[int, tuple[int, str]] = {}
     if verify:
         for part, offset in state.positions.items():
             if offset > 0 and part in state.anchors:
                 start[part] = offset - 1
-                expect[part] = state.anchors[part]
+                expect[part] = (offset - 1, state.anchors[part])
     need = {part: (position - 1, event_id) for part, (position, event_id) in (seen or {}).items()
             if position > state.positions.get(part, 0)}  # what the snapshot covers, its anchor vouches for
     for logged in journal.read(start):
         part = logged.position.partition
+        found = (logged.position.offset, logged.event.event_id)
         if part in expect:
-            want = expect.pop(part)
-            if logged.event.event_id != want:
-                raise LogLostError(part, state.positions[part], logged.position.offset)
+            offset, want = expect.pop(part)
+            if found != (offset, want):
+                raise IntakeRecordGone(part, offset, want, found)
             continue
-        if part in need and logged.position.offset >= need[part][0]:
-            offset, event_id = need.pop(part)
-            if logged.position.offset != offset or logged.event.event_id != event_id:
-                raise LogLostError(part, offset + 1, logged.position.offset)
+        if part in need and found[0] >= need[part][0]:
+            offset, want = need.pop(part)
+            if found != (offset, want):
+                raise IntakeRecordGone(part, offset, want, found)
         state.apply(logged.event, logged.position)
-    missing = [*expect, *need]
-    return missing[0] if missing else None
+    for part, (offset, want) in [*expect.items(), *need.items()]:
+        raise IntakeRecordGone(part, offset, want, None)

@@ -37,7 +37,7 @@ from ledger.events import (
     UnitOpened,
 )
 from producers.commands import Command, CorrectResult, DefineElection, OpenUnit, RecordTie, ReportResult
-from producers.identifiers import candidate_collisions
+from producers.definition_checks import definition_problems, listed_twice
 from producers.intake_state import ElectionInfo, IntakeView
 from producers.after_certification import late_notice
 from producers.toss_agreement import toss_notices
@@ -156,16 +156,6 @@ def check(command: Command, payload: Payload, election_id: str, view: IntakeView
     return Verdict((), (*verdict.warnings, *notes)) if notes else verdict
 
 
-def _duplicates(values: Any, where: str, what: str) -> list[Problem]:
-    seen: set[str] = set()
-    out = []
-    for i, value in enumerate(values):
-        if value in seen:
-            out.append(Problem(f"{where}.{i}", "DUPLICATE", f"{what} {value!r} is listed more than once"))
-        seen.add(value)
-    return out
-
-
 def _check_definition(election_id: str, payload: ElectionDefined, view: IntakeView) -> Verdict:
     errors: list[Problem] = []
     existing = view.election(election_id)
@@ -176,45 +166,7 @@ def _check_definition(election_id: str, payload: ElectionDefined, view: IntakeVi
         get_rule_set(payload.rule_set)
     except CaucusMathError as exc:
         errors.append(Problem("rule_set", "UNKNOWN_RULE_SET", str(exc).removeprefix("rule_set: ")))
-    errors += _duplicates(payload.candidates, "candidates", "candidate")
-    errors += candidate_collisions(payload.candidates)
-    errors += _duplicates([c.county_id for c in payload.counties], "counties", "county id")
-    errors += _duplicates([g.group_id for g in payload.satellite_groups], "satellite_groups", "satellite group id")
-    errors += _duplicates([u.unit_id for u in payload.units], "units", "unit id")
-    counties = {c.county_id for c in payload.counties}
-    groups = {g.group_id for g in payload.satellite_groups}
-    pools = {g.group_id: g.sde_pool for g in payload.satellite_groups if g.sde_pool is not None}
-    for i, unit in enumerate(payload.units):
-        pool = pools.get(unit.satellite_group or "")
-        if pool is not None and unit.sde_weight is not None and unit.sde_weight > pool:
-            errors.append(Problem(
-                f"units.{i}.sde_weight", "SDE_WEIGHT_OVER_POOL",
-                f"satellite {unit.unit_id!r} would weigh {unit.sde_weight} SDEs, more than the whole pool of its group "
-                f"{unit.satellite_group!r} ({pool}): a satellite's SDEs are its share of the group's pool (RULES §8)"))
-        if unit.sde_weight is not None and unit.satellite_group is None:  # it silently replaced D x the county ratio
-            errors.append(Problem(f"units.{i}.sde_weight", "NOT_A_SATELLITE", f"unit {unit.unit_id!r} is a precinct: its "
-                                  "SDEs are its delegates x its county's ratio (RULES §9); sde_weight is for satellites"))
-        if unit.county_id not in counties:
-            errors.append(
-                Problem(f"units.{i}.county_id", "UNKNOWN_COUNTY", f"unit {unit.unit_id!r} names county {unit.county_id!r}, which is not in counties")
-            )
-        if unit.satellite_group is not None and unit.satellite_group not in groups:
-            errors.append(
-                Problem(
-                    f"units.{i}.satellite_group",
-                    "UNKNOWN_SATELLITE_GROUP",
-                    f"unit {unit.unit_id!r} names satellite group {unit.satellite_group!r}, which is not in satellite_groups",
-                )
-            )
-        if unit.satellite_group is None and unit.delegates is None:
-            errors.append(
-                Problem(
-                    f"units.{i}.delegates",
-                    "REQUIRED",
-                    f"precinct {unit.unit_id!r} needs delegates (D); only satellites may leave it out",
-                )
-            )
-    return Verdict(tuple(errors))
+    return Verdict((*errors, *definition_problems(payload)))
 
 
 def _unit_problems(command: OpenUnit | ReportResult | CorrectResult | RecordTie, election: ElectionInfo) -> list[Problem]:
@@ -425,8 +377,8 @@ def _check_tie(command: RecordTie, election: ElectionInfo, view: IntakeView) -> 
     errors = _unit_problems(command, election)
     warnings: list[Problem] = []
     errors += _unknown_candidates(((f"contenders.{i}", name) for i, name in enumerate(command.contenders)), election)
-    errors += _duplicates(command.contenders, "contenders", "contender")
-    errors += _duplicates(command.winners, "winners", "winner")
+    errors += listed_twice(command.contenders, "contenders", "contender")
+    errors += listed_twice(command.winners, "winners", "winner")
     for i, name in enumerate(command.winners):
         if name not in command.contenders:
             errors.append(

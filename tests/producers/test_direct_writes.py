@@ -387,8 +387,8 @@ def test_a_line_given_twice_in_one_file_is_appended_once_and_said_so(reported: t
 
 def test_a_definition_the_intake_once_took_with_a_precincts_sde_weight_still_restores(reported: tuple[Path, str],
                                                                                     tmp_path: Path) -> None:
-    """The intake now refuses a precinct's sde_weight (NOT_A_SATELLITE); a log holding a definition it
-    accepted with one must still restore, and be written by a restore (nothing accepted may be lost)."""
+    """The intake now refuses a precinct's sde_weight (NOT_A_SATELLITE) and a county ratio of 0 (ZERO_RATIO); a
+    log holding a definition it accepted with them must still restore, and be written by a restore (nothing accepted may be lost)."""
     data, token = reported
     lines = [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
     definition = next(e for e in lines if e["type"] == "ElectionDefined")
@@ -396,6 +396,7 @@ def test_a_definition_the_intake_once_took_with_a_precincts_sde_weight_still_res
     older.update(event_id=str(uuid.uuid4()), election_id="e-older", idempotency_key="def-e-older",
                  recorded_at=datetime.now(UTC).isoformat(), occurred_at=datetime.now(UTC).isoformat())
     older["payload"]["units"][0]["sde_weight"] = {"numerator": 1, "denominator": 2}
+    older["payload"]["counties"][0]["sde_ratio"] = {"numerator": 0, "denominator": 1}  # ZERO_RATIO, refused since too
     done = _append(data, token, tmp_path, older)
     assert done.returncode == 0, done.stderr
     _restore(data, tmp_path)

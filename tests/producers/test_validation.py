@@ -70,6 +70,13 @@ def test_definition_problems(state: IntakeState, election: dict[str, Any]) -> No
     ratios = _command(CommandKind.DEFINE, {**election, "counties": [{"county_id": "lee", "name": "Lee", "sde_ratio": "0.14"}]})
     payload, problems = to_payload(ratios, "t")
     assert payload is None and _codes(problems) == {("counties.0.sde_ratio", "BAD_RATIO")}
+    # RULES §9: a county's ratio is state delegates over county delegates; zero would weigh its precincts at nothing.
+    zero = {**election, "election_id": "ia-zero", "counties": [{**election["counties"][0], "sde_ratio": "0/1"}, *election["counties"][1:]]}
+    payload, problems = to_payload(_command(CommandKind.DEFINE, zero), "t")
+    assert payload is not None and problems == ()  # a well-formed ratio: refused by the check, not the parser
+    assert _codes(_verdict(state, CommandKind.DEFINE, zero).errors) == {("counties.0.sde_ratio", "ZERO_RATIO")}
+    satellites_only = {**election, "election_id": "ia-zero", "counties": [*election["counties"][:1], {**election["counties"][1], "sde_ratio": "0"}]}
+    assert _verdict(state, CommandKind.DEFINE, satellites_only).errors == ()  # their SDEs come from the pool (§8)
 
 
 def test_which_election(state: IntakeState, election: dict[str, Any]) -> None:

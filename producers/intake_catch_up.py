@@ -13,10 +13,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ledger.journal import Journal
-from ledger.log.port import LogLostError
+from ledger.log.port import LogError, LogLostError
 from producers.intake_state import IntakeState
 
-__all__ = ["read_on", "IntakeRecordGone"]
+__all__ = ["read_on", "IntakeRecordGone", "IntakeLogLost"]
+
+
+class IntakeLogLost(LogLostError):
+    """The intake's state describes a log that was lost: it decides nothing, and confirms no receipt,
+    until ``caucus intake rebuild`` accepts the log as it now is (a lost log is exit 3, as elsewhere)."""
+
+    def __init__(self, why: str) -> None:
+        LogError.__init__(self, f"the log was lost: {why}")
+        self.partition = self.expected = self.high_watermark = -1
 
 
 class IntakeRecordGone(LogLostError):

@@ -21,6 +21,7 @@ __all__ = [
     "LogError",
     "LogUnavailableError",
     "LogLostError",
+    "LogFileReplacedError",
     "LogMissingError",
     "LogVanishedError",
     "Offsets",
@@ -62,6 +63,17 @@ class LogLostError(LogError):
         self.partition = partition
         self.expected = expected
         self.high_watermark = high_watermark
+
+
+class LogFileReplacedError(LogLostError):
+    """The file a connection holds open is no longer the one at the log's address (removed, or another
+    put in its place, as a restore does): what the connection wrote now would reach no log, and what it
+    reads is not the log. The caller opens the address again and checks the log it finds there against
+    what it saw (the intake does); a reader that cannot says the log was lost (exit 3)."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+        self.partition, self.expected, self.high_watermark = -1, 0, 0
 
 
 class LogVanishedError(LogLostError):

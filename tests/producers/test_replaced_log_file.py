@@ -1,0 +1,101 @@
+"""A running intake whose embedded log file is removed or replaced under it (a restore from a copy, a
+data directory made again): SQLite would keep writing the old file's pages, which no reader sees, and
+the intake would confirm receipts for reports no log holds. It opens the file now at the path and
+checks it against what it saw, as at a start: a copy that holds everything goes on, any other file is a
+lost log (nothing accepted, ``caucus intake rebuild`` to accept it)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.events import Channel
+from ledger.journal import Journal
+from ledger.log.port import LogFileReplacedError, LogLostError
+from ledger.log.sqlite import SqliteLog
+from ledger.settings import load_settings
+from producers.commands import CommandKind
+from producers.credentials import Credential, CredentialStore
+from producers.intake import Intake, Outcome, Receipt, Submission
+from tests.producers.conftest import ELECTION, FM5_REPORT
+
+E10 = {"first_alignment": {"Biden": 30, "Sanders": 30}, "final_alignment": {"Biden": 30, "Sanders": 30}, "attendance": 60}
+
+
+def _copy(src: Path, dst: Path) -> None:
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+
+
+def _put_in_place(copy: Path, log: Path) -> None:
+    """Remove the log (and its WAL) and put a copy at its path: a new file, not the one open."""
+    for suffix in ("", "-wal", "-shm"):
+        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    _copy(copy, log)
+
+
+def _event_ids(log: Path) -> set[str]:
+    reader = SqliteLog(log, read_only=True)
+    try:
+        return {logged.event.event_id for logged in Journal(reader).read()}
+    finally:
+        reader.close()
+
+
+@pytest.fixture
+def official(tmp_path: Path) -> Credential:
+    return CredentialStore(tmp_path / "data" / "credentials.json").issue("official", name="Pat Official")[0]
+
+
+@pytest.fixture
+def running(tmp_path: Path, official: Credential) -> Any:
+    settings = load_settings({"data_dir": tmp_path / "data"}, env={}).settings
+    log = tmp_path / "data" / "log.sqlite3"
+    intake = Intake.for_settings(settings).start()  # as the service makes it (``intake_connect``)
+
+    def send(kind: CommandKind, body: dict[str, Any], unit: str | None, key: str) -> Outcome:
+        return intake.submit(Submission(kind, json.dumps(body), official, Channel.APP, unit_id=unit, idempotency_key=key))
+
+    assert send(CommandKind.DEFINE, ELECTION, None, ELECTION["idempotency_key"]).accepted
+    yield intake, send, log
+    intake.close()
+
+
+def test_a_report_after_the_file_was_replaced_by_an_older_copy_is_not_confirmed(running: Any, tmp_path: Path) -> None:
+    intake, send, log = running
+    _copy(log, tmp_path / "before.sqlite3")
+    first = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
+    assert isinstance(first, Receipt)
+    _put_in_place(tmp_path / "before.sqlite3", log)
+    with pytest.raises(LogLostError) as lost:
+        send(CommandKind.REPORT, E10, "E10", "e10")
+    assert not isinstance(lost.value, LogFileReplacedError)  # the file now there was checked, and found wanting
+    assert first.event_id in str(lost.value)
+    assert intake.log_lost is not None and intake.status()["log_lost"]
+    ids = _event_ids(log)
+    assert first.event_id not in ids and len(ids) == 1  # the copy's definition, and nothing written since
+
+
+def test_a_copy_that_holds_everything_takes_the_next_report(running: Any, tmp_path: Path) -> None:
+    intake, send, log = running
+    first = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
+    _copy(log, tmp_path / "now.sqlite3")
+    _put_in_place(tmp_path / "now.sqlite3", log)
+    second = send(CommandKind.REPORT, E10, "E10", "e10")
+    assert isinstance(second, Receipt), second
+    assert {first.event_id, second.event_id} <= _event_ids(log)  # written to the file at the path
+    assert intake.log_lost is None
+
+
+def test_a_log_file_removed_under_the_intake_takes_nothing(running: Any) -> None:
+    """Nor does it make an empty log in its place (``intake_connect``): that would turn lost into new."""
+    intake, send, log = running
+    for suffix in ("", "-wal", "-shm"):
+        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    with pytest.raises(LogLostError):
+        send(CommandKind.REPORT, E10, "E10", "e10")
+    assert not log.exists() and intake.log_lost is not None

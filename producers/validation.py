@@ -227,8 +227,8 @@ _FINDING_FIELDS = {
 _MATH_FIELDS = {"first": "first_alignment", "final": "final_alignment", "reported": "delegates_reported"}
 
 
-def _problem_of_finding(finding: Finding) -> Problem:
-    where = _FINDING_FIELDS.get(finding.code, "delegates_reported")
+def _problem_of_finding(finding: Finding, reported: bool) -> Problem:
+    where = _FINDING_FIELDS.get(finding.code, "delegates_reported" if reported else "final_alignment")
     if finding.candidate is not None:
         where = f"{where}.{finding.candidate}"
     message = finding.message
@@ -307,8 +307,9 @@ def _check_result(
     except CaucusMathError as exc:
         where = _MATH_FIELDS.get(exc.field, exc.field)
         return [Problem(where, "IMPOSSIBLE_COUNTS", str(exc))], warnings
+    reported = command.delegates_reported is not None
     for finding in findings:
-        (errors if finding.severity is Severity.ERROR else warnings).append(_problem_of_finding(finding))
+        (errors if finding.severity is Severity.ERROR else warnings).append(_problem_of_finding(finding, reported))
     if errors and reverts is not None:  # a refusal shows its errors only: the reason T is what it is goes with them
         errors.append(reverts)
     return errors, warnings

@@ -216,9 +216,10 @@ def distribute(
                 alloc = [a + rounds for a in alloc]
             tie = _give(names, order, rems, seats, alloc, book, "remainder", delegates)
             return alloc, tie, 0
-        positive = [i for i in order if rems[i] > 0]
-        seats = min(left, len(positive))
-        tie = _give(names, positive, rems, seats, alloc, book, "remainder", delegates)
+        # §5.5: the first round is the reference algorithm's (every group in remainder order, a tie at the
+        # cut to lots, as idp-2020); only seats past one more per group are "left over" for the 2016 lot.
+        seats = min(left, n)
+        tie = _give(names, order, rems, seats, alloc, book, "remainder", delegates)
         rest = left - seats
         if rest == 0 or tie is not None:
             return alloc, tie, 0

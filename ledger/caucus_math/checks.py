@@ -18,7 +18,8 @@ code                       rule                                               se
 ``LOCKED_GROUP_SHRANK``    a first-viable group does not shrink (§4.2)        error; warn on the threshold
 ``TOO_MANY_VIABLE``        #viable at final <= D (§4.5 shown)                  warn
 ``DELEGATE_TOTAL``         reported delegates add up to D (to 0 when D >= 2    error
-                           and no group is viable at the final alignment)
+                           and no group is viable at the final alignment);
+                           a one-delegate unit attended awards its delegate
 ``NONVIABLE_AWARDED``      no delegate to a group below the threshold         error
 ``ALLOCATION``             reported = some outcome of §4.5/§5/§6 (every tie   error; soft for D = 1;
                            outcome, either reading of the §4.5 cut)           ambiguous if only the 2016
@@ -277,8 +278,16 @@ def _too_many_viable(u: _Unit) -> list[Finding]:
 
 
 def _delegate_total(u: _Unit) -> list[Finding]:
-    """DELEGATE_TOTAL: the reported delegates add up to what the unit elects."""
+    """DELEGATE_TOTAL: the reported delegates add up to what the unit elects. Without reported delegates, a
+    one-delegate unit that was attended needs someone in its final alignment to award its delegate to
+    (§7); with them, the chair named the winner (published 2020 results have such a unit: Johnson,
+    Graham Township, no final alignment, its delegate reported), and the sum is what is checked."""
     if u.reported is None:
+        if u.d == 1 and u.sum_final == 0 and u.sum_first > 0:
+            return [Finding("DELEGATE_TOTAL", Severity.ERROR, f"nobody is in the final alignment of a one-delegate "
+                            f"unit {u.sum_first} attended, and no delegate is reported: its delegate is elected by the "
+                            "caucus as a whole and must be awarded (RULES §7); give the final alignment or the delegate",
+                            expected=1, reported=0)]
         return []
     total = sum(u.rep_s.values())
     if u.d == 0:

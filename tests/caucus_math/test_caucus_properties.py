@@ -149,6 +149,22 @@ def test_candidate_order_never_changes_the_result(unit: dict, seed: int, noise: 
         assert rs.check(**unit, reported=reported) == rs.check(**shuffled, reported=backwards)
 
 
+def test_the_2016_lot_is_only_for_delegates_past_one_more_per_group() -> None:
+    """RULES §5.5: left = D - sum(max(1, floor(raw))) goes one each in remainder order, a tie at the cut to
+    lots, as in 2020; the 2016 reading differs only when left exceeds the viable groups."""
+    rs = get_rule_set("idp-2016")
+    # D=12, T=30: raw A 2.0, C 4.0, D 4.4 (B stays put, not viable); left 2 <= 3 groups: D, then A or C.
+    unit = {"delegates": 12, "attendance": 30, "first": {"A": 5, "B": 4, "C": 10, "D": 11},
+            "final": {"A": 5, "B": 4, "C": 10, "D": 11}}
+    pending = rs.allocate(**unit).pending
+    assert [(t.contenders, t.seats) for t in pending] == [(("A", "C"), 1)]
+    assert {tuple(a.delegates[n] for n in "ACD") for a in _all_outcomes(rs, unit)} == {(3, 4, 5), (2, 5, 5)}
+    # D=10, T=100: raw A 2.0, B 1.6; left 7 > 2 groups: one each (A3 B2), two more each, the last by lot.
+    unit = {"delegates": 10, "attendance": 100, "first": {"A": 20, "B": 16}, "final": {"A": 20, "B": 16}}
+    assert {tuple(a.delegates[n] for n in "AB") for a in _all_outcomes(rs, unit)} == {(6, 4), (5, 5)}
+    assert {tuple(a.delegates[n] for n in "AB") for a in _all_outcomes(get_rule_set("idp-2020"), unit)} == {(5, 5)}
+
+
 @SETTINGS
 @given(unit=caucuses())
 @example(unit={"delegates": 2, "attendance": 13, "first": {"Biden": 0, "Buttigieg": 0, "Klobuchar": 8},
@@ -228,8 +244,10 @@ def _adjust(cur: dict, raw: dict, d: int, leftover: str | None):
         for losers in combinations(block, k):
             yield from _adjust({n: cur[n] - (n in losers) for n in cur}, raw, d, leftover)
         return
-    # Too few: give to the largest fraction among groups that rounded down.
-    down = [n for n in cur if raw[n] - cur[n] > 0]
+    # Too few: give to the largest raw - delegates among groups that were not rounded up and have had no
+    # extra yet: those that rounded down first, then (§5.5, every group in remainder order) those whose raw
+    # was whole or below one (§5.3). Only once each group had one more are delegates "left over".
+    down = [n for n in cur if cur[n] == max(1, math.floor(raw[n]))]
     if down:
         high = max(raw[n] - cur[n] for n in down)
         block = [n for n in down if raw[n] - cur[n] == high]
@@ -240,7 +258,7 @@ def _adjust(cur: dict, raw: dict, d: int, leftover: str | None):
     if leftover is None:
         yield None
         return
-    # 2016: nobody rounded down is left; the remaining delegates go by lot, one per group per round.
+    # 2016: every group had one more; the remaining delegates go by lot, one per group per round.
     rounds, seats = divmod(d - total, len(cur))
     for winners in combinations(sorted(cur), seats):
         yield {n: cur[n] + rounds + (n in winners) for n in cur}

@@ -14,6 +14,7 @@ from ledger.caucus_math import (
     Counts,
     PendingTie,
     RuleSet,
+    Severity,
     TieResolution,
     cds_from_sde,
     county_sde_ratio,
@@ -430,6 +431,14 @@ def test_check_delegate_total_when_nobody_is_viable_at_the_final_alignment() -> 
     assert [(f.expected, f.reported) for f in total] == [(0, 7)] and "no group is viable" in total[0].message
     assert [(f.code, f.expected) for f in RS.check(delegates=1, attendance=13, first=first, final=gone, reported={})
             if f.code == "DELEGATE_TOTAL"] == [("DELEGATE_TOTAL", 1)]
+    # Nothing reported: a one-delegate unit with nobody in its final alignment cannot award its delegate
+    # (§7); with the winner reported (Johnson, Graham Township, 2020) the sum is what counts.
+    unawarded = [f for f in RS.check(delegates=1, attendance=13, first=first, final=gone) if f.code == "DELEGATE_TOTAL"]
+    assert [(f.severity, f.expected, f.reported) for f in unawarded] == [(Severity.ERROR, 1, 0)]
+    assert "RULES §7" in unawarded[0].message
+    assert not [f for f in RS.check(delegates=1, attendance=13, first=first, final=gone, reported={"A": 1}) if f.code == "DELEGATE_TOTAL"]
+    assert not [f for f in RS.check(delegates=2, attendance=13, first=first, final=gone) if f.code == "DELEGATE_TOTAL"]
+    assert RS.check(delegates=1, attendance=0, first={"A": 0}, final={"A": 0}) == []  # nobody came
     # Someone viable at the final count: all D are due again.
     assert [f.expected for f in RS.check(delegates=3, attendance=13, first={"A": 5, "B": 5}, final={"A": 5, "B": 5}, reported={})
             if f.code == "DELEGATE_TOTAL"] == [3]

@@ -333,3 +333,16 @@ def test_a_precinct_may_not_carry_a_satellites_sde_weight(state: IntakeState, el
     units = [{"unit_id": "p1", "name": "P1", "county_id": "lee", "delegates": 4, "sde_weight": "1/2"}]
     verdict = _verdict(state, CommandKind.DEFINE, {**election, "election_id": "weighed", "units": units})
     assert _codes(verdict.errors) == {("units.0.sde_weight", "NOT_A_SATELLITE")}, verdict.errors
+
+
+def test_a_one_delegate_unit_with_nobody_in_its_final_alignment_names_the_final_alignment(election: dict[str, Any]) -> None:
+    """RULES §7: its delegate must be awarded. Refused, by the field to fix, unless the report names the
+    delegate's winner (as the published 2020 results did for Johnson, Graham Township)."""
+    one = {**election, "units": [*election["units"], {"unit_id": "GR", "name": "Graham", "county_id": "lee", "delegates": 1}]}
+    payload, _ = to_payload(_command(CommandKind.DEFINE, one), "t")
+    st = IntakeState()
+    st.apply(_event(payload))
+    body = {"first_alignment": {"Biden": 10, "Sanders": 9}, "final_alignment": {}, "attendance": 19}
+    assert _codes(_verdict(st, CommandKind.REPORT, body, "GR").errors) == {("final_alignment", "DELEGATE_TOTAL")}
+    named = _verdict(st, CommandKind.REPORT, {**body, "delegates_reported": {"Biden": 1}}, "GR")
+    assert "DELEGATE_TOTAL" not in {p.code for p in (*named.errors, *named.warnings)}

@@ -21,7 +21,7 @@ from ledger.cli_output import console as cli_console
 from ledger.cli_output import is_wide
 from ledger.codec import CodecError
 from ledger.config import Settings
-from ledger.log.port import LogError, LogLostError, LogMissingError
+from ledger.log.port import LogError, LogFileReplacedError, LogLostError, LogMissingError
 from projections.backends import has_groups
 from projections.feed import FeedOfAnotherLog, publishing
 from projections.observe import RunnerObserver, progress_line
@@ -170,6 +170,9 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
                         runner.on_progress = say_and_publish
                     observer.attach(runner)
                     return runner.run(until_caught_up=until_caught_up, stop=lambda: stop.is_set() or (watch is not None and watch()))
+            except LogFileReplacedError as exc:  # a copy put in place may be the same log: a new start checks it
+                raise fail(f"{exc}. Start `caucus project` again: it checks the log now there against the projection "
+                           f"{info.name} v{info.version}, and goes on if it holds what was applied.", code=3) from exc
             except LogLostError as exc:
                 raise fail(
                     f"{exc}. The projection {info.name} v{info.version} reflects records this log no longer holds; "

@@ -161,3 +161,33 @@ def test_a_new_log_in_place_of_the_old_one_is_refused_with_the_way_out(support: 
     assert fixed.returncode == 0, fixed.stderr
     again = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again.stderr
+
+def test_a_running_runner_whose_log_file_is_replaced_stops_and_a_restart_checks_the_copy(
+    support: ModuleType, tmp_path: Path
+) -> None:
+    """A copy of the log put in place of the file a follower has open (a restore): it reads no more through
+    the old file (exit 3, saying to start again), and a new start finds the copy holds what was applied."""
+    import shutil
+    import sqlite3
+
+    data = tmp_path / "data"
+    events = support.election_log(40)
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(events)
+    store = _cli_store(data, None)
+    proc = subprocess.Popen(_cli(data, None, "project", "-q"), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        support.wait_for(lambda: _applied(store) >= len(events), 60, "the runner to apply the log")
+        with sqlite3.connect(data / "log.sqlite3") as a, sqlite3.connect(tmp_path / "copy.sqlite3") as b:
+            a.backup(b)
+        for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
+            (data / name).unlink(missing_ok=True)
+        shutil.copy(tmp_path / "copy.sqlite3", data / "log.sqlite3")
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, err
+    assert "was replaced by another file" in err and "Start `caucus project` again" in err
+    again = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    store.close()

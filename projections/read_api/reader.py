@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from ledger.config import Settings
-from ledger.log.port import EventLog, LogError
+from ledger.log.port import EventLog, LogError, LogFileReplacedError
 from projections.asof import AsOfError, Cut, parse_cut
 from projections.tally_revision import TALLIES_REVISION
 from projections.queries import DEFAULT_SET, QueryError, TallyView, load_view, resolve_set
@@ -193,7 +193,12 @@ class ResultsReader:
                     self._log = open_existing_log(self.settings)
                 except LogError as exc:
                     raise ReadError(f"the log cannot be read: {exc}", 503) from exc
-            yield self._log
+            try:
+                yield self._log
+            except LogFileReplacedError as exc:  # a restore put a file in its place: the next request opens it
+                self._log.close()
+                self._log = None
+                raise ReadError(f"the log cannot be read: {exc}; ask again", 503) from exc
 
     def feed_positions(self) -> str | None:
         """Where the results feed stands now ("0:12,1:40,..."), None if nothing was published yet. A page

@@ -227,3 +227,26 @@ def test_public_answers_do_not_show_where_the_server_keeps_its_files(client: Tes
     assert diff.status_code == 200 and where not in diff.text and "<data dir>" in diff.text
     refused = client.get(f"/api/elections/{e}/diff", params={"a": "live", "b": "set:nope"})
     assert refused.status_code == 400 and where not in refused.text and "'nope'" in refused.text
+
+
+def test_a_log_file_replaced_under_the_service_is_opened_again(client: TestClient, demo: Any) -> None:
+    """A restore puts a copy in place of the log file the service holds open: the first answer built after
+    it is a 503 (nothing read through the old file), and the next opens the file now there."""
+    import shutil
+    import sqlite3
+
+    e = _election(client)
+    county = client.get(f"/api/elections/{e}/counties").json()["counties"][0]["area"]
+    first, second = (u["unit_id"] for u in demo.json("tally", "--county", county)["units"][:2])
+    assert client.get(f"/api/elections/{e}/units/{first}/trail").status_code == 200  # the service holds the log open
+    log = Path(demo.base[1]) / "log.sqlite3"
+    copy = log.with_name("copy.sqlite3")
+    with sqlite3.connect(log) as a, sqlite3.connect(copy) as b:
+        a.backup(b)
+    for suffix in ("", "-wal", "-shm"):
+        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    shutil.move(copy, log)
+    met = client.get(f"/api/elections/{e}/units/{second}/trail")  # not built before: it reads the log
+    assert met.status_code == 503 and "replaced" in met.json()["error"]["message"], met.text
+    again = client.get(f"/api/elections/{e}/units/{second}/trail")
+    assert again.status_code == 200 and again.json() == demo.json("trail", second), again.text

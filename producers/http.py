@@ -102,6 +102,10 @@ class _Retrier:
             except Exception as exc:  # noqa: BLE001 - keep retrying; the error is visible in /health
                 self.intake.last_log_error = f"background retry: {type(exc).__name__}: {exc}"
             try:
+                self.intake.note_seen()  # a service killed, not stopped, leaves what it saw seconds ago
+            except Exception as exc:  # noqa: BLE001 - keep retrying; the error is visible in /health
+                self.intake.last_log_error = f"background retry: {type(exc).__name__}: {exc}"
+            try:
                 if waited >= self.snapshot_every:
                     waited = 0.0
                     if self.intake.log_lost is None:

@@ -105,7 +105,7 @@ class Intake:
         self._lock = DirectoryLock(self.workdir)
         self._thread_lock = self._lock.thread_lock
         self._queue = Queue()
-        self._saved_applied = -1
+        self._saved_applied = self._seen_noted = -1
         self.retry_after = retry_after
         self._down_until = 0.0
         self._verified = False
@@ -144,7 +144,7 @@ class Intake:
         with self._thread_lock:
             if self.started and self.log_lost is None:
                 self.save_snapshot(min_new=snapshot_after)
-                self._snapshot.write_seen(self.state, self._generation, self._lock)
+                self.note_seen(force=True)
             if self._journal is not None:
                 self._journal.close()
                 self._journal = None
@@ -460,6 +460,13 @@ class Intake:
         if problem is not None:
             self.last_log_error = problem
         return loaded, generation
+
+    def note_seen(self, *, force: bool = False) -> None:
+        """Write what the state last saw of each partition (``intake_snapshot``) if it moved since: the
+        service does at each retry, so one killed, not stopped, leaves a view at most seconds old."""
+        if self.started and self.log_lost is None and (force or self.state.applied != self._seen_noted):
+            self._seen_noted = self.state.applied
+            self._snapshot.write_seen(self.state, self._generation, self._lock)
 
     def save_snapshot(self, *, force: bool = False, min_new: int = 1) -> bool:
         """Write the state (log-derived part only) if at least ``min_new`` events were applied since the

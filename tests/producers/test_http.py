@@ -215,3 +215,26 @@ def test_an_unknown_channel_is_refused_not_taken_as_the_app(defined: None, clien
     phoned = client.post("/units/FM5/results?channel=phone", content=json.dumps(fm5),
                          headers={**tokens["official"], "Idempotency-Key": "c-phone"})
     assert phoned.status_code == 201, phoned.text
+
+
+def test_the_service_notes_what_it_saw_while_running(defined: None, client: TestClient, intake: Intake,
+                                                     tokens: dict[str, dict[str, str]], fm5: dict[str, Any]) -> None:
+    """What the service last saw of the log is written while it runs (at each retry), not only at a clean
+    stop: one killed after accepting a report still leaves the report's position for the next intake to
+    find missing in a log restored from an older copy."""
+    accepted = _post(client, "/units/FM5/results", fm5, tokens["chair"], "r1")
+    assert accepted.status_code == 201
+    partition, offset = map(int, accepted.json()["position"].split(":"))  # "5:0"
+    seen_file = intake.snapshot_path.with_name(intake.snapshot_path.name + ".seen")
+
+    def noted() -> bool:
+        try:
+            seen = json.loads(seen_file.read_text())["seen"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return seen.get(str(partition)) == [offset + 1, accepted.json()["event_id"]]
+
+    deadline = time.monotonic() + 10
+    while not noted():  # the retry loop runs every 0.05 s here
+        assert time.monotonic() < deadline, "the service never noted what it saw"
+        time.sleep(0.02)

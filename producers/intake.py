@@ -84,15 +84,8 @@ class Intake:
     """See the module docstring. ``connect`` opens the log; if it cannot (the broker is down), it is
     called again on later commands, so an intake started during an outage writes once the log is back."""
 
-    def __init__(
-        self,
-        connect: Callable[[], EventLog],
-        workdir: str | Path,
-        *,
-        name: str = "",
-        clock: Callable[[], datetime] = utc_now,
-        retry_after: float = 5.0,
-    ) -> None:
+    def __init__(self, connect: Callable[[], EventLog], workdir: str | Path, *, name: str = "",
+                 clock: Callable[[], datetime] = utc_now, retry_after: float = 5.0) -> None:
         self._connect_log = connect
         self.workdir = Path(workdir)
         self.name = name
@@ -183,7 +176,7 @@ class Intake:
         self._down_until = time.monotonic() + self.retry_after
         self._verified = False  # a memory-only broker may come back empty, or refilled: check again
 
-    def _catch_up(self, *, force: bool = False) -> bool:
+    def _catch_up(self, *, force: bool = False, reopened: bool = False) -> bool:
         """Read what the log holds beyond the state's positions. Returns False if the log is out of
         reach (the state is then as of the last successful read). The first time after a start or an
         outage, the log is checked to be the one the state describes (``intake_catch_up``)."""
@@ -197,14 +190,17 @@ class Intake:
         except LogUnavailableError as exc:
             self._unavailable(exc)
             return False
-        except LogFileReplacedError:  # a restore put a file in its place: open it, check it as at a start
+        except LogFileReplacedError as exc:  # a restore put a file in its place: open it, check it as at a start
             self._journal, self._verified = None, False
             journal.close()
             self._snapshot.write_seen(self.state, self._generation, self._lock)  # none is made in a removed one's place
             try:
-                return self._catch_up(force=force)
-            except LogLostError as exc:
-                self._lost(str(exc))
+                if not exc.reopen or reopened:  # a copy beside the old WAL; a file system whose inodes do not hold
+                    raise
+                return self._catch_up(force=force, reopened=True)
+            except LogLostError as lost:
+                if self.log_lost is None:  # the check of the file now there said why, with the way out
+                    self._lost(str(lost))
                 raise
         except LogLostError as exc:
             self._down_until = 0.0  # it answered: reachable, but not the log the state describes

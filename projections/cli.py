@@ -171,7 +171,8 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
                     observer.attach(runner)
                     return runner.run(until_caught_up=until_caught_up, stop=lambda: stop.is_set() or (watch is not None and watch()))
             except LogFileReplacedError as exc:  # a copy put in place may be the same log: a new start checks it
-                raise fail(f"{exc}. Start `caucus project` again: it checks the log now there against the projection "
+                then = ("Once a copy is in its place, start" if exc.removed else "Start") if exc.reopen else "Then start"
+                raise fail(f"{exc}. {then} `caucus project` again: it checks the log there against the projection "
                            f"{info.name} v{info.version}, and goes on if it holds what was applied.", code=3) from exc
             except LogLostError as exc:
                 raise fail(

@@ -69,11 +69,14 @@ class LogFileReplacedError(LogLostError):
     """The file a connection holds open is no longer the one at the log's address (removed, or another
     put in its place, as a restore does): what the connection wrote now would reach no log, and what it
     reads is not the log. The caller opens the address again and checks the log it finds there against
-    what it saw (the intake does); a reader that cannot says the log was lost (exit 3)."""
+    what it saw (the intake does); a reader that cannot says the log was lost (exit 3). ``reopen``: False
+    when opening the address again would do harm (a copy beside the old file's write-ahead log);
+    ``removed``: nothing is at the address now."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, reopen: bool = True, removed: bool = False) -> None:
         Exception.__init__(self, message)
         self.partition, self.expected, self.high_watermark = -1, 0, 0
+        self.reopen, self.removed = reopen, removed
 
 
 class LogVanishedError(LogLostError):

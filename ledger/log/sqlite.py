@@ -24,7 +24,6 @@ missing file is ``LogMissingError``, and appending is refused.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -43,7 +42,6 @@ from ledger.log.polling import follow_by_polling
 from ledger.log.port import (
     Headers,
     LogError,
-    LogFileReplacedError,
     LogLostError,
     LogMissingError,
     LogUnavailableError,
@@ -52,6 +50,7 @@ from ledger.log.port import (
     Position,
     StoredRecord,
 )
+from ledger.log.sqlite_file import HeldFile, file_identity
 from ledger.record_headers import DERIVED
 from ledger.sqlite_setup import (
     MissingDatabase,
@@ -102,14 +101,6 @@ def _missing(path: Path) -> LogMissingError:
     )
 
 
-def _file_identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 class SqliteLog:
     """An EventLog in a single SQLite file (see module docstring).
 
@@ -133,13 +124,14 @@ class SqliteLog:
         self._heads_version = -1
         if (read_only or not create) and not self.path.is_file():
             raise _missing(self.path)
+        before = file_identity(self.path)
         try:
             self._conn, self._ro = open_database(self.path, timeout, read_only=read_only)
         except MissingDatabase:
             raise _missing(self.path) from None
         except (OSError, sqlite3.Error) as exc:
             raise LogUnavailableError(f"cannot open the embedded log at {self.path}: {exc}{_hint(exc)}") from exc
-        self._file = _file_identity(self.path)  # what the connection holds open (``_check_file``)
+        self._file = HeldFile(self.path, before)  # what the connection holds open (``ledger.log.sqlite_file``)
         try:
             with self._io("open"):
                 if read_only:
@@ -164,17 +156,6 @@ class SqliteLog:
             raise  # a bug or a broken invariant, not the file
         except sqlite3.Error as exc:
             raise LogUnavailableError(f"the embedded log at {self.path} cannot be {_VERBS[what]}: {exc}{_hint(exc)}") from exc
-
-    def _check_file(self) -> None:
-        """``LogFileReplacedError`` if the file at the log's path is not the one this connection holds
-        open: SQLite keeps writing a removed file's pages, so a long-running writer (the intake service)
-        would confirm appends no reader ever sees. One stat per append or read."""
-        now = _file_identity(self.path)
-        if now != self._file:
-            what = "removed" if now is None else "replaced by another file"
-            raise LogFileReplacedError(
-                f"the embedded log at {self.path} was {what} while this process had it open; nothing more is read or "
-                "written through the old file: open the log again, and check it against what was seen of it")
 
     def _column_exists(self, name: str) -> bool:
         return any(row[1] == name for row in self._conn.execute("PRAGMA table_info(log_records)"))
@@ -254,13 +235,14 @@ class SqliteLog:
             raise LogError(f"the log at {self.path} was opened read-only; nothing was appended")
         now_ms = int(time.time() * 1000)
         with self._lock, self._io("write"):
-            self._check_file()
+            self._file.check()
             try:
                 placed = self._insert(records, now_ms, look_up=False)
             except sqlite3.IntegrityError as exc:
                 if "event_id" not in str(exc):
                     raise
                 placed = self._insert(records, now_ms, look_up=True)
+            self._file.check()  # swapped while it was written: no position of a file nobody reads is confirmed
         return placed.positions
 
     def _insert(self, records: Sequence[PendingRecord], now_ms: int, *, look_up: bool) -> _Placed:
@@ -314,6 +296,7 @@ class SqliteLog:
         # on the embedded log asks for this on every poll.
         out: dict[int, int] = {}
         with self._lock, self._io("read"):
+            self._file.check()
             for part in range(self._partitions):
                 row = self._conn.execute('SELECT MAX("offset") FROM log_records WHERE partition = ?', (part,)).fetchone()
                 out[part] = 0 if row[0] is None else row[0] + 1
@@ -329,8 +312,7 @@ class SqliteLog:
     def read(self, start: Offsets | None = None, *, max_records: int | None = None) -> Iterator[StoredRecord]:
         begin = dict(start or {})
         with self._lock, self._io("read"):
-            self._check_file()
-            marks = self.high_watermarks()
+            marks = self.high_watermarks()  # checks the file first
             self._check_start(begin, marks)
             top = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM log_records").fetchone()[0]
             first_seq = self._first_seq(begin)

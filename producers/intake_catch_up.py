@@ -63,6 +63,11 @@ def read_on(journal: Journal, state: IntakeState, *, verify: bool,
                 expect[part] = (offset - 1, state.anchors[part])
     need = {part: (position - 1, event_id) for part, (position, event_id) in (seen or {}).items()
             if position > state.positions.get(part, 0)}  # what the snapshot covers, its anchor vouches for
+    if expect or need:  # a partition that now ends before them: name the event, not a high watermark
+        marks = journal.log.high_watermarks()
+        for part, (offset, want) in [*expect.items(), *need.items()]:
+            if offset >= marks.get(part, 0):
+                raise IntakeRecordGone(part, offset, want, None)
     for logged in journal.read(start):
         part = logged.position.partition
         found = (logged.position.offset, logged.event.event_id)

@@ -99,3 +99,32 @@ def test_a_log_file_removed_under_the_intake_takes_nothing(running: Any) -> None
     with pytest.raises(LogLostError):
         send(CommandKind.REPORT, E10, "E10", "e10")
     assert not log.exists() and intake.log_lost is not None
+
+
+def test_a_restored_copy_short_of_several_records_names_the_last_one_seen(running: Any, tmp_path: Path) -> None:
+    """The copy lacks two records of one partition (the unit's opening and its report): the next intake
+    names the report it saw, not a count of records against a high watermark."""
+    intake, send, log = running
+    _copy(log, tmp_path / "before.sqlite3")
+    assert send(CommandKind.OPEN, {"attendance": 91}, "FM5", "fm5-open").accepted
+    report = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
+    assert isinstance(report, Receipt)
+    intake.close()
+    _put_in_place(tmp_path / "before.sqlite3", log)
+    again = Intake.for_settings(load_settings({"data_dir": log.parent}, env={}).settings)
+    with pytest.raises(LogLostError) as lost:
+        again.start()
+    again.close()
+    assert report.event_id in str(lost.value) and "ends before it" in str(lost.value), lost.value
+
+
+def test_a_copy_moved_in_beside_the_old_files_write_ahead_log_is_not_opened(running: Any, tmp_path: Path) -> None:
+    """SQLite would apply the old file's WAL pages to the copy: the intake says to remove them first."""
+    intake, send, log = running
+    assert isinstance(send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5"), Receipt)
+    _copy(log, tmp_path / "now.sqlite3")
+    assert log.with_name(log.name + "-wal").exists()
+    (tmp_path / "now.sqlite3").replace(log)  # the -wal and -shm of the old file stay
+    with pytest.raises(LogLostError) as lost:
+        send(CommandKind.REPORT, E10, "E10", "e10")
+    assert "write-ahead log" in str(lost.value) and "-wal" in str(intake.log_lost)

@@ -94,6 +94,11 @@ class _Cache:
                 _, (_, dropped) = self._items.popitem(last=False)
                 self._weight -= dropped
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._weight = 0
+
 
 def percent_text(part: int, whole: int) -> str:
     """A share as a percentage with two decimals, rounded half up from the exact fraction."""
@@ -195,9 +200,11 @@ class ResultsReader:
                     raise ReadError(f"the log cannot be read: {exc}", 503) from exc
             try:
                 yield self._log
-            except LogFileReplacedError as exc:  # a restore put a file in its place: the next request opens it
-                self._log.close()
+            except LogFileReplacedError as exc:  # a restore put a file in its place: the next request opens it,
+                self._log.close()  # and builds every answer again (a restore by `log append` keeps the positions)
                 self._log = None
+                self._views.clear()
+                self._answers.clear()
                 raise ReadError(f"the log cannot be read: {exc}; ask again", 503) from exc
 
     def feed_positions(self) -> str | None:
@@ -245,10 +252,10 @@ class ResultsReader:
             raise ReadError(str(exc), 503) from exc
         return ("live", info.set_id, positions)
 
-    def log_marks(self) -> tuple[tuple[int, int], ...]:
+    def log_marks(self) -> tuple[tuple[object, object], ...]:
         try:
             with self.log() as log:
-                return tuple(sorted(log.high_watermarks().items()))
+                return (("log", log.log_id or ""), *sorted(log.high_watermarks().items()))  # another log: other tags
         except LogError as exc:
             raise ReadError(f"the log cannot be read: {exc}", 503) from exc
 

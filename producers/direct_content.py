@@ -82,7 +82,7 @@ def content_problems(line: Mapping[str, Any], event: Event[Any], view: IntakeVie
     if isinstance(event.payload, ElectionDefined):
         changes = redefinition_problems(event.payload, event.envelope.election_id, view)
         problems.extend(p for p in changes if not (published and p.code in PUBLISHED_MAY_CHANGE))
-    kept = KEPT_AS_RECORDED if published else KEPT_ALWAYS
+    kept = KEPT_AS_RECORDED | KEPT_ALWAYS if published else KEPT_ALWAYS
     return tuple(p for p in problems if p.code not in kept)
 
 

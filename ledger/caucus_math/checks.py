@@ -283,9 +283,9 @@ def _delegate_total(u: _Unit) -> list[Finding]:
     (§7); with them, the chair named the winner (published 2020 results have such a unit: Johnson,
     Graham Township, no final alignment, its delegate reported), and the sum is what is checked."""
     if u.reported is None:
-        if u.d == 1 and u.sum_final == 0 and u.sum_first > 0:
+        if u.d == 1 and u.sum_final == 0 and max(u.t, u.sum_first) > 0:
             return [Finding("DELEGATE_TOTAL", Severity.ERROR, f"nobody is in the final alignment of a one-delegate "
-                            f"unit {u.sum_first} attended, and no delegate is reported: its delegate is elected by the "
+                            f"unit {max(u.t, u.sum_first)} attended, and no delegate is reported: its delegate is elected by the "
                             "caucus as a whole and must be awarded (RULES §7); give the final alignment or the delegate",
                             expected=1, reported=0)]
         return []

@@ -24,9 +24,10 @@ The [OPEN] points and the choices made
    §17.1) -- field ``leftover``.
    idp-2020: ``"round_robin"`` (APP: hand them out again in descending order of
    remainder).  idp-2016: ``"lots"`` (DMR16; Ames 2-4 tossed a coin for its 8th
-   delegate): once every group with a positive remainder got its one, the rest
-   is drawn by lot among all viable groups.  The checks accept the other
-   reading as ``ambiguous``.
+   delegate): the first round is the same (one more each, in descending order
+   of remainder, a tie at its cut by lot); the delegates past one more per
+   group are drawn by lot among all viable groups.  The checks accept the
+   other reading as ``ambiguous``.
 2. Which of several equal smallest groups realigns when more groups are viable
    than delegates (§4.5, §17.2) -- field ``realign_ties``.
    Both rule sets: ``"lots"`` (a lot decides which of them realign: the text of

@@ -439,6 +439,7 @@ def test_check_delegate_total_when_nobody_is_viable_at_the_final_alignment() -> 
     assert not [f for f in RS.check(delegates=1, attendance=13, first=first, final=gone, reported={"A": 1}) if f.code == "DELEGATE_TOTAL"]
     assert not [f for f in RS.check(delegates=2, attendance=13, first=first, final=gone) if f.code == "DELEGATE_TOTAL"]
     assert RS.check(delegates=1, attendance=0, first={"A": 0}, final={"A": 0}) == []  # nobody came
+    assert [f.code for f in RS.check(delegates=1, attendance=13, first={"A": 0}, final={"A": 0})] == ["DELEGATE_TOTAL"]
     # Someone viable at the final count: all D are due again.
     assert [f.expected for f in RS.check(delegates=3, attendance=13, first={"A": 5, "B": 5}, final={"A": 5, "B": 5}, reported={})
             if f.code == "DELEGATE_TOTAL"] == [3]

@@ -7,7 +7,10 @@ no reader will ever find. One ``stat`` per append or read tells; the connection 
 again, and what it finds checked against what was seen (the intake does that).
 
 A copy moved into place while the old file's write-ahead log (``-wal``) stays beside it is refused
-outright: SQLite would apply the old file's pages to the new one.
+outright: SQLite would apply the old file's pages to the new one. The write-ahead log is watched too: a
+copy written over the file in place keeps its inode, but the ``-wal`` removed with it (as a restore must)
+leaves the connection writing into a file no one else sees. SQLite keeps the ``-wal`` beside the file a
+symlink points to, and removes it only when the last connection closes, never under an open one.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ class HeldFile:
 
     def __init__(self, path: Path, before: tuple[int, int] | None) -> None:
         self.path = path
-        self.wal = path.with_name(path.name + "-wal")
+        target = Path(os.path.realpath(path))
+        self.wal = target.with_name(target.name + "-wal")
         self._main = before if before is not None else file_identity(path)
         self._wal = file_identity(self.wal)
 
@@ -46,10 +50,16 @@ class HeldFile:
         """``LogFileReplacedError`` unless the file at the path is still the one held open."""
         now = file_identity(self.path)
         if now == self._main:
-            self._wal = file_identity(self.wal) or self._wal
-            return
+            wal = file_identity(self.wal)
+            if self._wal is None or wal == self._wal:
+                self._wal = wal
+                return
+            raise LogFileReplacedError(
+                f"the write-ahead log {self.wal} of the embedded log was {'removed' if wal is None else 'replaced'} while "
+                "this process had the log open (the log written over in place, as a restore by copying does?); nothing "
+                "more is read or written through the old one: open the log again, and check it against what was seen of it")
         what = "removed" if now is None else "replaced by another file"
-        if now is not None and self._wal is not None and file_identity(self.wal) == self._wal:
+        if now is not None and self._wal is not None and file_identity(self.wal) == self._wal:  # the same target's
             raise LogFileReplacedError(
                 f"the embedded log at {self.path} was {what} while this process had it open, but its write-ahead log "
                 f"{self.wal} is still the old file's, which SQLite would apply to the new one: stop every process that "

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,14 @@ from producers.credentials import Credential, CredentialStore
 from producers.intake import Intake, Outcome, Receipt, Submission
 from tests.producers.conftest import ELECTION, FM5_REPORT
 
+CAUCUS = str(Path(sys.executable).parent / "caucus")
 E10 = {"first_alignment": {"Biden": 30, "Sanders": 30}, "final_alignment": {"Biden": 30, "Sanders": 30}, "attendance": 60}
 
 
 def _copy(src: Path, dst: Path) -> None:
-    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+    """A backup, as another process takes one: both connections closed (``with`` on a connection only commits;
+    one left open in this process shares the file's locks with the intake's and spoils its reopening)."""
+    with closing(sqlite3.connect(src)) as a, closing(sqlite3.connect(dst)) as b:
         a.backup(b)
 
 
@@ -128,3 +134,19 @@ def test_a_copy_moved_in_beside_the_old_files_write_ahead_log_is_not_opened(runn
     with pytest.raises(LogLostError) as lost:
         send(CommandKind.REPORT, E10, "E10", "e10")
     assert "write-ahead log" in str(lost.value) and "-wal" in str(intake.log_lost)
+
+
+def test_a_copy_written_over_the_file_in_place_with_its_wal_removed_is_opened_again(running: Any, tmp_path: Path) -> None:
+    """``cp`` over the live file keeps its inode; the -wal and -shm removed with it (as a restore must) would
+    leave the intake writing into a write-ahead log nobody else sees. It opens the log again instead."""
+    intake, send, log = running
+    first = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
+    _copy(log, tmp_path / "now.sqlite3")
+    for suffix in ("-wal", "-shm"):
+        log.with_name(log.name + suffix).unlink()
+    log.write_bytes((tmp_path / "now.sqlite3").read_bytes())  # in place: the same inode
+    second = send(CommandKind.REPORT, E10, "E10", "e10")
+    assert isinstance(second, Receipt), second
+    tail = subprocess.run([CAUCUS, "--data-dir", str(log.parent), "log", "tail", "-n", "0", "--json"],
+                          capture_output=True, text=True, check=True)  # another process: the log every reader sees
+    assert {first.event_id, second.event_id} <= {json.loads(line)["event_id"] for line in tail.stdout.splitlines()}

@@ -169,6 +169,7 @@ def test_a_running_runner_whose_log_file_is_replaced_stops_and_a_restart_checks_
     the old file (exit 3, saying to start again), and a new start finds the copy holds what was applied."""
     import shutil
     import sqlite3
+    from contextlib import closing
 
     data = tmp_path / "data"
     events = support.election_log(40)
@@ -177,7 +178,7 @@ def test_a_running_runner_whose_log_file_is_replaced_stops_and_a_restart_checks_
     proc = subprocess.Popen(_cli(data, None, "project", "-q"), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         support.wait_for(lambda: _applied(store) >= len(events), 60, "the runner to apply the log")
-        with sqlite3.connect(data / "log.sqlite3") as a, sqlite3.connect(tmp_path / "copy.sqlite3") as b:
+        with closing(sqlite3.connect(data / "log.sqlite3")) as a, closing(sqlite3.connect(tmp_path / "copy.sqlite3")) as b:
             a.backup(b)
         for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
             (data / name).unlink(missing_ok=True)

@@ -7,6 +7,7 @@ so the snapshot alone vouches for nothing the restore removed."""
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 from tests.projections.test_tally_cli_cases import Run, _define, caucus  # noqa: F401  (fixture)
@@ -16,7 +17,7 @@ REPORT = ("--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40")
 
 def _copy(src: Path, dst: Path) -> None:
     """A consistent copy of a live SQLite file (its WAL included), as a backup tool takes one."""
-    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+    with closing(sqlite3.connect(src)) as a, closing(sqlite3.connect(dst)) as b:
         a.backup(b)
 
 

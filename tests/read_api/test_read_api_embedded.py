@@ -234,6 +234,7 @@ def test_a_log_file_replaced_under_the_service_is_opened_again(client: TestClien
     it is a 503 (nothing read through the old file), and the next opens the file now there."""
     import shutil
     import sqlite3
+    from contextlib import closing
 
     e = _election(client)
     county = client.get(f"/api/elections/{e}/counties").json()["counties"][0]["area"]
@@ -241,7 +242,7 @@ def test_a_log_file_replaced_under_the_service_is_opened_again(client: TestClien
     assert client.get(f"/api/elections/{e}/units/{first}/trail").status_code == 200  # the service holds the log open
     log = Path(demo.base[1]) / "log.sqlite3"
     copy = log.with_name("copy.sqlite3")
-    with sqlite3.connect(log) as a, sqlite3.connect(copy) as b:
+    with closing(sqlite3.connect(log)) as a, closing(sqlite3.connect(copy)) as b:
         a.backup(b)
     for suffix in ("", "-wal", "-shm"):
         log.with_name(log.name + suffix).unlink(missing_ok=True)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -127,6 +127,9 @@ class Intake:
             self.state = loaded or IntakeState()
             self._saved_applied = loaded.applied if loaded is not None else -1
             self._rebuild_overlay()
+            if (lost := self._snapshot.load_lost(self._generation)) is not None:  # found before, not yet rebuilt
+                self._lost(lost)
+                raise IntakeLogLost(lost)
             self._catch_up()
             self.started = True
         return self
@@ -218,6 +221,8 @@ class Intake:
     def _lost(self, why: str) -> None:
         if self.log_lost is None:
             log.error("the log was lost: %s", why)
+            with suppress(OSError):
+                self._snapshot.write_lost(why, self._generation)
         self.log_lost = why
         self._lost_stamp = self._snapshot.stamp()
 

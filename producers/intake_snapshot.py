@@ -88,7 +88,27 @@ class SnapshotFile:
             self._replace(self.seen_path, json.dumps(body))
 
     def forget_seen(self) -> None:
+        """The log is accepted as it is (a rebuild): neither what was seen of it nor a loss found in it is
+        held against it any more."""
         self.seen_path.unlink(missing_ok=True)
+        self.lost_path.unlink(missing_ok=True)
+
+    @property
+    def lost_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lost")
+
+    def write_lost(self, why: str, generation: int) -> None:
+        """A loss an intake found, kept until a rebuild: a restart must not forget it and take the log as it
+        is, with receipts the intake confirmed gone from it (what it saw may be newer than the seen file)."""
+        self._replace(self.lost_path, json.dumps({"log": self.log_name, "generation": generation, "why": why}))
+
+    def load_lost(self, generation: int) -> str | None:
+        """Why the log of this generation was found lost, or None."""
+        try:
+            data = json.loads(self.lost_path.read_text(encoding="utf-8"))
+            return str(data["why"]) if data.get("log") == self.log_name and data.get("generation") == generation else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
 
     def load_seen(self, generation: int) -> dict[int, tuple[int, str]]:
         """partition -> (next offset, id of the event just before it), as the last intake to stop saw

@@ -269,13 +269,20 @@ def test_a_state_that_no_longer_matches_the_log_is_reported(defined: Outcome, in
 @pytest.mark.parametrize("log_kind", ["embedded"])
 def test_only_a_rebuild_ends_a_lost_log_for_a_running_intake(defined: Outcome, intake: Intake, connect: Any,
                                                               official: Credential, fm5: dict[str, Any]) -> None:  # fmt: skip
-    """A command run beside a service whose log was lost folds the (refilled) log as a new one and saves
-    its snapshot: that must not end the service's "log lost", nor may a lost log confirm a receipt;
-    only ``caucus intake rebuild`` (a snapshot of a later generation) does."""
+    """A command run beside a service whose log was lost refuses as the service does (the loss is kept on
+    disk), and a snapshot saved beside (by one that folded the refilled log as a new one before) must not
+    end the service's "log lost", nor may a lost log confirm a receipt; only ``caucus intake rebuild`` (a
+    snapshot of a later generation) does."""
     from ledger.log.port import LogError, LogLostError
+    from producers.intake_state import IntakeState
 
     intake._lost("partition 0 no longer holds the event the intake last applied there")  # as a refill is found
-    beside = Intake(connect, intake.workdir, name="test-log").start()  # e.g. `caucus intake status`
+    beside = Intake(connect, intake.workdir, name="test-log")  # e.g. `caucus intake status`
+    with pytest.raises(LogLostError, match="no longer holds"):  # the loss is kept on disk: it refuses too
+        beside.start()
+    beside.close()
+    beside = Intake(connect, intake.workdir, name="test-log")  # one that folded the log before the loss was found
+    beside.state, beside.started = IntakeState(), True
     beside.save_snapshot(force=True)
     beside.close()
     with pytest.raises(LogLostError, match="lost"):

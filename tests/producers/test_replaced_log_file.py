@@ -150,3 +150,28 @@ def test_a_copy_written_over_the_file_in_place_with_its_wal_removed_is_opened_ag
     tail = subprocess.run([CAUCUS, "--data-dir", str(log.parent), "log", "tail", "-n", "0", "--json"],
                           capture_output=True, text=True, check=True)  # another process: the log every reader sees
     assert {first.event_id, second.event_id} <= {json.loads(line)["event_id"] for line in tail.stdout.splitlines()}
+
+
+def test_a_loss_the_running_intake_found_survives_a_restart_until_rebuild(running: Any, tmp_path: Path) -> None:
+    """An older copy restored into the live file in place (SQLite's backup API, as the sqlite3 shell's
+    ``.restore``): the running intake finds the log shorter and answers 503. Restarted, it must not forget
+    that and take the log as it now is, with the receipt it confirmed gone; ``intake rebuild`` accepts it."""
+    intake, send, log = running
+    _copy(log, tmp_path / "before.sqlite3")
+    first = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
+    assert isinstance(first, Receipt)
+    _copy(tmp_path / "before.sqlite3", log)  # into the live file: same inode, same WAL
+    with pytest.raises(LogLostError):
+        send(CommandKind.REPORT, E10, "E10", "e10")
+    intake.close()
+    settings = load_settings({"data_dir": log.parent}, env={}).settings
+    again = Intake.for_settings(settings)
+    with pytest.raises(LogLostError):
+        again.start()
+    again.close()
+    rebuilt = Intake.for_settings(settings)
+    rebuilt.rebuild()
+    rebuilt.close()
+    after = Intake.for_settings(settings).start()
+    assert after.log_lost is None
+    after.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -172,6 +173,8 @@ class ResultsReader:
         self._lock = threading.RLock()
         self._answers = _Cache(256, budget=ANSWER_CACHE_BYTES)
         self._views = _Cache(4)  # a view holds every unit's tally: a few, not many
+        self._marks: dict[int, int] | None = None  # the log's high watermarks, as last asked (``_log_holds``)
+        self._marks_at = float("-inf")
 
     def _default_store(self) -> ProjectionStore:
         from projections.stores import open_store
@@ -246,11 +249,39 @@ class ResultsReader:
                 info = resolve_set(store, self.projection)
                 with store.reader(info.set_id) as r:
                     positions = tuple(sorted((p, row.next_offset) for p, row in r.positions().items()))
+                self._log_holds(positions)
         except QueryError as exc:
             raise ReadError(str(exc), 503) from exc
         except StoreError as exc:
             raise ReadError(str(exc), 503) from exc
         return ("live", info.set_id, positions)
+
+    def _log_holds(self, positions: tuple[tuple[int, int], ...]) -> None:
+        """ReadError 503 when the log holds fewer records than the projection reflects (lost, or restored
+        from an older copy), as ``caucus tally`` exits 3: its answers would show results the log no longer
+        holds. The log is asked at most once a second and never waited for (a view being built holds it);
+        unreachable, it says nothing (the store's answers stand); a position past stale marks asks again
+        (the runner may have gone on since)."""
+        marks = self._recent_marks(1.0)
+        if marks is not None and any(o > marks.get(p, 0) for p, o in positions):
+            marks = self._recent_marks(0.0)
+        short = "; ".join(f"partition {p} {o} (the log {marks.get(p, 0)})" for p, o in positions if o > marks.get(p, 0)) if marks else ""
+        if short:
+            raise ReadError(f"the projection reflects more records than the log holds ({short}): the log was lost or restored "
+                            "from an older copy; restore it, or rebuild the projection from it (`caucus replay --new-log`)", 503)
+
+    def _recent_marks(self, max_age: float) -> dict[int, int] | None:
+        now = time.monotonic()
+        if now - self._marks_at > max_age and self._lock.acquire(blocking=False):
+            try:
+                self._marks_at = now
+                with self.log() as log:
+                    self._marks = log.high_watermarks()
+            except (ReadError, LogError):
+                self._marks = None
+            finally:
+                self._lock.release()
+        return self._marks
 
     def log_marks(self) -> tuple[tuple[object, object], ...]:
         try:

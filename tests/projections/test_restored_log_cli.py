@@ -7,6 +7,7 @@ so the snapshot alone vouches for nothing the restore removed."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -152,3 +153,26 @@ def test_projecting_another_set_of_a_log_not_there_is_nothing_recorded_yet(caucu
     code, text = caucus("project", "--until-caught-up", "--projection", "other")
     assert code == 2, text
     assert caucus("project", "--until-caught-up")[0] == 3
+
+
+def test_the_read_api_over_a_projection_longer_than_its_log_answers_503(caucus: Run, tmp_path: Path) -> None:
+    """As `caucus tally` exits 3, the results service does not serve results the log no longer holds."""
+    from fastapi.testclient import TestClient
+
+    from ledger.config import Settings
+    from projections.read_api.cli import results_app
+
+    token = _define(caucus, tmp_path)
+    log = tmp_path / "data" / "log.sqlite3"
+    _copy(log, tmp_path / "backup.sqlite3")
+    assert _report(caucus, "P4", token)[0] == 0
+    assert caucus("project", "--until-caught-up")[0] == 0
+    with TestClient(results_app(Settings(data_dir=tmp_path / "data"))) as client:
+        election = client.get("/api/elections").json()["elections"][0]["election_id"]
+        assert client.get(f"/api/elections/{election}/state").status_code == 200
+        _restore(tmp_path / "backup.sqlite3", log)
+        deadline = time.monotonic() + 10  # the log is asked at most once a second
+        while (answer := client.get(f"/api/elections/{election}/state")).status_code == 200:
+            assert time.monotonic() < deadline, "the service went on serving what the log no longer holds"
+            time.sleep(0.05)
+        assert answer.status_code == 503 and "more records than the log holds" in answer.json()["error"]["message"], answer.text

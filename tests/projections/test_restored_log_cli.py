@@ -56,12 +56,18 @@ def test_a_report_after_a_restore_that_lost_an_accepted_one_is_refused_until_reb
     assert code == 0, receipt
 
 
-def test_tally_audit_and_trail_of_a_projection_longer_than_its_log_are_a_lost_log(caucus: Run, tmp_path: Path) -> None:
+def _projected_past_a_copy(caucus: Run, tmp_path: Path) -> Path:
+    """A data directory whose log was copied, then written to (P4) and projected: the log's path."""
     token = _define(caucus, tmp_path)
     log = tmp_path / "data" / "log.sqlite3"
     _copy(log, tmp_path / "backup.sqlite3")
     assert _report(caucus, "P4", token)[0] == 0
     assert caucus("project", "--until-caught-up")[0] == 0
+    return log
+
+
+def test_tally_audit_and_trail_of_a_projection_longer_than_its_log_are_a_lost_log(caucus: Run, tmp_path: Path) -> None:
+    log = _projected_past_a_copy(caucus, tmp_path)
     _restore(tmp_path / "backup.sqlite3", log)
     for command in (("tally",), ("tally", "--json"), ("audit",), ("trail", "P4")):
         code, text = caucus(*command)
@@ -162,11 +168,7 @@ def test_the_read_api_over_a_projection_longer_than_its_log_answers_503(caucus: 
     from ledger.config import Settings
     from projections.read_api.cli import results_app
 
-    token = _define(caucus, tmp_path)
-    log = tmp_path / "data" / "log.sqlite3"
-    _copy(log, tmp_path / "backup.sqlite3")
-    assert _report(caucus, "P4", token)[0] == 0
-    assert caucus("project", "--until-caught-up")[0] == 0
+    log = _projected_past_a_copy(caucus, tmp_path)
     with TestClient(results_app(Settings(data_dir=tmp_path / "data"))) as client:
         election = client.get("/api/elections").json()["elections"][0]["election_id"]
         assert client.get(f"/api/elections/{election}/state").status_code == 200

@@ -7,10 +7,8 @@ lost log (nothing accepted, ``caucus intake rebuild`` to accept it)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +22,11 @@ from ledger.settings import load_settings
 from producers.commands import CommandKind
 from producers.credentials import Credential, CredentialStore
 from producers.intake import Intake, Outcome, Receipt, Submission
+from tests.log_files import backup, put_in_place, remove_log
 from tests.producers.conftest import ELECTION, FM5_REPORT
 
 CAUCUS = str(Path(sys.executable).parent / "caucus")
 E10 = {"first_alignment": {"Biden": 30, "Sanders": 30}, "final_alignment": {"Biden": 30, "Sanders": 30}, "attendance": 60}
-
-
-def _copy(src: Path, dst: Path) -> None:
-    """A backup, as another process takes one: both connections closed (``with`` on a connection only commits;
-    one left open in this process shares the file's locks with the intake's and spoils its reopening)."""
-    with closing(sqlite3.connect(src)) as a, closing(sqlite3.connect(dst)) as b:
-        a.backup(b)
-
-
-def _put_in_place(copy: Path, log: Path) -> None:
-    """Remove the log (and its WAL) and put a copy at its path: a new file, not the one open."""
-    for suffix in ("", "-wal", "-shm"):
-        log.with_name(log.name + suffix).unlink(missing_ok=True)
-    _copy(copy, log)
 
 
 def _event_ids(log: Path) -> set[str]:
@@ -73,10 +58,10 @@ def running(tmp_path: Path, official: Credential) -> Any:
 
 def test_a_report_after_the_file_was_replaced_by_an_older_copy_is_not_confirmed(running: Any, tmp_path: Path) -> None:
     intake, send, log = running
-    _copy(log, tmp_path / "before.sqlite3")
+    backup(log, tmp_path / "before.sqlite3")
     first = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
     assert isinstance(first, Receipt)
-    _put_in_place(tmp_path / "before.sqlite3", log)
+    put_in_place(tmp_path / "before.sqlite3", log)
     with pytest.raises(LogLostError) as lost:
         send(CommandKind.REPORT, E10, "E10", "e10")
     assert not isinstance(lost.value, LogFileReplacedError)  # the file now there was checked, and found wanting
@@ -89,8 +74,8 @@ def test_a_report_after_the_file_was_replaced_by_an_older_copy_is_not_confirmed(
 def test_a_copy_that_holds_everything_takes_the_next_report(running: Any, tmp_path: Path) -> None:
     intake, send, log = running
     first = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
-    _copy(log, tmp_path / "now.sqlite3")
-    _put_in_place(tmp_path / "now.sqlite3", log)
+    backup(log, tmp_path / "now.sqlite3")
+    put_in_place(tmp_path / "now.sqlite3", log)
     second = send(CommandKind.REPORT, E10, "E10", "e10")
     assert isinstance(second, Receipt), second
     assert {first.event_id, second.event_id} <= _event_ids(log)  # written to the file at the path
@@ -100,8 +85,7 @@ def test_a_copy_that_holds_everything_takes_the_next_report(running: Any, tmp_pa
 def test_a_log_file_removed_under_the_intake_takes_nothing(running: Any) -> None:
     """Nor does it make an empty log in its place (``intake_connect``): that would turn lost into new."""
     intake, send, log = running
-    for suffix in ("", "-wal", "-shm"):
-        log.with_name(log.name + suffix).unlink(missing_ok=True)
+    remove_log(log)
     with pytest.raises(LogLostError):
         send(CommandKind.REPORT, E10, "E10", "e10")
     assert not log.exists() and intake.log_lost is not None
@@ -111,12 +95,12 @@ def test_a_restored_copy_short_of_several_records_names_the_last_one_seen(runnin
     """The copy lacks two records of one partition (the unit's opening and its report): the next intake
     names the report it saw, not a count of records against a high watermark."""
     intake, send, log = running
-    _copy(log, tmp_path / "before.sqlite3")
+    backup(log, tmp_path / "before.sqlite3")
     assert send(CommandKind.OPEN, {"attendance": 91}, "FM5", "fm5-open").accepted
     report = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
     assert isinstance(report, Receipt)
     intake.close()
-    _put_in_place(tmp_path / "before.sqlite3", log)
+    put_in_place(tmp_path / "before.sqlite3", log)
     again = Intake.for_settings(load_settings({"data_dir": log.parent}, env={}).settings)
     with pytest.raises(LogLostError) as lost:
         again.start()
@@ -128,7 +112,7 @@ def test_a_copy_moved_in_beside_the_old_files_write_ahead_log_is_not_opened(runn
     """SQLite would apply the old file's WAL pages to the copy: the intake says to remove them first."""
     intake, send, log = running
     assert isinstance(send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5"), Receipt)
-    _copy(log, tmp_path / "now.sqlite3")
+    backup(log, tmp_path / "now.sqlite3")
     assert log.with_name(log.name + "-wal").exists()
     (tmp_path / "now.sqlite3").replace(log)  # the -wal and -shm of the old file stay
     with pytest.raises(LogLostError) as lost:
@@ -141,7 +125,7 @@ def test_a_copy_written_over_the_file_in_place_with_its_wal_removed_is_opened_ag
     leave the intake writing into a write-ahead log nobody else sees. It opens the log again instead."""
     intake, send, log = running
     first = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
-    _copy(log, tmp_path / "now.sqlite3")
+    backup(log, tmp_path / "now.sqlite3")
     for suffix in ("-wal", "-shm"):
         log.with_name(log.name + suffix).unlink()
     log.write_bytes((tmp_path / "now.sqlite3").read_bytes())  # in place: the same inode
@@ -157,10 +141,10 @@ def test_a_loss_the_running_intake_found_survives_a_restart_until_rebuild(runnin
     ``.restore``): the running intake finds the log shorter and answers 503. Restarted, it must not forget
     that and take the log as it now is, with the receipt it confirmed gone; ``intake rebuild`` accepts it."""
     intake, send, log = running
-    _copy(log, tmp_path / "before.sqlite3")
+    backup(log, tmp_path / "before.sqlite3")
     first = send(CommandKind.REPORT, FM5_REPORT, "FM5", "fm5")
     assert isinstance(first, Receipt)
-    _copy(tmp_path / "before.sqlite3", log)  # into the live file: same inode, same WAL
+    backup(tmp_path / "before.sqlite3", log)  # into the live file: same inode, same WAL
     with pytest.raises(LogLostError):
         send(CommandKind.REPORT, E10, "E10", "e10")
     intake.close()

@@ -167,9 +167,7 @@ def test_a_running_runner_whose_log_file_is_replaced_stops_and_a_restart_checks_
 ) -> None:
     """A copy of the log put in place of the file a follower has open (a restore): it reads no more through
     the old file (exit 3, saying to start again), and a new start finds the copy holds what was applied."""
-    import shutil
-    import sqlite3
-    from contextlib import closing
+    from tests.log_files import backup, put_in_place
 
     data = tmp_path / "data"
     events = support.election_log(40)
@@ -178,11 +176,8 @@ def test_a_running_runner_whose_log_file_is_replaced_stops_and_a_restart_checks_
     proc = subprocess.Popen(_cli(data, None, "project", "-q"), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         support.wait_for(lambda: _applied(store) >= len(events), 60, "the runner to apply the log")
-        with closing(sqlite3.connect(data / "log.sqlite3")) as a, closing(sqlite3.connect(tmp_path / "copy.sqlite3")) as b:
-            a.backup(b)
-        for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
-            (data / name).unlink(missing_ok=True)
-        shutil.copy(tmp_path / "copy.sqlite3", data / "log.sqlite3")
+        backup(data / "log.sqlite3", tmp_path / "copy.sqlite3")
+        put_in_place(tmp_path / "copy.sqlite3", data / "log.sqlite3")
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:

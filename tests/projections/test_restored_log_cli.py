@@ -6,30 +6,13 @@ so the snapshot alone vouches for nothing the restore removed."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from contextlib import closing
 from pathlib import Path
 
+from tests.log_files import backup, put_in_place, remove_log
 from tests.projections.test_tally_cli_cases import Run, _define, caucus  # noqa: F401  (fixture)
 
 REPORT = ("--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40")
-
-
-def _copy(src: Path, dst: Path) -> None:
-    """A consistent copy of a live SQLite file (its WAL included), as a backup tool takes one."""
-    with closing(sqlite3.connect(src)) as a, closing(sqlite3.connect(dst)) as b:
-        a.backup(b)
-
-
-def _remove(log: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        log.with_name(log.name + suffix).unlink(missing_ok=True)
-
-
-def _restore(copy: Path, log: Path) -> None:
-    _remove(log)
-    _copy(copy, log)
 
 
 def _report(caucus: Run, unit: str, token: str) -> tuple[int, object]:
@@ -40,10 +23,10 @@ def test_a_report_after_a_restore_that_lost_an_accepted_one_is_refused_until_reb
     token = _define(caucus, tmp_path)
     log = tmp_path / "data" / "log.sqlite3"
     assert _report(caucus, "P2", token)[0] == 0
-    _copy(log, tmp_path / "backup.sqlite3")
+    backup(log, tmp_path / "backup.sqlite3")
     code, receipt = _report(caucus, "P4", token)
     assert code == 0, receipt
-    _restore(tmp_path / "backup.sqlite3", log)
+    put_in_place(tmp_path / "backup.sqlite3", log)
     code, text = _report(caucus, "P5", token)
     assert code == 3, text
     assert "intake rebuild" in str(text)
@@ -60,7 +43,7 @@ def _projected_past_a_copy(caucus: Run, tmp_path: Path) -> Path:
     """A data directory whose log was copied, then written to (P4) and projected: the log's path."""
     token = _define(caucus, tmp_path)
     log = tmp_path / "data" / "log.sqlite3"
-    _copy(log, tmp_path / "backup.sqlite3")
+    backup(log, tmp_path / "backup.sqlite3")
     assert _report(caucus, "P4", token)[0] == 0
     assert caucus("project", "--until-caught-up")[0] == 0
     return log
@@ -68,7 +51,7 @@ def _projected_past_a_copy(caucus: Run, tmp_path: Path) -> Path:
 
 def test_tally_audit_and_trail_of_a_projection_longer_than_its_log_are_a_lost_log(caucus: Run, tmp_path: Path) -> None:
     log = _projected_past_a_copy(caucus, tmp_path)
-    _restore(tmp_path / "backup.sqlite3", log)
+    put_in_place(tmp_path / "backup.sqlite3", log)
     for command in (("tally",), ("tally", "--json"), ("audit",), ("trail", "P4")):
         code, text = caucus(*command)
         assert code == 3, (command, text)
@@ -80,13 +63,13 @@ def test_a_report_to_a_log_that_is_gone_makes_no_empty_log_in_its_place(caucus: 
     token = _define(caucus, tmp_path)
     log = tmp_path / "data" / "log.sqlite3"
     assert _report(caucus, "P2", token)[0] == 0
-    _copy(log, tmp_path / "backup.sqlite3")
-    _remove(log)
+    backup(log, tmp_path / "backup.sqlite3")
+    remove_log(log)
     code, text = _report(caucus, "P4", token)
     assert code == 3, text
     assert "no empty log was made" in str(text)
     assert not log.exists()
-    _restore(tmp_path / "backup.sqlite3", log)
+    put_in_place(tmp_path / "backup.sqlite3", log)
     code, receipt = _report(caucus, "P4", token)
     assert code == 0, receipt
 
@@ -98,7 +81,7 @@ def test_project_and_replay_of_a_log_that_is_gone_are_a_lost_log(caucus: Run, tm
     assert _report(caucus, "P2", token)[0] == 0
     assert caucus("project", "--until-caught-up")[0] == 0
     log = tmp_path / "data" / "log.sqlite3"
-    _remove(log)
+    remove_log(log)
     for command in (("project", "--until-caught-up"), ("replay",), ("replay", "--new-log")):
         code, text = caucus(*command)
         assert code == 3, (command, text)
@@ -119,10 +102,10 @@ def test_an_intake_that_stops_after_another_saw_more_does_not_hide_a_later_loss(
     token = _define(caucus, tmp_path)
     log = tmp_path / "data" / "log.sqlite3"
     service = Intake.for_settings(Settings(data_dir=tmp_path / "data")).start()
-    _copy(log, tmp_path / "backup.sqlite3")
+    backup(log, tmp_path / "backup.sqlite3")
     assert _report(caucus, "P2", token)[0] == 0
     service.close()
-    _restore(tmp_path / "backup.sqlite3", log)
+    put_in_place(tmp_path / "backup.sqlite3", log)
     code, text = _report(caucus, "P4", token)
     assert code == 3, text
 
@@ -133,15 +116,15 @@ def test_rebuild_accepts_the_log_as_it_is_whatever_was_seen_before(caucus: Run, 
     token = _define(caucus, tmp_path)
     data = tmp_path / "data"
     log = data / "log.sqlite3"
-    _copy(log, tmp_path / "backup.sqlite3")
+    backup(log, tmp_path / "backup.sqlite3")
     assert caucus("intake", "rebuild")[0] == 0
     assert _report(caucus, "P2", token)[0] == 0
     (data / "intake" / "embedded" / "state.json").unlink()  # what was seen now names a later generation
-    _restore(tmp_path / "backup.sqlite3", log)
+    put_in_place(tmp_path / "backup.sqlite3", log)
     code, text = caucus("intake", "rebuild")
     assert code == 0, text
     assert _report(caucus, "P4", token)[0] == 0
-    _remove(log)
+    remove_log(log)
     assert _report(caucus, "P5", token)[0] == 3 and not log.exists()
     code, text = caucus("intake", "rebuild")  # no copy to restore: start again from an empty log
     assert code == 0, text
@@ -155,7 +138,7 @@ def test_projecting_another_set_of_a_log_not_there_is_nothing_recorded_yet(caucu
     assert _report(caucus, "P2", token)[0] == 0
     assert caucus("project", "--until-caught-up")[0] == 0
     log = tmp_path / "data" / "log.sqlite3"
-    _remove(log)
+    remove_log(log)
     code, text = caucus("project", "--until-caught-up", "--projection", "other")
     assert code == 2, text
     assert caucus("project", "--until-caught-up")[0] == 3
@@ -172,7 +155,7 @@ def test_the_read_api_over_a_projection_longer_than_its_log_answers_503(caucus: 
     with TestClient(results_app(Settings(data_dir=tmp_path / "data"))) as client:
         election = client.get("/api/elections").json()["elections"][0]["election_id"]
         assert client.get(f"/api/elections/{election}/state").status_code == 200
-        _restore(tmp_path / "backup.sqlite3", log)
+        put_in_place(tmp_path / "backup.sqlite3", log)
         deadline = time.monotonic() + 10  # the log is asked at most once a second
         while (answer := client.get(f"/api/elections/{election}/state")).status_code == 200:
             assert time.monotonic() < deadline, "the service went on serving what the log no longer holds"

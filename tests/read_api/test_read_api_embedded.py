@@ -232,21 +232,15 @@ def test_public_answers_do_not_show_where_the_server_keeps_its_files(client: Tes
 def test_a_log_file_replaced_under_the_service_is_opened_again(client: TestClient, demo: Any) -> None:
     """A restore puts a copy in place of the log file the service holds open: the first answer built after
     it is a 503 (nothing read through the old file), and the next opens the file now there."""
-    import shutil
-    import sqlite3
-    from contextlib import closing
+    from tests.log_files import backup, put_in_place
 
     e = _election(client)
     county = client.get(f"/api/elections/{e}/counties").json()["counties"][0]["area"]
     first, second = (u["unit_id"] for u in demo.json("tally", "--county", county)["units"][:2])
     assert client.get(f"/api/elections/{e}/units/{first}/trail").status_code == 200  # the service holds the log open
     log = Path(demo.base[1]) / "log.sqlite3"
-    copy = log.with_name("copy.sqlite3")
-    with closing(sqlite3.connect(log)) as a, closing(sqlite3.connect(copy)) as b:
-        a.backup(b)
-    for suffix in ("", "-wal", "-shm"):
-        log.with_name(log.name + suffix).unlink(missing_ok=True)
-    shutil.move(copy, log)
+    backup(log, log.with_name("copy.sqlite3"))
+    put_in_place(log.with_name("copy.sqlite3"), log)
     met = client.get(f"/api/elections/{e}/units/{second}/trail")  # not built before: it reads the log
     assert met.status_code == 503 and "replaced" in met.json()["error"]["message"], met.text
     again = client.get(f"/api/elections/{e}/units/{second}/trail")

@@ -18,17 +18,17 @@ State. ``IntakeState`` (a reducer over the log's events) is kept in memory, caug
 command, and saved as a snapshot with its log positions in the intake's directory (``state.json``). A
 snapshot is only a shortcut: at start the intake loads it, checks that the log still holds the event it
 last applied in each partition, and reads on from there; without one it folds the whole log. Why keep
-one (``tests/producers/test_bench_intake.py``, embedded log, 2-core machine): folding 100k events takes
-5.0 s (3 s of it reading and decoding), loading the snapshot and catching up 1.5 s, writing it 2.3 s; at
-election scale (8k events) 0.38 s, 0.12 s and 0.22 s. Each CLI command is a new process, so it starts
-from the snapshot, and saves a new one only every ``SNAPSHOT_EVERY`` events; the HTTP service saves one
-a minute and at shutdown. The second reason: a CLI started while the log is down validates against the
-snapshot (and the spool) instead of refusing everything; the snapshot may then lag the log, which is
-why spooled events are checked again when they are forwarded. If the log no longer holds what the
-snapshot (or the running state, or a spooled event: ``spool_basis``) saw -- a memory-only broker
-restarted -- that is reported (``LogLostError``); ``rebuild()`` (``caucus intake rebuild``) accepts the
-log as it now is. A running intake (the HTTP service) that found its log lost watches its snapshot file: when
-another process rebuilds (a new snapshot appears), it loads that and goes on, without a restart.
+one (``tests/producers/test_bench_intake.py``, embedded log, 2 cores): folding 100k events takes 5.0 s,
+loading the snapshot and catching up 1.5 s, writing it 2.3 s; at election scale (8k events) 0.38, 0.12
+and 0.22 s. Each CLI command is a new process: it starts from the snapshot, and saves one only every
+``SNAPSHOT_EVERY`` events; the service saves one a minute and at shutdown. The second reason: a CLI
+started while the log is down validates against the snapshot (and the spool) instead of refusing
+everything (with neither snapshot nor a read of the log it judges nothing: every valid report would be
+refused); the snapshot may lag the log, so spooled events are checked again when forwarded. If the log
+no longer holds what the snapshot (or the running state, or a spooled event: ``spool_basis``) saw -- a
+memory-only broker restarted -- that is reported (``LogLostError``); ``rebuild()`` (``caucus intake
+rebuild``) accepts the log as it is. A running service that found its log lost watches its snapshot file:
+when another process rebuilds (a new snapshot appears), it loads that and goes on without a restart.
 
 Group commit. Commands that queue on the lock while another is decided are decided together in the
 next turn (``producers.intake_group``): one catch-up, each judged in turn (``producers.intake_judge``)
@@ -101,7 +101,7 @@ class Intake:
         self._saved_applied = self._seen_noted = -1
         self.retry_after = retry_after
         self._down_until = 0.0
-        self._verified = False
+        self._verified = self._has_read = False  # _has_read: the state is a read of this log (see _refresh)
         self.log_lost: str | None = None
         self._lost_stamp: tuple[int, int, int] | None = None
         self._generation = 0  # of the snapshot this state continues (``SnapshotFile.generation``)
@@ -124,7 +124,7 @@ class Intake:
         """Load the snapshot (if it is this log's), catch up with the log, pick up the spool."""
         with self._locked():
             loaded, self._generation = self._load_snapshot()
-            self.state = loaded or IntakeState()
+            self.state, self._has_read = loaded or IntakeState(), loaded is not None
             self._saved_applied = loaded.applied if loaded is not None else -1
             self._rebuild_overlay()
             if (lost := self._snapshot.load_lost(self._generation)) is not None:  # found before, not yet rebuilt
@@ -214,7 +214,7 @@ class Intake:
             )
             raise
         self.last_log_error, self._down_until = None, 0.0
-        self._verified = True
+        self._verified = self._has_read = True
         self._lock.read_began(began)
         return True
 
@@ -240,7 +240,7 @@ class Intake:
             return False  # not rebuilt: a command run beside it folded the lost log as if it were new
         self._generation = generation
         log.warning("the intake's state was rebuilt by another process (%s); going on with it", self.snapshot_path)
-        self.state = loaded
+        self.state, self._has_read = loaded, True
         self._saved_applied = loaded.applied
         self.log_lost = None
         self._lost_stamp = None
@@ -383,6 +383,9 @@ class Intake:
         if self.spool.stamp != self._overlay_stamp:
             self._rebuild_overlay()  # another process (a CLI beside the service) changed the spool
         online = (arrived is not None and self._verified and self._lock.covers(arrived)) or self._catch_up()
+        if not online and not self._has_read:  # judged against nothing, a valid report would be refused
+            raise LogUnavailableError(f"{self.last_log_error or 'the log is out of reach'}; this intake has not read that log yet "
+                                      "(it has no snapshot of it), so it cannot judge a command: nothing was recorded")
         if online and self.spool.pending():
             self._forward()
 
@@ -439,10 +442,8 @@ class Intake:
         with self._locked():
             online = False
             if self._take_rebuilt_state():
-                try:
+                with suppress(LogError):
                     online = self._catch_up()
-                except LogError:
-                    online = False
             return {
                 "log": self.name,
                 "reachable": online,
@@ -487,9 +488,8 @@ class Intake:
         """Forget the snapshot and fold the whole log again; accepts a log that was lost and refilled."""
         with self._locked():
             began = time.perf_counter()
-            self.state = IntakeState()
-            self.log_lost = None
-            self._lost_stamp = None
+            self.state, self._has_read = IntakeState(), False
+            self.log_lost = self._lost_stamp = None
             self._snapshot.forget_seen()  # the log is accepted as it is: what was seen of it before is not held against it
             self._generation = max(self._generation, self._snapshot.generation()) + 1
             if not self._catch_up():

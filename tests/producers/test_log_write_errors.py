@@ -112,7 +112,7 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[
     def run(*args: str) -> tuple[int, Any]:
         result = runner.invoke(app, ["--data-dir", str(tmp_path / "data"), *args, "--json"])
         assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-        return result.exit_code, json.loads(result.stdout)
+        return result.exit_code, json.loads(result.stdout or result.stderr)  # an error: {"error": ...} on stderr
 
     return run
 
@@ -139,6 +139,34 @@ def test_the_cli_spools_when_the_log_file_cannot_be_opened(cli: Callable[..., tu
     code, flushed = cli("spool", "flush")
     assert code == 0 and (flushed["forwarded"], flushed["remaining"]) == (2, 0)
     assert sorted(e.type for e in _log_events(log)) == ["ElectionDefined", "SubmissionRejected", "UnitOpened"]
+
+
+def test_an_intake_that_never_read_the_log_judges_nothing_while_it_is_out_of_reach(
+    cli: Callable[..., tuple[int, Any]], tmp_path: Path, election: dict[str, Any]
+) -> None:  # fmt: skip
+    """The log was written by other means (the importer, `log append`, another machine's intake) and this
+    intake holds no snapshot of it: judged against nothing, a valid open would be refused (no election
+    is defined) and that refusal told to the chair. It answers an operational error and records nothing."""
+    data = tmp_path / "data"
+    _, token = CredentialStore(data / "credentials.json").issue("official", name="Pat")
+    (tmp_path / "election.json").write_text(json.dumps(election))
+    assert cli("define", str(tmp_path / "election.json"), "--token", token)[0] == 0
+    shutil.rmtree(data / "intake")  # as if the election had come in through another intake
+    log = data / "log.sqlite3"
+    shutil.move(log, tmp_path / "log.away")
+    log.mkdir()
+    try:
+        code, answer = cli("open", "E01", "--attendance", "30", "--token", token)
+        assert code == 2 and "has not read that log yet" in answer["error"]["message"], answer
+        assert "nothing was recorded" in answer["error"]["message"]
+        code, status = cli("spool", "status")
+        assert code == 0 and status["pending"] == 0
+    finally:
+        log.rmdir()
+        shutil.move(tmp_path / "log.away", log)
+    code, receipt = cli("open", "E01", "--attendance", "30", "--token", token)
+    assert code == 0 and receipt["status"] == "accepted"
+    assert sorted(e.type for e in _log_events(log)) == ["ElectionDefined", "UnitOpened"]
 
 
 @pytest.mark.parametrize("log_kind", ["kafka"])

@@ -118,7 +118,10 @@ def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Jud
     credential = sub.sender
     actor = credential.actor
     denied = authorize(credential, sub.kind, unit_id if sub.kind is not CommandKind.DEFINE else None)
-    if denied is not None:
+    # A chair's input that names no unit and does not parse is told what is missing (REQUIRED, as an
+    # official is), not that it is for the wrong unit; one that parses still needs the chair's own unit.
+    unnamed = denied is not None and denied.code == "WRONG_UNIT" and not unit_id and parsed.command is None
+    if denied is not None and not unnamed:
         return refuse((denied,), actor, filed=False)
     if parsed.command is None:
         return refuse((*parsed.errors, *precheck(parsed.data, view)), actor,

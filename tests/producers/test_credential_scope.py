@@ -117,3 +117,22 @@ def test_a_scoped_chair_need_not_name_its_election_when_another_shares_the_unit(
     ambiguous = send(CommandKind.REPORT, _report(fm5, "r-unscoped", "ia-test"), sender=unscoped)
     assert [p["code"] for p in ambiguous.to_json()["errors"]] == ["AMBIGUOUS_CREDENTIAL"]
     assert ambiguous.to_json()["category"] == "forbidden"
+
+
+def test_a_chairs_input_without_a_unit_is_told_what_is_missing_and_one_for_another_unit_is_forbidden(
+    send: Callable[..., Outcome], defined: Outcome, store: CredentialStore, fm5: dict[str, Any]
+) -> None:
+    """A chair's report with no unit id was refused WRONG_UNIT ("not for '(no unit given)'"), where an
+    official's is refused REQUIRED: the chair hears the missing fields as an official does. A report
+    that does name a unit is still held to the chair's own."""
+    chair, _ = store.issue("chair", unit_id="FM5", election_id="ia-test")
+    blank = send(CommandKind.REPORT, json.dumps({"idempotency_key": "blank"}), sender=chair)
+    assert not blank.accepted and blank.to_json()["category"] == "invalid"
+    assert {(p["field"], p["code"]) for p in blank.to_json()["errors"]} >= {("unit_id", "REQUIRED"), ("first_alignment", "REQUIRED")}
+    no_unit = {k: v for k, v in fm5.items() if k != "unit_id"}
+    unnamed = send(CommandKind.REPORT, json.dumps({**no_unit, "idempotency_key": "unnamed"}), sender=chair)
+    assert [(p["field"], p["code"]) for p in unnamed.to_json()["errors"]] == [("unit_id", "REQUIRED")]
+    other = send(CommandKind.REPORT, json.dumps({**fm5, "unit_id": "E01", "idempotency_key": "other"}), sender=chair)
+    assert [p["code"] for p in other.to_json()["errors"]] == ["WRONG_UNIT"] and other.to_json()["category"] == "forbidden"
+    own = send(CommandKind.REPORT, json.dumps({**fm5, "unit_id": "FM5", "idempotency_key": "own"}), sender=chair)
+    assert own.accepted, own.to_json()

@@ -3,7 +3,7 @@
 A person at a terminal gets a progress bar and a readable summary; a program gets one JSON document
 (``--json``) and an exit code: 0 when everything usable was imported (what could not be mapped is
 listed), 1 when the input as a whole is unusable and nothing was appended, 2 when ``--data`` is not a
-directory (nothing is opened or created then).
+directory or lacks a file the import reads (nothing is opened or created then).
 
 No credential is needed: the importer writes only what the published releases say, with event ids
 derived from them, and names itself in each record's ``caucus-writer`` header (see
@@ -27,7 +27,7 @@ from ledger.config import open_log
 from ledger.journal import Journal
 from producers.direct_writes import intake_turn
 from producers.importers.idp2020 import ELECTION_ID, ImportSummary, import_idp2020
-from producers.importers.idp2020.published import UNPUBLISHED_WRITER, unpublished
+from producers.importers.idp2020.published import PUBLISHED, UNPUBLISHED_WRITER, unpublished
 from producers.importers.issues import Issue
 from producers.importers.progress import progress_bar
 
@@ -55,6 +55,10 @@ def idp2020(
     settings = settings_of(ctx)
     if not data.is_dir():
         raise fail(f"--data {data}: not a directory (give the directory holding the 2020 Iowa files)")
+    missing = [name for name in PUBLISHED if not (data / name).is_file()]
+    if missing:
+        raise fail(f"--data {data}: {len(missing)} of the {len(PUBLISHED)} files the import reads are not there "
+                   f"({', '.join(missing)}); give the directory holding the 2020 Iowa files. Nothing was opened or created")
     changed = unpublished(data)
     writer = (f"importer:idp2020 ({election_id})" if not changed else
               f"{UNPUBLISHED_WRITER} ({election_id}; not as published: {', '.join(changed)})")

@@ -12,7 +12,6 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ledger.journal import Journal
 from ledger.log.sqlite import SqliteLog
 from producers.importers.cli import register
 from producers.importers.idp2020.delegates import fit_satellite, precinct_delegates, satellite_table_delegates
@@ -107,14 +106,15 @@ def test_unmappable_unit_is_reported_and_the_rest_imported(iowa_dir: Path, tmp_p
     assert summary["events"]["ResultReported"] == 1765 and summary["appended"] == sum(summary["events"].values())
 
 
-def test_missing_file_is_unusable_and_nothing_is_appended(iowa_dir: Path, tmp_path: Path) -> None:
+def test_a_missing_file_is_named_and_nothing_is_opened_or_created(iowa_dir: Path, tmp_path: Path) -> None:
+    """A file that is not there is an operational error (exit 2, as for every command), named, with no
+    log made for an import that could not run."""
     result = _run(_data_copy(iowa_dir, tmp_path, drop="idp_apportionment.csv"), tmp_path / "log")
-    assert result.exit_code == 1
-    summary = _summary(result.output)
-    assert not summary["ok"] and summary["appended"] == 0
-    assert any(i["severity"] == "error" and "idp_apportionment.csv" in i["where"] for i in summary["issues"])
-    with SqliteLog(tmp_path / "log" / "log.sqlite3") as log:
-        assert sum(Journal(log).log.high_watermarks().values()) == 0
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stderr)["error"]
+    assert "idp_apportionment.csv" in error["message"] and "1 of the 6 files" in error["message"], error
+    assert "iowa2020_precincts.csv" not in error["message"]
+    assert not (tmp_path / "log").exists()
 
 
 def test_dry_run_appends_nothing(iowa_dir: Path, tmp_path: Path) -> None:

@@ -45,10 +45,9 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ledger.config import Settings
 from ledger.events import Event, utc_now

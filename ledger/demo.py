@@ -5,7 +5,9 @@ simulator's precinct chairs report through the real intake (validation, refusals
 dropped, coin tosses recorded), the projection runner replays the log into tallies exactly once, and
 the auditor's tools (paper trail, §12 checks, signed checkpoint, verification) run over the result.
 Each step is the same command a user would type, invoked in-process, so the demo cannot drift from
-the real surface. Running it again with the same seed appends nothing: event ids follow the seed.
+the real surface. Running it again with the same seed appends no result again (event ids and keys
+follow the seed, so every accepted command comes back a duplicate); what it does append again is what
+every run appends: each refused attempt (a fact of its own) and a new signed checkpoint.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _heading(text: str) -> None:
 
 def demo(
     ctx: typer.Context,
-    seed: int = typer.Option(2020, "--seed", help="Same seed, same election (and nothing new appended)."),
+    seed: int = typer.Option(2020, "--seed", help="Same seed, same election: run again, it appends no result twice (its refused attempts and a checkpoint are recorded again)."),
     units: int = typer.Option(60, "--units", min=2, help="Reporting units to simulate."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary instead of the walk-through."),
 ) -> None:
@@ -78,7 +80,9 @@ def demo(
         _heading(f"4. Paper trail of unit {tossed[0]}, where a coin toss or lots settled a seat")
         _run(ctx, "trail", tossed[0], "--election", election.election_id)
     if quiet:
-        emit({"seed": seed, "units": units, "intake": sent, "log": settings.describe_log(), "tossed_units": tossed}, True)
+        again = sent["accepted"] == 0 and bool(sent["duplicate"])  # its 'unexpected' are the duplicates of a rerun
+        emit({"seed": seed, "units": units, "intake": sent, "log": settings.describe_log(), "tossed_units": tossed,
+              "already_in_log": again}, True)
         return
     _heading("5. Auditor's checks (RULES.md §12) over every unit")
     try:

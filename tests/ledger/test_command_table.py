@@ -5,6 +5,7 @@ listed under the wrong module would vanish."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from importlib import import_module
@@ -90,3 +91,33 @@ def test_the_demo_walks_through_a_log_that_holds_another_election(tmp_path) -> N
     bare = subprocess.run([sys.executable, "-c", "from ledger.cli import main; main(['tally'])"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert bare.returncode == 2 and "--election" in bare.stderr
+
+
+def test_the_demo_run_again_appends_no_result_twice_and_says_so(tmp_path) -> None:
+    """Its --seed help promised "nothing new appended"; each refused attempt is recorded again (a fact
+    of its own), so what it does promise is checked: no result twice, and a rerun named as one."""
+    import os
+
+    from ledger.journal import Journal
+    from ledger.log.sqlite import SqliteLog
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+
+    def demo() -> dict:
+        done = subprocess.run([sys.executable, "-c", "from ledger.cli import main; main(['demo', '--json'])"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    def kinds() -> list[str]:
+        with SqliteLog(tmp_path / "caucus-data" / "log.sqlite3", read_only=True) as log:
+            return [le.event.type for le in Journal(log).read()]
+
+    first = demo()
+    assert first["already_in_log"] is False and first["intake"]["accepted"] > 0 and first["intake"]["unexpected_count"] == 0
+    before = kinds()
+    again = demo()
+    assert again["already_in_log"] is True and again["intake"]["accepted"] == 0
+    after = kinds()
+    assert [k for k in after if k != "SubmissionRejected"] == [k for k in before if k != "SubmissionRejected"]
+    assert after.count("SubmissionRejected") == 2 * before.count("SubmissionRejected") > 0

@@ -158,7 +158,8 @@ def realignment_cut(
         seats=len(block) - leaving,
         reason=(
             f"{len(groups)} viable groups for {delegates} delegates: {leaving} of the "
-            f"{len(block)} equal smallest groups ({cut_size} each) must realign, chosen by lot"
+            f"{len(block)} equal smallest groups ({cut_size} each) must realign, chosen by lot; "
+            f"the lot's winners are the {len(block) - leaving} that stay viable"
         ),
         stage="realign",
     )

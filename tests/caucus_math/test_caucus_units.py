@@ -104,6 +104,9 @@ def test_every_group_tied_at_the_cut_is_decided_by_lot_even_under_the_app_readin
     cut = too_many_viable(four, 3, "all")
     assert cut.keep == frozenset() and cut.must_realign == frozenset()
     assert cut.pending is not None and (cut.pending.contenders, cut.pending.seats) == (("A", "B", "C", "D"), 3)
+    # its seats count the groups that stay, and so does its reason: an official reading only the reason
+    # ("1 of the 4 ... must realign") could enter the one that realigns as the toss's winner
+    assert "1 of the 4 equal smallest groups" in cut.pending.reason and "winners are the 3 that stay" in cut.pending.reason
     pending = alloc(four, 100, 3)
     assert not pending.settled and pending.unallocated == 0 and not any(pending.delegates.values())
     drawn = alloc(four, 100, 3, ties=(TieResolution(("A", "B", "C", "D"), 3, ("A", "B", "D"), "lots"),))

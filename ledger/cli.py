@@ -402,6 +402,18 @@ def _flowed(text: str) -> str:
     return "\n\n".join(out)
 
 
+def _name_the_place_of_a_global_option(exc: click_errors.UsageError) -> None:
+    """``caucus tally --data-dir D`` is the likeliest slip: say where the option goes, instead of only
+    that the command has no such option (or a look-alike of its own, as ``--data`` for ``--data-dir``)."""
+    name = getattr(exc, "option_name", None)
+    if not isinstance(exc, click_errors.NoSuchOption) or not name:
+        return
+    root = typer.main.get_command(app)
+    if any(name == opt for param in root.params for opt in param.opts):
+        exc.message += f"; {name} is an option of caucus itself: give it before the command (caucus {name} ... COMMAND)"
+        exc.possibilities = None
+
+
 def _hoist_wide(argv: list[str]) -> list[str]:
     """``--wide`` is a global option that may be given anywhere: move it before the command."""
     if "--wide" not in argv:
@@ -463,6 +475,7 @@ def _run(args: list[str]) -> None:
         typer.echo("interrupted", err=True)
         sys.exit(130)
     except click_errors.UsageError as exc:
+        _name_the_place_of_a_global_option(exc)
         if as_json:
             hint = f" (command: {exc.ctx.command_path})" if exc.ctx is not None else ""
             print_error(exc.format_message() + hint, 2, as_json=True, kind="usage")

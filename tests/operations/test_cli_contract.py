@@ -104,6 +104,22 @@ def test_version(ops: ModuleType, env: dict[str, str]) -> None:
     assert code == 0 and re.fullmatch(r"caucus \d+\.\d+\.\d+\n", out)
 
 
+def test_a_global_option_after_the_command_is_told_where_it_goes(ops: ModuleType, env: dict[str, str]) -> None:
+    """``caucus tally --data-dir D`` said only "No such option" (and, after ``import idp2020``, offered
+    the command's own ``--data``): the answer names where the option goes."""
+    for args in (["tally", "--data-dir", "elsewhere"], ["import", "idp2020", "--data", "x", "--data-dir", "elsewhere", "--json"],
+                 ["audit", "--kafka", "h:9092"]):
+        code, out, err = ops.in_process(args, env)
+        assert code == 2 and out == "", (args, err)
+        _no_traceback(code, out, err)
+        message = json.loads(err)["error"]["message"] if "--json" in args else " ".join(err.replace("│", " ").split())
+        option = args[-2] if "--json" not in args else "--data-dir"
+        assert f"{option} is an option of caucus itself: give it before the command" in message, message
+        assert "Possible options" not in message, message
+    code, _, err = ops.in_process(["tally", "--bogus"], env)
+    assert code == 2 and "option of caucus itself" not in err
+
+
 def test_a_setting_that_breaks_its_rule_names_it(ops: ModuleType, env: dict[str, str]) -> None:
     for name, value, words in (("CAUCUS_PARTITIONS", "abc", "integer"), ("CAUCUS_KAFKA", "nohost", "HOST:PORT"),
                                ("CAUCUS_KAFKA_SECURITY_PROTOCOL", "TLS", "SASL_SSL"), ("CAUCUS_FILE_MODE", "0666", "others"),

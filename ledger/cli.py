@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -456,10 +457,32 @@ def main(argv: list[str] | None = None) -> None:
     The command line is known to the error printer while it runs, and only then: a later command in the
     same process (a test, an embedding program) is not answered in JSON for this one's ``--json``."""
     args = _hoist_wide(list(sys.argv[1:] if argv is None else argv))
+    before = _terminate_as_interrupt()
     try:
         _run(args)
     finally:
         set_args(None)
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is: it unwinds as Ctrl-C does (exit 143 instead of 130)."""
+
+
+def _terminate_as_interrupt() -> Any:
+    """A command stopped by SIGTERM (``timeout``, a service manager) ends as one stopped by Ctrl-C: its
+    transactions rolled back and its files closed, so a follower such as ``caucus subscribe`` leaves no
+    ``-wal``/``-shm`` beside a file it only read. Commands that handle signals themselves (``project``,
+    the HTTP services) set their own handlers over this one. Returns the handler it replaced."""
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread (an embedding program): leave its signals alone
+        return None
 
 
 def _run(args: list[str]) -> None:
@@ -471,9 +494,9 @@ def _run(args: list[str]) -> None:
     except typer.Abort:
         typer.echo("interrupted", err=True)
         sys.exit(130)
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        typer.echo("terminated" if isinstance(exc, _Terminated) else "interrupted", err=True)
+        sys.exit(143 if isinstance(exc, _Terminated) else 130)
     except click_errors.UsageError as exc:
         _name_the_place_of_a_global_option(exc)
         if as_json:

@@ -121,3 +121,28 @@ def test_the_demo_run_again_appends_no_result_twice_and_says_so(tmp_path) -> Non
     after = kinds()
     assert [k for k in after if k != "SubmissionRejected"] == [k for k in before if k != "SubmissionRejected"]
     assert after.count("SubmissionRejected") == 2 * before.count("SubmissionRejected") > 0
+
+
+def test_a_follower_stopped_by_sigterm_ends_as_one_stopped_by_ctrl_c(tmp_path) -> None:
+    """``timeout 3 caucus subscribe`` (SIGTERM) left the feed's ``-wal``/``-shm`` beside a file it only
+    read; stopped by Ctrl-C it left nothing. SIGTERM now unwinds the command the same way (a command that
+    does not catch it exits 143, "terminated")."""
+    import os
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")}
+    made = subprocess.run([sys.executable, "-c", "from ledger.cli import main; main(['demo', '--units', '8', '--json'])"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    data = tmp_path / "caucus-data"
+    before = sorted(p.name for p in data.iterdir())
+    follower = subprocess.Popen([sys.executable, "-c", "from ledger.cli import main; main(['subscribe', '--latest', '--follow'])"], cwd=tmp_path,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(follower.stdout.readline())  # it is following: the feed's first record is out
+        follower.send_signal(signal.SIGTERM)
+        _, err = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, err  # subscribe ends on Ctrl-C as a stop asked for, and so on SIGTERM
+    assert sorted(p.name for p in data.iterdir()) == before

@@ -65,8 +65,8 @@ def _counts(values: list[str] | None, option: str) -> dict[str, Any] | None:
     for value in values:
         for item in value.split(","):
             item = item.strip()  # "A=5, B=3": spaces after a comma only separate
-            if not item:
-                continue
+            if not item:  # "A=1,,B=2": a count left out, not a separator to skip
+                raise typer.BadParameter(f"{value!r}: an empty item between commas; give CANDIDATE=COUNT,...", param_hint=option)
             name, sep, count = item.partition("=")
             if not sep or not name.strip():
                 raise typer.BadParameter(f"{item!r}: give CANDIDATE=COUNT", param_hint=option)
@@ -77,7 +77,8 @@ def _counts(values: list[str] | None, option: str) -> dict[str, Any] | None:
                 # The JSON form refuses a repeated key (DUPLICATE_KEY); the options must not keep "the last one".
                 raise typer.BadParameter(f"candidate {name!r} is given more than once", param_hint=option)
             text = count.strip()
-            out[name] = int(text) if re.fullmatch(r"-?\d+", text) else text
+            # ASCII digits only, as in the JSON form: int() also reads "١٠" (Arabic-Indic ten), which the intake refuses
+            out[name] = int(text) if re.fullmatch(r"-?[0-9]+", text) else text
     return out
 
 

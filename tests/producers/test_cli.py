@@ -157,6 +157,18 @@ def test_a_candidate_given_twice_in_the_options_is_refused(cli: Any, tokens: dic
     assert code == 0 and fine["status"] == "accepted", fine
 
 
+def test_counts_in_the_options_are_read_as_the_json_form_reads_them(cli: Any, tokens: dict[str, str], defined: Path) -> None:
+    """Arabic-Indic digits were read as numbers by the options (``int`` accepts them) and refused by the
+    JSON form (NOT_AN_INTEGER); an empty item between commas was skipped, a count silently left out."""
+    code, refused = cli("report", "--unit", "E01", "--attendance", "15", "--first", "Biden=\u0661\u0660,Sanders=\u0665",
+                        "--final", "Biden=\u0661\u0660,Sanders=\u0665", "--json", token=tokens["official"])  # fmt: skip
+    assert code == 1 and refused["status"] == "rejected", refused
+    assert {(e["field"], e["code"]) for e in refused["errors"]} >= {("first_alignment.Biden", "NOT_AN_INTEGER")}
+    code, out = cli("report", "--unit", "E01", "--attendance", "60", "--first", "Biden=55,,Sanders=5",
+                    "--final", "Biden=60", token=tokens["official"])  # fmt: skip
+    assert code == 2 and "--first" in out and "empty item" in out, out
+
+
 def test_a_ratio_the_schema_cannot_hold_is_refused_and_recorded(cli: Any, tokens: dict[str, str], tmp_path: Path, election: dict[str, Any]) -> None:
     # Ratios are Avro records of two 64-bit longs: a larger term crashed the encoder and the input was lost.
     big = {**election, "election_id": "big", "idempotency_key": "kb",

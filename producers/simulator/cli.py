@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.cli_output import emit, settings_of
+from ledger.cli_output import emit, fail, settings_of
 from ledger.config import open_log
 from ledger.journal import Journal
 from producers.importers.progress import progress_bar
@@ -78,7 +78,9 @@ def write_cmd(
 ) -> None:  # fmt: skip
     """Append the events the intake would have recorded to the configured log, without the intake.
     Needs an official's credential; each record names that official in its caucus-writer header.
-    Event ids follow from the seed, so writing the same seed again appends nothing."""
+    Event ids follow from the seed, so writing the same seed again appends nothing. Judged as `caucus
+    log append` judges a file, its simulated times aside: if the log refuses one event (another
+    simulation under the same ids, a toss for a tie its result does not have), nothing is appended."""
     from producers.direct_writes import intake_turn, official_writer
 
     settings = settings_of(ctx)
@@ -89,6 +91,7 @@ def write_cmd(
         before = sum(journal.log.high_watermarks().values())
         bar = progress_bar(not as_json and sys.stderr.isatty(), "appending events")
         with intake_turn(settings), bar as progress:  # an intake beside it reads these before deciding
+            _judge(journal, events)
             for start in range(0, len(events), 500):
                 journal.append_batch(events[start : start + 500])
                 if progress is not None:
@@ -102,6 +105,21 @@ def write_cmd(
     emit(data, as_json, lambda: typer.echo(
         f"sim-{seed}: {len(events)} events ({', '.join(f'{t} {n}' for t, n in types.items())}); "
         f"appended {appended} to {settings.describe_log()}"))  # fmt: skip
+
+
+def _judge(journal: Journal, events: list[Any]) -> None:
+    """Refuse the whole write if the log refuses one of its events (``producers.direct_writes.refusals``,
+    as ``caucus log append`` and the importer judge): skipping only the events whose ids the log holds
+    for other content would write the rest over another election's results, tosses for ties included."""
+    from producers.direct_writes import REFUSED, refusals
+
+    found = refusals(journal, events, datetime.now(UTC), check_times=False)
+    if found:
+        shown = "; ".join(f"{events[i].type} {events[i].unit_id or events[i].envelope.election_id} ({events[i].event_id}): "
+                          + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in found[:5])
+        more = f"; and {len(found) - 5} more" if len(found) > 5 else ""
+        raise fail(f"refused, nothing appended ({len(found)} of {len(events)} events): {shown}{more}. Another seed, or "
+                   "another data directory, writes another simulation beside it", REFUSED, kind="refused")
 
 
 @simulate_app.command("send")

@@ -189,6 +189,27 @@ def _check_elections_apart(shared: Caucus, alone: Callable[[int], Caucus]) -> No
     assert code == 2 and "unknown" in str(unknown)
 
 
+def test_a_simulated_write_the_log_refuses_in_part_appends_nothing(workspace: Callable[[str], Caucus]) -> None:
+    """Written again with more ties, a seed's simulation has other content under the same event ids: it
+    skipped those silently, said "appended 43", and wrote coin tosses for ties the log's results do not
+    have. Judged as `caucus log append` judges a file, it is refused whole (exit 1) and the log keeps
+    what it had; the same simulation again appends nothing, and another seed goes beside it."""
+    caucus = workspace("sim")
+    token = _official(caucus)
+    _simulated(caucus, token, 7, 50)
+    log_size = caucus("log", "info", "--json")[1]["records"]
+    code, refused = caucus("simulate", "write", "--seed", "7", "--units", "50", "--ties", "0.9", "--token", token)
+    assert code == 1 and "refused, nothing appended" in str(refused) and "EVENT_ID_CONFLICT" in str(refused), refused
+    assert caucus("log", "info", "--json")[1]["records"] == log_size
+    code, again = caucus("simulate", "write", "--seed", "7", "--units", "50", "--token", token, "--json")
+    assert code == 0 and again["appended"] == 0, again
+    code, other = caucus("simulate", "write", "--seed", "8", "--units", "50", "--token", token, "--json")
+    assert code == 0 and other["appended"] == sum(other["events"].values()), other
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    findings = caucus("audit", "--election", "sim-7", "--json")[1]["findings"]
+    assert not [f for f in findings if f["code"] in ("TOSS_UNUSED", "RECORDED_OUT_OF_ORDER")], findings
+
+
 def test_two_elections_sharing_unit_ids_keep_their_own_tallies(workspace: Callable[[str], Caucus]) -> None:
     _check_elections_apart(workspace("shared"), lambda seed: workspace(f"alone-{seed}"))
 

@@ -124,6 +124,20 @@ EVENT_COLUMNS = "set_id, event_id, unit_key, election_id, part, log_offset, type
 
 DATA_TABLES = ("proj_positions", "proj_elections", "proj_unit_states", "proj_unit_tallies", "proj_events", "proj_unit_history",
                "proj_history_sets", "proj_feed_versions")
+TOP_VERSION = ("SELECT COALESCE(MAX(version), 0), (SELECT value FROM proj_meta WHERE name = 'set_version:' || {ph}) "
+               "FROM proj_sets WHERE name = {ph}")
+NOTE_VERSION = ("INSERT INTO proj_meta (name, value) VALUES ('set_version:' || {ph}, {ph}) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+"""A name's versions are never given twice: the highest given is kept in ``proj_meta`` as well, since a
+dropped set (an abandoned replay) takes its row with it, and ``set:tally@4`` must not come to mean
+another set's contents. A store from before this note falls back on the sets it holds."""
+
+
+def next_version(row: tuple[int, str | None]) -> int:
+    held, noted = row
+    return max(int(held), int(noted or 0)) + 1
+
+
 HISTORY_MARK = "INSERT INTO proj_history_sets (set_id) VALUES ({ph})"
 """Run when a set is created: its history is kept from its first batch, so as-of reads may use it
 (a set created before the history existed has none, and as-of reads replay the log for it)."""

@@ -58,6 +58,8 @@ class _Database:
     serving: dict[str, int] = field(default_factory=dict)
     tables: dict[int, _Tables] = field(default_factory=dict)
     next_set_id: int = 1
+    top_versions: dict[str, int] = field(default_factory=dict)
+    """The highest version given per name, dropped sets' included (``_sql.TOP_VERSION``)."""
     writer: threading.RLock = field(default_factory=threading.RLock)
     """Held by a write for its whole length: writers wait for each other, readers never do."""
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -239,8 +241,9 @@ class MemoryStore:
 
     def _insert(self, name: str, source: str, rule_set: str | None, params: str) -> SetInfo:
         db = self._db
-        top = max((s.version for s in db.sets.values() if s.name == name), default=0)
-        info = SetInfo(db.next_set_id, name, top + 1, "building", source, rule_set, params, _now(), None)
+        top = max((s.version for s in db.sets.values() if s.name == name), default=db.top_versions.get(name, 0))
+        top = db.top_versions[name] = max(top, db.top_versions.get(name, 0)) + 1
+        info = SetInfo(db.next_set_id, name, top, "building", source, rule_set, params, _now(), None)
         db.next_set_id += 1
         db.sets[info.set_id] = info
         db.tables[info.set_id] = _Tables()

@@ -25,11 +25,14 @@ from projections.stores._sql import (
     SCHEMA_VERSION,
     SET_COLUMNS,
     HISTORY_MARK,
+    NOTE_VERSION,
+    TOP_VERSION,
     SqlFeedFence,
     SqlReader,
     change_rows,
     history_insert,
     history_params,
+    next_version,
     now_text,
     schema_statements,
     set_info,
@@ -194,14 +197,16 @@ class PostgresStore:
     def _insert_set(self, name: str, source: str, rule_set: str | None, params: str) -> int:
         # Serialise version numbering per name.
         self._conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_SCHEMA_LOCK, name))
-        row = self._conn.execute("SELECT COALESCE(MAX(version), 0) FROM proj_sets WHERE name = %s", (name,)).fetchone()
-        top = row[0] if row else 0
+        top = self._conn.execute(TOP_VERSION.format(ph="%s"), (name, name)).fetchone()
+        assert top is not None
+        version = next_version(top)
         row = self._conn.execute(
             "INSERT INTO proj_sets (name, version, state, source, rule_set, params, created_at) "
             "VALUES (%s, %s, 'building', %s, %s, %s, %s) RETURNING set_id",
-            (name, top + 1, source, rule_set, params, now_text()),
+            (name, version, source, rule_set, params, now_text()),
         ).fetchone()
         assert row is not None
+        self._conn.execute(NOTE_VERSION.format(ph="%s"), (name, str(version)))
         self._conn.execute(HISTORY_MARK.format(ph="%s"), (int(row[0]),))
         return int(row[0])
 

@@ -38,11 +38,14 @@ from projections.stores._sql import (
     SCHEMA_VERSION,
     SET_COLUMNS,
     HISTORY_MARK,
+    NOTE_VERSION,
+    TOP_VERSION,
     SqlFeedFence,
     SqlReader,
     change_rows,
     history_insert,
     history_params,
+    next_version,
     now_text,
     schema_statements,
     set_info,
@@ -205,11 +208,12 @@ class SqliteStore:
 
     @staticmethod
     def _insert_set(conn: sqlite3.Connection, name: str, source: str, rule_set: str | None, params: str) -> int:
-        (top,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM proj_sets WHERE name = ?", (name,)).fetchone()
+        version = next_version(conn.execute(TOP_VERSION.format(ph="?"), (name, name)).fetchone())
         cur = conn.execute(
             "INSERT INTO proj_sets (name, version, state, source, rule_set, params, created_at) VALUES (?, ?, 'building', ?, ?, ?, ?)",
-            (name, top + 1, source, rule_set, params, now_text()),
+            (name, version, source, rule_set, params, now_text()),
         )
+        conn.execute(NOTE_VERSION.format(ph="?"), (name, str(version)))
         assert cur.lastrowid is not None
         conn.execute(HISTORY_MARK.format(ph="?"), (cur.lastrowid,))
         return cur.lastrowid

@@ -60,6 +60,21 @@ def test_sets_versions_and_atomic_promotion(open_store: Open) -> None:
     assert other.version == 1, "versions count per name"
 
 
+def test_a_version_is_never_given_twice_even_after_its_set_is_dropped(open_store: Open) -> None:
+    """A replay killed mid-way leaves its set abandoned; the next replay drops it and built a set under
+    the same version, so ``set:tally@4`` came to mean other contents. The highest given is kept."""
+    store = open_store()
+    v1 = store.ensure_serving("tally", source="s")
+    v2 = store.create_set("tally", source="s")
+    v3 = store.create_set("tally", source="s")
+    store.drop_set(v3.set_id)
+    store.drop_set(v2.set_id)
+    assert [s.version for s in store.sets("tally")] == [v1.version] == [1]
+    assert store.create_set("tally", source="s").version == 4
+    assert open_store().create_set("tally", source="s").version == 5, "kept in the store, not in the process"
+    assert store.create_set("audit", source="s").version == 1, "versions count per name"
+
+
 def test_ensure_serving_creates_once(open_store: Open) -> None:
     a, b = open_store(), open_store()
     s1 = a.ensure_serving("tally", source="s")

@@ -186,6 +186,13 @@ class CaucusSettings(BaseSettings):
 
         return normalise_options(value)
 
+    @field_validator("data_dir")
+    @classmethod
+    def _a_directory(cls, value: Path) -> Path:
+        if value.exists() and not value.is_dir():  # else every command names a file inside it that is not there
+            raise ValueError(f"{value} is a file, not a directory")
+        return value
+
     @field_validator("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile")
     @classmethod
     def _readable(cls, value: Path | None) -> Path | None:
@@ -379,7 +386,7 @@ def _explain(exc: ValidationError, merged: Mapping[str, Any], sources: Mapping[s
         message = err["msg"].removeprefix("Value error, ")
         if name in CaucusSettings.model_fields:
             value = merged.get(name)
-            shown = "(secret)" if _secret(name) else repr(value)
+            shown = "(secret)" if _secret(name) else repr(str(value) if isinstance(value, Path) else value)
             where = sources.get(name, "default")
             suffix = f".{'.'.join(loc[1:])}" if len(loc) > 1 else ""
             lines.append(f"setting {name}{suffix} = {shown} (from {where}): {message}")

@@ -40,7 +40,7 @@ _CHANNELS = ("app", "phone", "paper")
 
 TokenOption = typer.Option(None, "--token", envvar="CAUCUS_TOKEN", help="Your credential (env CAUCUS_TOKEN).", show_default=False)
 KeyOption = typer.Option(None, "--key", help="Idempotency key (default: derived from the command and the sender).")
-ChannelOption = typer.Option("phone", "--channel", help="How the result reached you: app, phone or paper.")
+ChannelOption = typer.Option("phone", "--channel", help="How the command reached you: app, phone or paper.")
 ElectionOption = typer.Option(None, "--election", help="Election id (default: the election holding the unit).")
 OccurredOption = typer.Option(None, "--occurred-at", help="When it happened at the caucus, ISO 8601 with offset.")
 JsonOption = typer.Option(False, "--json", help="Print the receipt or the errors as JSON.")

@@ -88,7 +88,7 @@ def subscribe(
     ctx: typer.Context,
     from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the feed's first record (default: only what is published from now on)."),
     unit: Optional[str] = typer.Option(None, "--unit", help="Only this unit's tallies (unit id)."),
-    county: Optional[str] = typer.Option(None, "--county", help="Only this county's sums and its units' tallies (county id)."),
+    county: Optional[str] = typer.Option(None, "--county", help="Only this county's sums and its units' tallies (county id or name)."),
     election: Optional[str] = typer.Option(None, "--election", help="Only this election."),
     max_lines: Optional[int] = typer.Option(None, "--max", min=1, help="Stop after printing this many lines."),
     until_idle: Optional[float] = typer.Option(None, "--until-idle", min=0.0, help="Stop once nothing has arrived for this many seconds."),

@@ -133,6 +133,15 @@ def test_a_setting_that_breaks_its_rule_names_it(ops: ModuleType, env: dict[str,
             assert f"setting {setting}" in message and name in message and words in message, message
 
 
+def test_a_data_dir_that_is_a_file_is_named_as_one(ops: ModuleType, env: dict[str, str], tmp_path: Path) -> None:
+    """``--data-dir README.md`` said "no projection store at README.md/store.sqlite3"."""
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    code, out, err = ops.in_process(["--data-dir", str(afile), "tally"], env)
+    assert code == 2 and out == "" and "is a file, not a directory" in err and "PosixPath" not in err, err
+    _no_traceback(code, out, err)
+
+
 def test_a_configuration_file_that_is_not_utf8_is_named(ops: ModuleType, env: dict[str, str], tmp_path: Path) -> None:
     # TOML is UTF-8; a file in another encoding is the user's error (exit 2, the file named), not a bug.
     config = tmp_path / "caucus.toml"

@@ -10,7 +10,8 @@ each record's append time must lie between the latest checkpoint that did not co
 earliest that did, within ``TOLERANCE_MS`` for clocks that differ (a Kafka producer's and the
 signer's). Moving a record's time across a checkpoint is found; moving it within the span between
 two checkpoints is not: the finer the checkpoints, the tighter the bound. Logs that record no time
-(0 or less) are not held to it.
+(0 or less) are not held to it; but every adapter of this ledger records one, so a partition where
+some records have a time and others none had times taken away (which would free them of the check).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def append_time_problems(
         before_max.append(best)
     late: list[int] = []
     early: list[int] = []
+    blank = [i for i, ms in enumerate(append_ms) if ms <= 0] if any(ms > 0 for ms in append_ms) else []
     for i, ms in enumerate(append_ms):
         if ms <= 0:
             continue
@@ -69,6 +71,9 @@ def append_time_problems(
         if k > 0 and ms < before_max[k - 1][0] - TOLERANCE_MS:
             early.append(i)
     out: list[tuple[int, str]] = []
+    if blank:
+        out.append((blank[0], f"says no append time ({append_ms[blank[0]]}) where the partition's other records have "
+                              f"one: the log's append time was taken away{_more(blank)}"))
     if late:
         i = late[0]
         bound, s = covering_min[bisect_right(sizes, i)]

@@ -49,6 +49,20 @@ def test_an_append_time_moved_across_a_checkpoint_is_found(checkpointed: Any, ta
     assert nudged.verify()[1].ok
 
 
+def test_an_append_time_taken_away_is_found(checkpointed: Any, tamper: Any, tmp_path: Path) -> None:
+    """A time of 0 or less reads as "this log records no time", which the check leaves alone: set on a
+    few records of a log that records one for every record, it freed them of the check unseen."""
+    _, report = checkpointed.verify()
+    first = report.checkpoints[0].checkpoint
+    p = next(q for q in range(first.partitions) if first.partition_sizes[q] >= 2)
+    blanked = checkpointed.copy_to(tmp_path / "blanked")
+    _set_time(blanked.log_path, tamper, p, 0, 0)
+    _set_time(blanked.log_path, tamper, p, 1, -1)
+    _, bad = blanked.verify()
+    assert [(f.kind, str(f.position)) for f in bad.findings] == [("append-time", f"{p}:0")], bad.findings
+    assert "taken away" in bad.findings[0].message and "1 more record" in bad.findings[0].message
+
+
 def test_caucus_verify_finds_a_backdated_record(tmp_path: Path, site_at: Callable[[Path], Site]) -> None:
     site = site_at(tmp_path)
     site.run("demo")
@@ -161,3 +175,5 @@ def test_checkpoints_of_the_same_size_and_millisecond_are_held_to_as_well() -> N
     assert [i for i, _ in problems] == [1], problems
     problems = append_time_problems(0, [at_ms - 5, at_ms - 1, at_ms - TOLERANCE_MS - 1], both)
     assert [i for i, _ in problems] == [2], problems
+    assert append_time_problems(0, [0, -1, 0], both) == [], "a log that records no time is not held to it"
+    assert [i for i, _ in append_time_problems(0, [at_ms - 5, 0, at_ms + 10], both)] == [1]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,6 +22,7 @@ from typer._click import (
 from typer._click.core import Command, Context
 from typer.core import TyperOption
 
+from ledger.cli_args import Terminated, hoist_wide, name_the_place_of_a_global_option, terminate_as_interrupt
 from ledger.cli_output import (
     LOADED_KEY,
     JsonOption,
@@ -403,29 +403,6 @@ def _flowed(text: str) -> str:
     return "\n\n".join(out)
 
 
-def _name_the_place_of_a_global_option(exc: click_errors.UsageError) -> None:
-    """``caucus tally --data-dir D`` is the likeliest slip: say where the option goes, instead of only
-    that the command has no such option (or a look-alike of its own, as ``--data`` for ``--data-dir``)."""
-    name = getattr(exc, "option_name", None)
-    if not isinstance(exc, click_errors.NoSuchOption) or not name:
-        return
-    root = typer.main.get_command(app)
-    if any(name == opt for param in root.params for opt in param.opts):
-        exc.message += f"; {name} is an option of caucus itself: give it before the command (caucus {name} ... COMMAND)"
-        exc.possibilities = None
-
-
-def _hoist_wide(argv: list[str]) -> list[str]:
-    """``--wide`` is a global option that may be given anywhere: move it before the command."""
-    if "--wide" not in argv:
-        return argv
-    cut = argv.index("--") if "--" in argv else len(argv)
-    if "--wide" not in argv[:cut]:
-        return argv
-    rest = [a for a in argv[:cut] if a != "--wide"]
-    return ["--wide", *rest, *argv[cut:]]
-
-
 def _operational_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean "could not be done", each with a message for a person: exit 2, no traceback."""
     import sqlite3
@@ -456,33 +433,12 @@ def main(argv: list[str] | None = None) -> None:
     """Run ``caucus``: the README's contract (exit codes, JSON errors, no traceback for a user's error).
     The command line is known to the error printer while it runs, and only then: a later command in the
     same process (a test, an embedding program) is not answered in JSON for this one's ``--json``."""
-    args = _hoist_wide(list(sys.argv[1:] if argv is None else argv))
-    before = _terminate_as_interrupt()
+    args = hoist_wide(list(sys.argv[1:] if argv is None else argv))
     try:
-        _run(args)
+        with terminate_as_interrupt():
+            _run(args)
     finally:
         set_args(None)
-        if before is not None:
-            signal.signal(signal.SIGTERM, before)
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the command is: it unwinds as Ctrl-C does (exit 143 instead of 130)."""
-
-
-def _terminate_as_interrupt() -> Any:
-    """A command stopped by SIGTERM (``timeout``, a service manager) ends as one stopped by Ctrl-C: its
-    transactions rolled back and its files closed, so a follower such as ``caucus subscribe`` leaves no
-    ``-wal``/``-shm`` beside a file it only read. Commands that handle signals themselves (``project``,
-    the HTTP services) set their own handlers over this one. Returns the handler it replaced."""
-
-    def terminated(signum: int, frame: Any) -> None:
-        raise _Terminated()
-
-    try:
-        return signal.signal(signal.SIGTERM, terminated)
-    except ValueError:  # not the main thread (an embedding program): leave its signals alone
-        return None
 
 
 def _run(args: list[str]) -> None:
@@ -495,10 +451,10 @@ def _run(args: list[str]) -> None:
         typer.echo("interrupted", err=True)
         sys.exit(130)
     except KeyboardInterrupt as exc:
-        typer.echo("terminated" if isinstance(exc, _Terminated) else "interrupted", err=True)
-        sys.exit(143 if isinstance(exc, _Terminated) else 130)
+        typer.echo("terminated" if isinstance(exc, Terminated) else "interrupted", err=True)
+        sys.exit(143 if isinstance(exc, Terminated) else 130)
     except click_errors.UsageError as exc:
-        _name_the_place_of_a_global_option(exc)
+        name_the_place_of_a_global_option(exc, command_)
         if as_json:
             hint = f" (command: {exc.ctx.command_path})" if exc.ctx is not None else ""
             print_error(exc.format_message() + hint, 2, as_json=True, kind="usage")

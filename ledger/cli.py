@@ -319,9 +319,10 @@ def _judged_append(journal: Any, events: list[Any], lines: list[int], docs: list
     """``caucus log append``'s check and write: the whole file refused if one event may not be written."""
     from datetime import UTC, datetime
 
-    from producers.direct_writes import REFUSED, refusals
+    from producers.direct_writes import REFUSED, append_new, judge
 
-    refused = refusals(journal, events, datetime.now(UTC), docs, trusted)
+    judged = judge(journal, events, datetime.now(UTC), docs, trusted)
+    refused = judged.refused
     if refused:
         more = f"; and {len(refused) - 10} more lines" if len(refused) > 10 else ""
         raise fail(f"refused, nothing appended ({len(refused)} of {len(events)} lines): " + "; ".join(
@@ -329,7 +330,7 @@ def _judged_append(journal: Any, events: list[Any], lines: list[int], docs: list
             + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in refused[:10]
         ) + more, REFUSED, kind="refused")
     _writable(journal.codec, events, lines)  # after judging: a count too large for any schema is TOO_LARGE above
-    return list(journal.append_batch(events))
+    return append_new(journal, events, judged.held)  # what the log holds is not written again (a Kafka log would)
 
 
 def _checkpoint_keys(settings: Any, events: list[Any]) -> Any:

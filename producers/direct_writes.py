@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from ledger.config import Settings
 from ledger.events import CheckpointSigned, Event, Problem
 from ledger.integrity.keys import TrustedKey
 from ledger.journal import Journal
+from ledger.log.port import Position
 from producers.credentials import AuthFailure, CredentialError, CredentialStore
 from producers.direct_content import KEPT_ALWAYS, content_problems
 from producers.direct_records import CheckpointTrees
@@ -53,7 +55,7 @@ from producers.intake_forward import recheck
 from producers.intake_lock import DirectoryLock
 from producers.intake_state import IntakeState, fingerprint
 
-__all__ = ["official_writer", "refusals", "intake_turn", "REFUSED", "TOLERANCE"]
+__all__ = ["official_writer", "refusals", "judge", "append_new", "Judged", "intake_turn", "REFUSED", "TOLERANCE"]
 
 REFUSED = 1
 
@@ -107,15 +109,41 @@ def intake_turn(settings: Settings) -> Iterator[None]:
         lock.close()
 
 
+@dataclass
+class Judged:
+    """What ``judge`` found: the events refused (by index, with why), and where the log already holds
+    the events it holds with the same content (by event id). The Kafka log, unlike the embedded one,
+    keeps no index of the ids it holds, so a writer that appended them again would double them: a
+    re-run import or restore appends only the others (``append_new``)."""
+
+    refused: list[tuple[int, tuple[Problem, ...]]]
+    held: dict[str, Position]
+
+
 def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
              lines: Sequence[str | Mapping[str, Any]] | None = None,
              trusted: Sequence[TrustedKey] | None = None, *, check_times: bool = True) -> list[tuple[int, tuple[Problem, ...]]]:
+    """``judge``'s refusals alone."""
+    return judge(journal, events, now, lines, trusted, check_times=check_times).refused
+
+
+def append_new(journal: Journal, events: Sequence[Event[Any]], held: Mapping[str, Position]) -> list[Position]:
+    """Append the events the log does not hold yet; each event's position, in order, held ones included."""
+    fresh = [event for event in events if event.event_id not in held]
+    placed = dict(zip((e.event_id for e in fresh), journal.append_batch(fresh))) if fresh else {}
+    return [held[e.event_id] if e.event_id in held else placed[e.event_id] for e in events]
+
+
+def judge(journal: Journal, events: Sequence[Event[Any]], now: datetime,
+          lines: Sequence[str | Mapping[str, Any]] | None = None,
+          trusted: Sequence[TrustedKey] | None = None, *, check_times: bool = True) -> Judged:
     """Why each of ``events`` (by index) may not be appended to the log ``journal`` reads, judged in
-    order as the intake would judge them; empty when all may. Reads the whole log. With ``lines`` (each
-    event's JSON as given, or its text) what each says is judged too (``producers.direct_content``), and
-    a checkpoint's key against ``trusted``. ``check_times=False``: the events carry the times of a
+    order as the intake would judge them; none refused when all may. Reads the whole log. With ``lines``
+    (each event's JSON as given, or its text) what each says is judged too (``producers.direct_content``),
+    and a checkpoint's key against ``trusted``. ``check_times=False``: the events carry the times of a
     published history (the importer's), not of this write, and are not judged by them."""
     state = IntakeState()
+    held_at: dict[str, Position] = {}
     newest: datetime | None = None
     wanted = {event.event_id for event in events}
     held: dict[str, str] = {}  # of the file's event ids, those the log holds: their content's fingerprint
@@ -126,6 +154,7 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
         newest = logged.event.recorded_at if newest is None else max(newest, logged.event.recorded_at)
         if logged.event.event_id in wanted:
             held[logged.event.event_id] = fingerprint(logged.event)
+            held_at.setdefault(logged.event.event_id, logged.position)
         if trees is not None:
             trees.logged(logged.position.partition, logged.raw)
     written = set(held)  # ids the log will hold: appending one of them again writes nothing
@@ -158,7 +187,7 @@ def refusals(journal: Journal, events: Sequence[Event[Any]], now: datetime,
         written.add(event.event_id)
         if trees is not None:
             trees.written(event.key, journal.codec.encode(event))
-    return found
+    return Judged(found, held_at)
 
 
 def _copy_of(original: str, key: str) -> Problem:

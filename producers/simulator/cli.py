@@ -81,7 +81,7 @@ def write_cmd(
     Event ids follow from the seed, so writing the same seed again appends nothing. Judged as `caucus
     log append` judges a file, its simulated times aside: if the log refuses one event (another
     simulation under the same ids, a toss for a tie its result does not have), nothing is appended."""
-    from producers.direct_writes import intake_turn, official_writer
+    from producers.direct_writes import append_new, intake_turn, official_writer
 
     settings = settings_of(ctx)
     writer = official_writer(settings, token, credentials, "write a simulated election to the log")
@@ -91,9 +91,9 @@ def write_cmd(
         before = sum(journal.log.high_watermarks().values())
         bar = progress_bar(not as_json and sys.stderr.isatty(), "appending events")
         with intake_turn(settings), bar as progress:  # an intake beside it reads these before deciding
-            _judge(journal, events)
+            held = _judge(journal, events)
             for start in range(0, len(events), 500):
-                journal.append_batch(events[start : start + 500])
+                append_new(journal, events[start : start + 500], held)
                 if progress is not None:
                     progress(min(start + 500, len(events)), len(events))
         appended = sum(journal.log.high_watermarks().values()) - before
@@ -107,19 +107,21 @@ def write_cmd(
         f"appended {appended} to {settings.describe_log()}"))  # fmt: skip
 
 
-def _judge(journal: Journal, events: list[Any]) -> None:
+def _judge(journal: Journal, events: list[Any]) -> dict[str, Any]:
     """Refuse the whole write if the log refuses one of its events (``producers.direct_writes.refusals``,
     as ``caucus log append`` and the importer judge): skipping only the events whose ids the log holds
     for other content would write the rest over another election's results, tosses for ties included."""
-    from producers.direct_writes import REFUSED, refusals
+    from producers.direct_writes import REFUSED, judge
 
-    found = refusals(journal, events, datetime.now(UTC), check_times=False)
+    judged = judge(journal, events, datetime.now(UTC), check_times=False)
+    found = judged.refused
     if found:
         shown = "; ".join(f"{events[i].type} {events[i].unit_id or events[i].envelope.election_id} ({events[i].event_id}): "
                           + ", ".join(f"{p.field}: {p.code}: {p.message}" for p in problems) for i, problems in found[:5])
         more = f"; and {len(found) - 5} more" if len(found) > 5 else ""
         raise fail(f"refused, nothing appended ({len(found)} of {len(events)} events): {shown}{more}. Another seed, or "
                    "another data directory, writes another simulation beside it", REFUSED, kind="refused")
+    return judged.held  # where the log holds the events it has: not appended again (a Kafka log would double them)
 
 
 @simulate_app.command("send")

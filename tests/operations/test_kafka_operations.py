@@ -222,3 +222,36 @@ def test_unavailable_broker_is_an_operational_error() -> None:
     with pytest.raises(LogUnavailableError):
         KafkaLog("127.0.0.1:1", "t", partitions=1, timeout=1)
 
+
+
+def test_a_direct_write_run_again_appends_nothing_on_kafka(ops: ModuleType, kafka_bootstrap: str, unique_topic: str,
+                                                          tmp_path: Path) -> None:
+    """A Kafka topic keeps no index of the event ids it holds (the embedded log's unique index turns a
+    second copy into its first position): a re-run import, simulate write or log append appended every
+    event again ("appended 1868 new, 0 already in the log" twice: 3,736 records). They append only what
+    the log does not hold, and say how many it held."""
+    env = _env(ops, tmp_path / "data", kafka_bootstrap, unique_topic)
+    token = _official(ops, tmp_path, env)
+
+    def caucus(*args: str) -> dict:
+        return json.loads(ops.ok(ops.run([*args, "--json"], cwd=tmp_path, env=env)).stdout)
+
+    def records() -> int:
+        return int(caucus("log", "info")["records"])
+
+    first = caucus("simulate", "write", "--units", "12", "--token", token)
+    size = records()
+    assert size == first["appended"] == sum(first["events"].values())
+    again = caucus("simulate", "write", "--units", "12", "--token", token)
+    assert (again["appended"], again["already_present"], records()) == (0, size, size)
+    dump = ops.ok(ops.run(["log", "tail", "-n", "0", "--json"], cwd=tmp_path, env=env)).stdout
+    (tmp_path / "log.jsonl").write_text(dump)
+    restored = json.loads(ops.ok(ops.run(["log", "append", str(tmp_path / "log.jsonl"), "--token", token, "--json"],
+                                         cwd=tmp_path, env=env)).stdout)
+    assert len(restored) == size and not any(line["appended"] for line in restored) and records() == size
+    ops.need_data()
+    imported = caucus("import", "idp2020", "--data", str(ops.DATA))
+    assert imported["appended"] == sum(imported["events"].values()) and records() == size + imported["appended"]
+    twice = caucus("import", "idp2020", "--data", str(ops.DATA))
+    assert (twice["appended"], twice["already_present"]) == (0, imported["appended"])
+    assert records() == size + imported["appended"]

@@ -19,7 +19,8 @@ from typing import Any
 from ledger.events import Event
 from ledger.journal import Journal
 from ledger.render import event_to_json
-from producers.direct_writes import refusals
+from ledger.log.port import Position
+from producers.direct_writes import append_new, judge
 from producers.importers.idp2020.build import ELECTION_ID, ImportPlan, StageCount, build_events
 from producers.importers.idp2020.reference import APPORTIONMENT, DIRECTORY, NYT_FEED, load_apportionment, load_directory
 from producers.importers.idp2020.releases import RELEASES, parse_release
@@ -89,15 +90,17 @@ SHOWN_CONFLICTS = 20
 """Refused events listed one by one; the rest are counted."""
 
 
-def _conflicts(journal: Journal, events: list[Event[Any]]) -> list[Issue]:
+def _conflicts(journal: Journal, events: list[Event[Any]]) -> tuple[list[Issue], dict[str, Position]]:
     """What the log as it stands refuses of the plan, judged as ``caucus log append`` judges a file
-    (``producers.direct_writes.refusals``), less the times, which are the published history's: an
+    (``producers.direct_writes.judge``), less the times, which are the published history's: an
     election of the same id defined otherwise (its units, candidates or counties changed under results
     the log holds), a unit's second result, an event id the log holds for other content (a re-run with
     other ``--recount-unit`` choices). The importer needs no credential because it writes only what the
     releases say; it may not, for that, change what the log already holds. One error per refused event
-    (the first ``SHOWN_CONFLICTS``), and nothing is appended."""
-    found = refusals(journal, events, datetime.now(UTC), [event_to_json(e) for e in events], check_times=False)
+    (the first ``SHOWN_CONFLICTS``), and nothing is appended. Also where the log holds the events it
+    already has, which a re-run does not append again (``direct_writes.append_new``)."""
+    judged = judge(journal, events, datetime.now(UTC), [event_to_json(e) for e in events], check_times=False)
+    found = judged.refused
     issues = [
         Issue("error", f"{events[i].type} {events[i].unit_id or events[i].envelope.election_id} (event {events[i].event_id})",
               "; ".join(f"{p.field}: {p.code}: {p.message}" for p in problems))
@@ -108,7 +111,7 @@ def _conflicts(journal: Journal, events: list[Event[Any]]) -> list[Issue]:
     if found:
         issues.append(Issue("info", "import", "to import the releases beside what the log holds, give them an election id "
                                               "of their own: --election-id ID"))
-    return issues
+    return issues, judged.held
 
 
 def import_idp2020(data_dir: Path, journal: Journal | None, *, election_id: str = ELECTION_ID, log_name: str = "",
@@ -129,14 +132,15 @@ def import_idp2020(data_dir: Path, journal: Journal | None, *, election_id: str 
     if journal is None or not summary.ok:
         return summary
     with turn():
-        summary.issues.extend(_conflicts(journal, plan.events))
+        issues, held = _conflicts(journal, plan.events)
+        summary.issues.extend(issues)
     if not summary.ok:
         return summary
     before = sum(journal.log.high_watermarks().values())
     total = len(plan.events)
     for start in range(0, total, batch_size):
         with turn():
-            journal.append_batch(plan.events[start : start + batch_size])
+            append_new(journal, plan.events[start : start + batch_size], held)
         if progress is not None:
             progress(min(start + batch_size, total), total)
     summary.appended = sum(journal.log.high_watermarks().values()) - before

@@ -229,7 +229,9 @@ def tally(
             county_id = find_county(view.context, county) if county else None
             unit_id = find_unit(view, unit) if unit else None
             note = _against_the_log(settings, store, view) if as_of is None else None
-        except (QueryError, LogError) as exc:
+        except QueryError as exc:
+            raise fail(f"{exc}{_unread_hint(settings, store, projection) if as_of is None else ''}") from exc
+        except LogError as exc:
             raise fail(str(exc)) from exc
     if note is not None:  # stderr: under --json too, beside the document, which stays the tally
         typer.echo(f"note: {note}", err=True)
@@ -313,6 +315,40 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
         return (f"the log holds {behind} record(s) the projection has not read yet; whatever they change is not in "
                 "this tally: `caucus project` reads them (a runner left running keeps the tally current)")
     return None
+
+
+def _unread_hint(settings: Settings, store: ProjectionStore, projection: str) -> str:
+    """What a question the projection cannot answer may be waiting for: a runner still on its first
+    catch-up has not read the election's definition, or the unit, yet ("no election is defined")."""
+    info = store.serving(projection)
+    if info is None:
+        return ""
+    try:
+        with store.reader(info.set_id) as reader:
+            positions = {p: row.next_offset for p, row in reader.positions().items()}
+    except StoreError:
+        return ""
+    marks: dict[str, Any] = {}
+
+    def ask() -> None:  # as ``_against_the_log``: a broker that does not answer is not waited for
+        try:
+            log = open_existing_log(settings)
+            try:
+                marks["at"] = log.high_watermarks()
+            finally:
+                log.close()
+        except Exception:  # noqa: BLE001 -- the question's own error is the answer then
+            pass
+
+    asking = threading.Thread(target=ask, name="caucus-tally-hint", daemon=True)
+    asking.start()
+    asking.join(LOG_ANSWER_SECONDS)
+    try:
+        behind = unread_records(marks["at"], positions) if "at" in marks else 0
+    except LogError:
+        return ""
+    return (f"; the projection has not read {behind} record(s) of the log yet, and what is asked may be among them: "
+            "`caucus project` reads them") if behind else ""
 
 
 def trail(

@@ -210,6 +210,21 @@ def test_a_simulated_write_the_log_refuses_in_part_appends_nothing(workspace: Ca
     assert not [f for f in findings if f["code"] in ("TOSS_UNUSED", "RECORDED_OUT_OF_ORDER")], findings
 
 
+def test_a_question_the_projection_cannot_answer_yet_says_what_it_has_not_read(workspace: Callable[[str], Caucus]) -> None:
+    """A runner on its first catch-up has not read the election's definition: `caucus tally` answered
+    only "no election is defined in the projection" (or "unknown"), as if the log had none."""
+    caucus = workspace("behind")
+    token = _official(caucus)
+    _simulated(caucus, token, 1, 20)
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    _simulated(caucus, token, 2, 20)  # a second election the projection has not read
+    code, out = caucus("tally", "--election", "sim-2")
+    assert code == 2 and "unknown" in str(out) and "has not read" in str(out) and "caucus project" in str(out), out
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    code, out = caucus("tally", "--election", "nope")
+    assert code == 2 and "has not read" not in str(out), out
+
+
 def test_two_elections_sharing_unit_ids_keep_their_own_tallies(workspace: Callable[[str], Caucus]) -> None:
     _check_elections_apart(workspace("shared"), lambda seed: workspace(f"alone-{seed}"))
 

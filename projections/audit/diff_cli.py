@@ -21,11 +21,12 @@ from rich.text import Text
 
 from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings, open_log
-from ledger.log.port import LogError
+from ledger.log.port import LogError, LogLostError, LogReplacedError
 from projections.audit.diff import CandidateDelta, DiffResult, diff_snapshots, sde_text
-from projections.audit.diff_sides import DiffError, Sources, load_snapshot, parse_side, resolve_sides
+from projections.audit.diff_sides import DiffError, SideSpec, Sources, load_snapshot, parse_side, resolve_sides, stored_set
 from ledger.caucus_math import display_sde
 from projections.stores.port import StoreError
+from projections.wiring import check_source, read_identity, unread_records
 
 __all__ = ["register", "diff_command", "sources_for", "render_table", "write_csv", "CSV_FIELDS"]
 
@@ -68,15 +69,19 @@ def diff_command(
     `caucus diff live log` replays the log through the same reducers and caucus math the runner uses: it
     finds what the runner or the store lost, applied twice or corrupted, not a bug of the fold itself
     (that is what the model test of the ledger and `caucus audit`'s independent checks are for).
-    Exit 0: equal; 1: different; 2: could not compare."""
+    Exit 0: equal; 1: different; 2: could not compare; 3: the serving projection is one of another log,
+    or of records the log no longer holds."""
     if as_json and as_csv:
         raise fail("choose one of --json and --csv", OPERATIONAL)
     settings = settings_of(ctx)
     try:
         side_a, side_b = resolve_sides(parse_side(a), parse_side(b))
         sources = sources_for(settings)
+        _of_this_log(settings, sources, (side_a, side_b))
         snap_a = load_snapshot(side_a, sources, election_id=election)
         snap_b = load_snapshot(side_b, sources, election_id=election)
+    except (LogLostError, LogReplacedError):  # exit 3, as `tally` and `project` answer it (`ledger.cli.main`)
+        raise
     except (DiffError, StoreError, LogError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
     result = diff_snapshots(snap_a, snap_b)
@@ -85,6 +90,38 @@ def diff_command(
     else:
         emit(result.to_json(), as_json, lambda: render_table(result, _console(), units_only=units_only))
     raise typer.Exit(EQUAL if result.equal else DIFFERENT)
+
+
+def _of_this_log(settings: Settings, sources: Sources, sides: tuple[SideSpec, ...]) -> None:
+    """The serving projection (``live``) is one of the configured log, and the log still holds what it
+    applied, or the diff compares two histories: a projection of a lost log beside the log refilled
+    since said "EQUAL" or "400 of 400 units differ" where `tally` and `project` exit 3. A set named by
+    version (``set:``) may be one of another log on purpose (the projection retired by `replay
+    --new-log`). Without a side of the log, a log out of reach leaves the stored sides to compare."""
+    stored = [side for side in sides if side.source == "live"]
+    if not stored:
+        return
+    store = sources.open_store()
+    try:
+        try:
+            log = sources.open_log()
+            try:
+                identity, marks = read_identity(log.log_id), log.high_watermarks()
+            finally:
+                log.close()
+        except (LogLostError, LogReplacedError):
+            raise
+        except LogError:
+            if any(side.source not in ("live", "set") for side in sides):
+                raise
+            return
+        for side in stored:
+            info = stored_set(store, side)
+            check_source(info, store, settings, identity)
+            with store.reader(info.set_id) as reader:
+                unread_records(marks, {p: row.next_offset for p, row in reader.positions().items()})
+    finally:
+        store.close()
 
 
 # -- rendering -------------------------------------------------------------------------------------------

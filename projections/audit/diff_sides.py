@@ -45,6 +45,7 @@ __all__ = [
     "Snapshot",
     "Sources",
     "load_snapshot",
+    "stored_set",
     "snapshot_from_states",
     "BASES",
     "BASES_OF_CDS",
@@ -227,7 +228,7 @@ def snapshot_from_states(
     return Snapshot(spec, description, ctx, units, frozenset(unknown), meta or {})
 
 
-def _resolve_store_set(store: ProjectionStore, spec: SideSpec) -> SetInfo:
+def stored_set(store: ProjectionStore, spec: SideSpec) -> SetInfo:
     if spec.source == "live":
         info = store.serving(DEFAULT_SET)
         if info is None:
@@ -254,7 +255,7 @@ def _resolve_store_set(store: ProjectionStore, spec: SideSpec) -> SetInfo:
 
 
 def _store_snapshot(store: ProjectionStore, spec: SideSpec, election_id: str | None) -> Snapshot:
-    info = _resolve_store_set(store, spec)
+    info = stored_set(store, spec)
     meta = {"projection_set": {"id": info.set_id, "name": info.name, "version": info.version, "state": info.state}}
     where = f"projection {info.name} v{info.version} ({info.state}) in {store.describe()}"
     if spec.rule_set is None and spec.basis == "official":

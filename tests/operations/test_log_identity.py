@@ -28,3 +28,22 @@ def test_a_moved_or_copied_data_directory_just_works(ops: ModuleType, tmp_path: 
         ops.ok(ops.run(["project", "--until-caught-up", "-q"], cwd=root))
         assert ops.ok(ops.run(["tally", "--json"], cwd=root)).stdout == tally
         ops.ok(ops.run(["--data-dir", str(root / "caucus-data"), "project", "--until-caught-up", "-q"], cwd=tmp_path))
+
+
+def test_diff_of_the_serving_projection_against_another_or_a_shorter_log_exits_3(ops: ModuleType, tmp_path: Path) -> None:
+    """`tally` and `project` exit 3 for a projection of another log, or of records the log no longer
+    holds; `caucus diff live log` compared the two histories instead ("EQUAL", or "400 of 400 units
+    differ"). A set named by version may still be one of another log (what `replay --new-log` retired)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    token = json.loads(ops.ok(ops.run(["credentials", "issue", "--official", "Op", "--json"], cwd=site)).stdout)["token"]
+    ops.ok(ops.run(["simulate", "write", "--units", "8", "--token", token], cwd=site))
+    ops.ok(ops.run(["project", "--until-caught-up", "-q"], cwd=site))
+    ops.ok(ops.run(["diff", "live", "log"], cwd=site))
+    data = site / "caucus-data"
+    for name in ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm"):
+        (data / name).unlink(missing_ok=True)
+    ops.ok(ops.run(["simulate", "write", "--units", "8", "--token", token], cwd=site))  # the same events, a new log
+    other = ops.run(["diff", "live", "log"], cwd=site)
+    assert other.returncode == 3 and "another log" in other.stderr, other.stderr
+    assert ops.run(["tally"], cwd=site).returncode == 3

@@ -284,22 +284,8 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
     configured one is refused (exit 3), as ``project`` and ``audit`` refuse it. A log that cannot be
     read (a store copied or moved without it), or does not answer within ``LOG_ANSWER_SECONDS`` (a
     broker down: its client would wait for its own timeout), leaves the tally the store's, with a note."""
-    answer: dict[str, Any] = {}
-
-    def ask() -> None:
-        try:
-            log = open_existing_log(settings)
-            try:
-                answer["id"], answer["marks"] = log.log_id, log.high_watermarks()
-            finally:
-                log.close()
-        except Exception as exc:  # noqa: BLE001 -- handed to the command's thread
-            answer["error"] = exc
-
-    asking = threading.Thread(target=ask, name="caucus-tally-log", daemon=True)
-    asking.start()
-    asking.join(LOG_ANSWER_SECONDS)
-    if asking.is_alive():
+    answer = _ask_the_log(settings)
+    if answer is None:
         return f"the log did not answer within {LOG_ANSWER_SECONDS:g} s; this is the projection as of its last batch"
     if "error" in answer:
         if isinstance(answer["error"], LogMissingError) and view.set.source.startswith("log:"):
@@ -317,6 +303,28 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
     return None
 
 
+def _ask_the_log(settings: Settings) -> dict[str, Any] | None:
+    """The configured log's id and high watermarks (``id``, ``marks``), or why it cannot be read
+    (``error``); None if it does not answer within ``LOG_ANSWER_SECONDS``: a tally is not held up by a
+    broker that is down, whose client would wait for its own timeout."""
+    answer: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            log = open_existing_log(settings)
+            try:
+                answer["id"], answer["marks"] = log.log_id, log.high_watermarks()
+            finally:
+                log.close()
+        except Exception as exc:  # noqa: BLE001 -- handed to the command's thread
+            answer["error"] = exc
+
+    asking = threading.Thread(target=ask, name="caucus-tally-log", daemon=True)
+    asking.start()
+    asking.join(LOG_ANSWER_SECONDS)
+    return None if asking.is_alive() else answer
+
+
 def _unread_hint(settings: Settings, store: ProjectionStore, projection: str) -> str:
     """What a question the projection cannot answer may be waiting for: a runner still on its first
     catch-up has not read the election's definition, or the unit, yet ("no election is defined")."""
@@ -328,23 +336,9 @@ def _unread_hint(settings: Settings, store: ProjectionStore, projection: str) ->
             positions = {p: row.next_offset for p, row in reader.positions().items()}
     except StoreError:
         return ""
-    marks: dict[str, Any] = {}
-
-    def ask() -> None:  # as ``_against_the_log``: a broker that does not answer is not waited for
-        try:
-            log = open_existing_log(settings)
-            try:
-                marks["at"] = log.high_watermarks()
-            finally:
-                log.close()
-        except Exception:  # noqa: BLE001 -- the question's own error is the answer then
-            pass
-
-    asking = threading.Thread(target=ask, name="caucus-tally-hint", daemon=True)
-    asking.start()
-    asking.join(LOG_ANSWER_SECONDS)
+    answer = _ask_the_log(settings)  # a log that cannot be read: the question's own error is the answer then
     try:
-        behind = unread_records(marks["at"], positions) if "at" in marks else 0
+        behind = unread_records(answer["marks"], positions) if answer and "marks" in answer else 0
     except LogError:
         return ""
     return (f"; the projection has not read {behind} record(s) of the log yet, and what is asked may be among them: "

@@ -241,8 +241,8 @@ class MemoryStore:
 
     def _insert(self, name: str, source: str, rule_set: str | None, params: str) -> SetInfo:
         db = self._db
-        top = max((s.version for s in db.sets.values() if s.name == name), default=db.top_versions.get(name, 0))
-        top = db.top_versions[name] = max(top, db.top_versions.get(name, 0)) + 1
+        held = [s.version for s in db.sets.values() if s.name == name]
+        top = db.top_versions[name] = max(held + [db.top_versions.get(name, 0)]) + 1
         info = SetInfo(db.next_set_id, name, top, "building", source, rule_set, params, _now(), None)
         db.next_set_id += 1
         db.sets[info.set_id] = info

@@ -413,7 +413,8 @@ def _operational_errors() -> tuple[type[BaseException], ...]:
 
     found: list[type[BaseException]] = [LogError, SettingsError, CodecError, sqlite3.Error, OSError]
     for module, name in (("projections.stores.port", "StoreError"), ("producers.credentials", "CredentialError"),
-                         ("ledger.integrity.store", "StoreError"), ("producers.spool", "SpoolError")):
+                         ("ledger.integrity.store", "StoreError"), ("producers.spool", "SpoolError"),
+                         ("ledger.integrity.keys", "KeyFileError")):
         try:
             found.append(getattr(__import__(module, fromlist=[name]), name))
         except (ImportError, AttributeError):

@@ -15,7 +15,7 @@ from ledger.events import Event
 from ledger.log.port import EventLog, Headers, Offsets, PendingRecord, Position, StoredRecord
 from ledger.record_headers import event_headers
 
-__all__ = ["Journal", "LoggedEvent"]
+__all__ = ["Journal", "LoggedEvent", "Seal"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,19 +28,28 @@ class LoggedEvent:
     headers: Headers = ()
 
 
+Seal = Callable[[str, bytes], tuple[str, bytes]]
+"""A writer's seal over (writer, value), as one more header (``ledger.integrity.writer_seals.Sealer.seal``)."""
+
+
 class Journal:
     """``writer`` names who writes through this journal (recorded in each record's headers, see
-    ``ledger.record_headers``): the intake, the importer, an official appending directly."""
+    ``ledger.record_headers``): the intake, the importer, an official appending directly. ``seal``, for
+    the writers whose word the audit trusts (the intake, the importer), seals each record so that a
+    reader can tell their records from one that only claims to be theirs."""
 
-    def __init__(self, log: EventLog, codec: Codec | None = None, *, writer: str = "") -> None:
+    def __init__(self, log: EventLog, codec: Codec | None = None, *, writer: str = "", seal: Seal | None = None) -> None:
         self.log = log
         self.codec = codec or default_codec()
         self.writer = writer
+        self._seal = seal
 
     def _pending(self, event: Event[Any]) -> PendingRecord:
         value = self.codec.encode(event)
-        return PendingRecord(key=event.key, event_id=event.event_id, value=value,
-                             headers=event_headers(event, value, self.writer))
+        headers = event_headers(event, value, self.writer)
+        if self._seal is not None:
+            headers = (*headers, self._seal(self.writer, value))
+        return PendingRecord(key=event.key, event_id=event.event_id, value=value, headers=headers)
 
     def append(self, event: Event[Any]) -> Position:
         return self.log.append(self._pending(event))

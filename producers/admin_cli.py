@@ -53,7 +53,7 @@ def _group(app: typer.Typer, name: str, help_text: str) -> typer.Typer:
 
 def spool_status(ctx: typer.Context, as_json: bool = SpoolJson) -> None:
     """How many accepted events wait in the spool for the log."""
-    intake = Intake.for_settings(settings_of(ctx))
+    intake = Intake.for_settings(settings_of(ctx), seal=None)  # reads only: no signing key needed
     try:
         data = intake.spool.status()
     except SpoolError as exc:
@@ -156,7 +156,7 @@ def cred_revoke(
 def intake_status(ctx: typer.Context, as_json: bool = StatusJson) -> None:
     """Where the intake's state stands against the log, and the spool."""
     try:
-        with Intake.for_settings(settings_of(ctx)) as intake:
+        with Intake.for_settings(settings_of(ctx), seal=None) as intake:  # reads only: no signing key needed
             data = intake.status()
     except (LogError, SpoolError) as exc:
         raise fail(str(exc)) from exc

@@ -37,6 +37,8 @@ durable. A CLI command is a group of one.
 
 Writers. One lock per intake directory (``producers.intake_lock``: the HTTP service and CLI invocations on
 one machine take turns). Intakes on different machines writing to one Kafka topic are not serialised.
+Each record is sealed with the ledger's signing key (``ledger.integrity.writer_seals``): a record that
+only claims the intake as its writer is named by ``caucus verify`` and ``caucus audit``.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ from typing import Any
 
 from ledger.config import Settings
 from ledger.events import Event, utc_now
-from ledger.journal import Journal
+from ledger.integrity.writer_seals import sealer_for
+from ledger.journal import Journal, Seal
 from ledger.log.port import EventLog, LogError, LogFileReplacedError, LogLostError, LogUnavailableError, Position
 from producers.credentials import Credential
 from producers.intake_catch_up import IntakeLogLost, read_on
@@ -84,21 +87,17 @@ class Intake:
     called again on later commands, so an intake started during an outage writes once the log is back."""
 
     def __init__(self, connect: Callable[[], EventLog], workdir: str | Path, *, name: str = "",
-                 clock: Callable[[], datetime] = utc_now, retry_after: float = 5.0) -> None:
-        self._connect_log = connect
-        self.workdir = Path(workdir)
-        self.name = name
-        self._clock = clock
+                 clock: Callable[[], datetime] = utc_now, retry_after: float = 5.0, seal: Seal | None = None) -> None:
+        self._connect_log, self._seal = connect, seal  # seal: on each record it writes (``ledger.integrity.writer_seals``)
+        self.workdir, self.name, self._clock = Path(workdir), name, clock
         self._journal: Journal | None = None
         self.spool = Spool(self.workdir / "spool.jsonl")
-        self.state = IntakeState()
-        self._overlay = IntakeState()
+        self.state, self._overlay = IntakeState(), IntakeState()
         self._overlay_stamp: tuple[int, int] | None = None
         self._lock = DirectoryLock(self.workdir)
         self._thread_lock = self._lock.thread_lock
         self._queue = Queue()
-        self._saved_applied = self._seen_noted = -1
-        self.retry_after = retry_after
+        self._saved_applied, self._seen_noted, self.retry_after = -1, -1, retry_after
         self._down_until = 0.0
         self._verified = self._has_read = False  # _has_read: the state is a read of this log (see _refresh)
         self.log_lost: str | None = None
@@ -111,6 +110,7 @@ class Intake:
     @classmethod
     def for_settings(cls, settings: Settings, **kwargs: Any) -> Intake:
         connect, workdir, name = intake_parts(settings)
+        kwargs["seal"] = kwargs["seal"] if "seal" in kwargs else sealer_for(settings.checkpoint_key, settings.data_dir).seal
         return cls(connect, workdir, name=name, **kwargs)
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ class Intake:
             return None
         if self._journal is None:
             try:
-                self._journal = Journal(self._connect_log(), writer=INTAKE_ACTOR)
+                self._journal = Journal(self._connect_log(), writer=INTAKE_ACTOR, seal=self._seal)
             except LogUnavailableError as exc:
                 self._unavailable(exc)
                 return None

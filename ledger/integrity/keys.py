@@ -44,6 +44,8 @@ __all__ = [
     "default_trusted_paths",
     "load_trusted_key",
     "write_public_key",
+    "ResolvedKey",
+    "resolve_signing_key",
 ]
 
 PRIVATE_KEY_FILE = "checkpoint-key.pem"
@@ -186,6 +188,34 @@ def load_or_create_signing_key(
         fh.write(key.private_pem())
     write_public_key(key, data_dir / public_name)
     return key, True
+
+
+@dataclass(frozen=True)
+class ResolvedKey:
+    """The signing key chosen, where it is, whether it was made just now, and why it deserves little
+    trust if it does (a data directory's own key)."""
+
+    key: SigningKey
+    path: Path
+    created: bool = False
+    warning: str | None = None
+
+
+def resolve_signing_key(given: Path | None, data_dir: Path) -> ResolvedKey:
+    """The ledger's signing key, for checkpoints and writer seals alike: ``given`` (an option or the
+    setting), else ``CAUCUS_CHECKPOINT_KEY``, else a data directory's own key from before the key home
+    (with a warning), else the key home's, generated on first use."""
+    path = given or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
+    if path is not None:
+        return ResolvedKey(load_signing_key(path), path)
+    if (data_dir / PRIVATE_KEY_FILE).exists():
+        path = data_dir / PRIVATE_KEY_FILE
+        return ResolvedKey(load_signing_key(path), path, warning=(
+            f"signing with the key in the data directory ({path}), beside the log it vouches for: anyone who can "
+            f"rewrite the directory can sign with it. Move it to {key_home()} (or give --key) and share its public "
+            "half with auditors."))
+    key, created = load_or_create_signing_key(key_home())
+    return ResolvedKey(key, key_home() / PRIVATE_KEY_FILE, created)
 
 
 def load_trusted_key(path: Path) -> TrustedKey:

@@ -12,7 +12,7 @@ what the value says (type, schema fingerprint, election, unit, content type). Th
 time cannot be checked against the value; it is kept (``append_ms``) and held to the signed
 checkpoints' times (``append_times``). The headers not derived from the value (the writer: who
 appended the record) get a tree of their own per partition (``column_hashes``, ``columns``), whose
-roots newer checkpoints sign.
+roots newer checkpoints sign; the scan keeps them for the writer seals (``writer_seals``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ledger.codec import Codec, CodecError, default_codec
 from ledger.integrity.checkpoints import CheckpointFormatError, SignedCheckpoint
 from ledger.integrity.columns import EMPTY_LEAF, columns_leaf
 from ledger.integrity.merkle import MerkleTree
-from ledger.log.port import EventLog, Position, StoredRecord
+from ledger.log.port import EventLog, Headers, Position, StoredRecord
 from ledger.record_headers import DERIVED, event_headers
 
 __all__ = ["PartitionScan", "LogScan", "FoundCheckpoint", "scan_log"]
@@ -40,6 +40,7 @@ class PartitionScan:
     column_problems: list[tuple[int, str]] = field(default_factory=list)  # (offset, what disagrees with the value)
     append_ms: list[int] = field(default_factory=list)  # the log's own append time of each record
     column_hashes: list[bytes] = field(default_factory=list)  # leaves of the columns tree (``columns``)
+    headers: list[Headers] = field(default_factory=list)  # each record's, for the writer seals (``writer_seals``)
     tree: MerkleTree = field(default_factory=MerkleTree)
     column_tree: MerkleTree = field(default_factory=MerkleTree)
 
@@ -104,6 +105,7 @@ def scan_log(log: EventLog, codec: Codec | None = None) -> LogScan:
         ps.leaf_hashes.append(sha256(b"\x00" + value).digest())
         ps.append_ms.append(rec.timestamp_ms)
         ps.column_hashes.append(columns_leaf(rec.headers) if rec.headers else EMPTY_LEAF)
+        ps.headers.append(rec.headers)
         if value[2:10] in checkpoint_fps:
             found.append(_checkpoint_at(codec, rec.position, value))
         problem = _columns_problem(codec, rec)

@@ -19,6 +19,8 @@ What is checked, in order:
 6. The columns beside each value: the key and the derived headers against the value (``scan``), the
    other headers (the writer) against the column roots a checkpoint signed (``columns``), the log's
    append time against the signed checkpoints' times (``append_times``).
+7. Each writer's claim against its seal (``writer_seals``): a record claiming the intake or the
+   importer as its writer must carry a seal a trusted key made, once the log holds any such seal.
 
 Positions in findings are ``partition:offset`` in the history the checkpoints signed.
 """
@@ -36,6 +38,7 @@ from ledger.integrity.keys import ENV_PUBLIC_KEY, PUBLIC_KEY_FILE, TrustedKey
 from ledger.integrity.merkle import MerkleTree, verify_consistency
 from ledger.integrity.scan import LogScan, PartitionScan, scan_log
 from ledger.integrity.store import CheckpointStore, StoredRow
+from ledger.integrity.writer_seals import forged_writers, seal_of
 from ledger.log.port import EventLog, Position
 
 __all__ = ["IntegrityFinding", "Report", "NoTrustedKey", "verify_scan", "verify_log", "usable_checkpoints", "trusted_checkpoints"]
@@ -47,7 +50,8 @@ class IntegrityFinding:
     mismatch, gap, inconsistent, signature, malformed-checkpoint, checkpoint-missing,
     checkpoint-altered, store-altered, column (a stored column contradicts the record's value),
     append-time (the log's append time contradicts the signed checkpoints' times), headers (the headers
-    the value does not repeat, e.g. the writer, are not the ones a checkpoint signed), witness (the log does not extend what a witness cosigned)."""
+    the value does not repeat, e.g. the writer, are not the ones a checkpoint signed), witness (the log does not extend what a witness cosigned), writer (FORGED_WRITER: no trusted seal
+    vouches for the record's writer, ``writer_seals``)."""
 
     kind: str
     message: str
@@ -389,6 +393,7 @@ def verify_scan(
         check.check_checkpoints(valid)
         check.check_headers(valid)
         check.check_consistency(valid)
+    findings.extend(_forged_writers(scan, trusted))
     latest = valid[-1] if valid else None
     uncovered = {
         p: scan.parts[p].size - (latest.checkpoint.partition_sizes[p] if latest else 0) for p in range(scan.partitions)
@@ -404,6 +409,19 @@ def verify_scan(
     )
 
 
+def _forged_writers(scan: LogScan, trusted: Sequence[TrustedKey]) -> list[IntegrityFinding]:
+    """Records whose writer no trusted seal vouches for (``writer_seals``), checkpoint records aside."""
+    checkpoints = {found.position for found in scan.checkpoints}
+    records = ((Position(p, ps.offsets[i]), ps.headers[i], ps.values[i])
+               for p, ps in sorted(scan.parts.items()) for i in range(len(ps.offsets)))
+    return [IntegrityFinding("writer", f"FORGED_WRITER: {forged.message}", forged.position)
+            for forged in forged_writers((r for r in records if r[0] not in checkpoints), trusted)]
+
+
+def _sealed(scan: LogScan) -> bool:
+    return any(seal_of(h) is not None for ps in scan.parts.values() for h in ps.headers)
+
+
 class NoTrustedKey(ValueError):
     """There are checkpoints to check but no public key to check them with."""
 
@@ -416,9 +434,9 @@ def verify_log(
     scan = scan_log(log, codec)
     rows = store.checkpoints() if store is not None else []
     witness = store.leaves() if store is not None else {}
-    if not trusted and (rows or scan.checkpoints):
+    if not trusted and (rows or scan.checkpoints or _sealed(scan)):
         raise NoTrustedKey(
-            "there are checkpoints but no public key to verify them with: give --public-key PATH "
+            f"there are {'checkpoints' if rows or scan.checkpoints else 'sealed records'} but no public key to verify them with: give --public-key PATH "
             f"(or set {ENV_PUBLIC_KEY}), e.g. the {PUBLIC_KEY_FILE} that `caucus checkpoint` wrote to the data directory"
         )
     return scan, verify_scan(scan, rows, witness, trusted, codec)

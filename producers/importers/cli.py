@@ -24,6 +24,7 @@ import typer
 
 from ledger.cli_output import emit, fail, settings_of
 from ledger.config import open_log
+from ledger.integrity.writer_seals import sealer_for
 from ledger.journal import Journal
 from producers.direct_writes import intake_turn
 from producers.importers.idp2020 import ELECTION_ID, ImportSummary, import_idp2020
@@ -62,7 +63,8 @@ def idp2020(
     changed = unpublished(data)
     writer = (f"importer:idp2020 ({election_id})" if not changed else
               f"{UNPUBLISHED_WRITER} ({election_id}; not as published: {', '.join(changed)})")
-    journal = None if dry_run else Journal(open_log(settings), writer=writer)
+    seal = None if dry_run else sealer_for(settings.checkpoint_key, settings.data_dir).seal  # see writer_seals
+    journal = None if dry_run else Journal(open_log(settings), writer=writer, seal=seal)
     show_progress = not as_json and sys.stderr.isatty()
     try:
         with progress_bar(show_progress, "appending events") as progress:

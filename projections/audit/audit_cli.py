@@ -56,6 +56,17 @@ def _choices(values: list[str] | None, allowed: tuple[str, ...], option: str) ->
     return out
 
 
+def _seal_keys(settings: Settings) -> list[Any] | None:
+    """The keys that check writer seals (``FORGED_WRITER``): those ``caucus verify`` would trust, or None
+    when there are none at hand (the audit then names only unsealed claims)."""
+    from ledger.integrity.keys import KeyFileError
+
+    try:
+        return _trusted_keys(settings, None) or None
+    except KeyFileError:
+        return None
+
+
 def run_audit(
     settings: Settings,
     *,
@@ -70,7 +81,7 @@ def run_audit(
         log = open_log(settings, read_only=True)
         try:
             at = tally_as_of(log, cut, election_id=election_id)
-            records = log_record_findings(log, at.context)
+            records = log_record_findings(log, at.context, trusted=_seal_keys(settings))
         finally:
             log.close()
         where = f"{settings.describe_log()}: " + (cut.describe() if cut is not None else "the whole log")
@@ -89,7 +100,7 @@ def run_audit(
         where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
         with store.reader(view.set.set_id) as reader:
             loose = refused_unattributed(reader.unattributed())
-        records = log_record_findings(read, view.context)
+        records = log_record_findings(read, view.context, trusted=_seal_keys(settings))
         unread = unread_records(read.high_watermarks(), view.positions)
     finally:
         if read is not None:

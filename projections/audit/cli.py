@@ -145,7 +145,7 @@ def checkpoint_command(
         "what it signed is kept beside it, and a log that no longer extends that is refused."
     ),
     public_key: Optional[list[Path]] = typer.Option(
-        None, "--public-key", help="Other keys whose earlier checkpoints to accept (after a key change); repeatable."
+        None, "--public-key", help="Other keys whose earlier checkpoints, or writer seals, to accept (after a key change; an intake or importer on another machine seals with its own key home's key); repeatable."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -153,25 +153,16 @@ def checkpoint_command(
 
     The log is audited first; if it no longer matches an earlier checkpoint nothing is signed (exit 1)."""
     from ledger.integrity.issue import RefusedToSign, RewrittenSinceSigned, issue_checkpoint
-    from ledger.integrity.keys import (ENV_PRIVATE_KEY, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, key_home,
-                                       load_or_create_signing_key, load_signing_key, write_public_key)
+    from ledger.integrity.keys import PUBLIC_KEY_FILE, resolve_signing_key, write_public_key
     from ledger.integrity.signer_state import SignerState, SignerStateError, state_path_for
     from ledger.integrity.store import CheckpointStoreError, open_checkpoint_store
 
     settings = settings_of(ctx)
     with operational():
-        key_path = key or settings.checkpoint_key or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
-        created = False
-        if key_path is None and (settings.data_dir / PRIVATE_KEY_FILE).exists():
-            key_path = settings.data_dir / PRIVATE_KEY_FILE
-            typer.echo(f"warning: signing with the key in the data directory ({key_path}), beside the log it vouches "
-                       f"for: anyone who can rewrite the directory can sign with it. Move it to {key_home()} "
-                       "(or give --key) and share its public half with auditors.", err=True)
-        if key_path is not None:
-            signing = load_signing_key(key_path)
-        else:
-            signing, created = load_or_create_signing_key(key_home())
-            key_path = key_home() / PRIVATE_KEY_FILE
+        resolved = resolve_signing_key(key or settings.checkpoint_key, settings.data_dir)
+        signing, key_path, created = resolved.key, resolved.path, resolved.created
+        if resolved.warning:
+            typer.echo(f"warning: {resolved.warning}", err=True)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         write_public_key(signing, settings.data_dir / PUBLIC_KEY_FILE)  # for auditors; never trusted over a pinned key
         state = SignerState(state_path_for(key_path))
@@ -217,7 +208,7 @@ def checkpoint_command(
 
     def human() -> None:
         if created:
-            typer.echo(f"generated signing key {c.key_id} in {key_home()} (share checkpoint-key.pub with auditors)")
+            typer.echo(f"generated signing key {c.key_id} in {key_path.parent} (share checkpoint-key.pub with auditors)")
         typer.echo(f"checkpoint {s.event_id} recorded at {s.position}")
         typer.echo(f"  covers {c.tree_size} records in {c.partitions} partitions: {', '.join(map(str, c.partition_sizes))}")
         typer.echo(f"  root   {c.root_hash.hex()}")

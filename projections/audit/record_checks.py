@@ -24,19 +24,25 @@ as of a time in between would show the replacement of something the ledger did n
 (``RECORDED_BEFORE_SUPERSEDED``, warn). The intake stamps the time of acceptance, so only a direct
 write dated back within the tolerance holds one; ``log append`` keeps it, so that such a log restores.
 
+And a record whose ``caucus-writer`` claims the intake or the importer (or names no writer) is taken
+as checked by them: ``FORGED_WRITER`` (error) names one that no seal by a trusted key vouches for,
+once the log holds such seals (``ledger.integrity.writer_seals``; ``caucus verify`` says the same).
+
 The checks read the log itself, the whole of it, whatever the audit's source (the projection, a cut
 of the log): a backdated record matters precisely to a read as of an earlier time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from ledger.codec import Codec, default_codec
 from ledger.event_values import CLOCK_SKEW
-from ledger.events import Event, ResultCorrected, ResultReported, TieBroken
+from ledger.events import CheckpointSigned, Event, ResultCorrected, ResultReported, TieBroken
+from ledger.integrity.keys import TrustedKey
+from ledger.integrity.writer_seals import forged_writers
 from ledger.log.port import EventLog, StoredRecord
 from ledger.record_headers import is_direct_writer, is_imported_history, writer_of
 from projections.audit.checks import AuditFinding
@@ -45,7 +51,7 @@ from projections.tally import ElectionContext
 __all__ = ["RECORD_CODES", "TOLERANCE", "record_findings", "log_record_findings"]
 
 RECORD_CODES: tuple[str, ...] = ("DIRECT_WRITE", "RECORDED_OUT_OF_ORDER", "OCCURRED_AFTER_RECORDED",
-                                  "RECORDED_BEFORE_SUPERSEDED")
+                                  "RECORDED_BEFORE_SUPERSEDED", "FORGED_WRITER")
 
 _REPLACEABLE = (ResultReported, ResultCorrected, TieBroken)
 
@@ -54,26 +60,28 @@ TOLERANCE = timedelta(seconds=60)
 one appended earlier is not a finding."""
 
 
-def log_record_findings(log: EventLog, ctx: ElectionContext, codec: Codec | None = None) -> list[AuditFinding]:
+def log_record_findings(log: EventLog, ctx: ElectionContext, codec: Codec | None = None,
+                        trusted: Sequence[TrustedKey] | None = None) -> list[AuditFinding]:
     """The findings of ``record_findings`` over every record ``log`` holds now."""
     codec = codec or default_codec()
     marks = log.high_watermarks()
     records = [r for r in log.read({}) if r.position.offset < marks.get(r.position.partition, 0)]
-    return record_findings(((r, codec.decode(r.value)) for r in records), ctx)
+    return record_findings(((r, codec.decode(r.value)) for r in records), ctx, trusted)
 
 
-def record_findings(records: Iterable[tuple[StoredRecord, Event[Any]]], ctx: ElectionContext) -> list[AuditFinding]:
+def record_findings(records: Iterable[tuple[StoredRecord, Event[Any]]], ctx: ElectionContext,
+                    trusted: Sequence[TrustedKey] | None = None) -> list[AuditFinding]:
     """The ``RECORD_CODES`` findings for the events of ``ctx``'s election.
 
     A record is held to the records before it in its partition and to those the log appended at a
     strictly earlier time: records appended in the same millisecond (one batch) have no order across
-    partitions."""
+    partitions. ``trusted``: the keys that check writer seals (None: none at hand, see ``forged_writers``)."""
     ordered = sorted(records, key=lambda item: (max(item[0].timestamp_ms, 0), item[0].position))
+    found = _forged(ordered, ctx, trusted)
     by_partition: dict[int, datetime] = {}
     earlier: datetime | None = None  # the newest recorded_at appended before the current millisecond
     this_ms: datetime | None = None  # ... and within it
     ms = -1
-    found: list[AuditFinding] = []
     replaceable: dict[str, datetime] = {}  # results and tosses, by event id: when recorded
     for rec, event in ordered:
         replaced = replaceable.get(getattr(event.payload, "supersedes", "") or "")
@@ -96,6 +104,20 @@ def record_findings(records: Iterable[tuple[StoredRecord, Event[Any]]], ctx: Ele
                 or env.recorded_at
             if rec.timestamp_ms > 0:
                 this_ms = _newer(this_ms, env.recorded_at)
+    return found
+
+
+def _forged(ordered: Sequence[tuple[StoredRecord, Event[Any]]], ctx: ElectionContext,
+            trusted: Sequence[TrustedKey] | None) -> list[AuditFinding]:
+    """``FORGED_WRITER``: a record of this election whose writer no trusted seal vouches for."""
+    at = {rec.position: (rec, event) for rec, event in ordered}
+    claims = ((rec.position, rec.headers, rec.value) for rec, event in ordered if not isinstance(event.payload, CheckpointSigned))
+    found = []
+    for forged in forged_writers(claims, trusted):
+        rec, event = at[forged.position]
+        if event.envelope.election_id == ctx.election_id:
+            found.append(_finding(ctx, rec, event, "FORGED_WRITER", "error", "a seal by a trusted key",
+                                  forged.problem, f"{event.type} {event.event_id}: {forged.message}"))
     return found
 
 
@@ -165,6 +187,8 @@ def _finding(ctx: ElectionContext, rec: StoredRecord, event: Event[Any], code: s
 
 
 def _likely_cause(code: str, writer: str) -> str:
+    if code == "FORGED_WRITER":
+        return "a record put in the log by someone able to write its file or topic, under the intake's or importer's name"
     if code == "DIRECT_WRITE" or is_direct_writer(writer):
         return "a direct write (caucus log append or caucus simulate write)"
     if code == "RECORDED_BEFORE_SUPERSEDED":

@@ -272,8 +272,10 @@ class Site:
     def public_key(self) -> str:
         return str(self.keys / "checkpoint-key.pub")
 
-    def rewrite(self) -> None:
-        """Flip a byte of one recorded event, cut every CheckpointSigned record, delete the checkpoint store."""
+    def rewrite(self, *, swap: bool = False, reseal: Path | None = None) -> None:
+        """Flip a byte of one recorded event (or ``swap`` it with the next of its partition, seals and
+        all), cut every CheckpointSigned record, delete the checkpoint store. An insider who holds a signing key (``reseal``: its PEM) also seals
+        every sealed record again with it (``ledger.integrity.writer_seals``), the flipped one included."""
         db = sqlite3.connect(self.data / "log.sqlite3")
         try:
             db.execute("DROP TRIGGER log_records_no_update")
@@ -281,13 +283,50 @@ class Site:
             seq, value = db.execute("SELECT seq, value FROM log_records ORDER BY seq LIMIT 1 OFFSET 5").fetchone()
             flipped = bytearray(value)
             flipped[-3] ^= 1
-            db.execute("UPDATE log_records SET value = ? WHERE seq = ?", (bytes(flipped), seq))
+            if swap:
+                columns = "key, event_id, value, headers"
+                mine = db.execute(f"SELECT {columns} FROM log_records WHERE seq = ?", (seq,)).fetchone()
+                other, *theirs = db.execute(
+                    f"SELECT seq, {columns} FROM log_records WHERE partition = (SELECT partition FROM log_records "
+                    "WHERE seq = ?) AND seq > ? ORDER BY seq LIMIT 1", (seq, seq)).fetchone()
+                db.execute("UPDATE log_records SET event_id = '' WHERE seq = ?", (seq,))  # ids are unique
+                put = "UPDATE log_records SET key = ?, event_id = ?, value = ?, headers = ? WHERE seq = ?"
+                db.execute(put, (*mine, other))
+                db.execute(put, (*theirs, seq))
+            else:
+                db.execute("UPDATE log_records SET value = ? WHERE seq = ?", (bytes(flipped), seq))
             cut = db.execute("DELETE FROM log_records WHERE instr(value, CAST('caucus checkpoint' AS BLOB)) > 0").rowcount
+            if reseal is not None:
+                reseal_rows(db, reseal)
             db.commit()
         finally:
             db.close()
         assert cut >= 1
         (self.data / "checkpoints.sqlite3").unlink()
+
+
+def reseal_rows(db: sqlite3.Connection, key_pem: Path, where: str = "1") -> int:
+    """Seal again, with the key in ``key_pem``, every row of an embedded log (matching ``where``) that
+    carries a writer seal: what a holder of a signing key can do to a rewritten record."""
+    import json
+
+    from ledger.integrity.keys import load_signing_key
+    from ledger.integrity.writer_seals import SEAL, Sealer
+
+    sealer = Sealer(load_signing_key(key_pem))
+    rows = db.execute(f"SELECT seq, value, headers FROM log_records WHERE ({where}) AND "
+                      f"instr(CAST(headers AS TEXT), '{SEAL}') > 0").fetchall()
+    for seq, value, headers in rows:
+        kept = json.loads(headers)
+        kept[SEAL] = sealer.seal(kept.get("caucus-writer", ""), bytes(value))[1].decode()
+        db.execute("UPDATE log_records SET headers = ? WHERE seq = ?", (json.dumps(kept), seq))
+    return len(rows)
+
+
+@pytest.fixture(scope="session")
+def reseal() -> Callable[..., int]:
+    """``reseal(db, key_pem, where)``: see ``reseal_rows``."""
+    return reseal_rows
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ With the signing key in the data directory the fresh checkpoint vouched for the 
 ``caucus verify`` passed, even with the public key pinned. Now:
 
 * the key lives outside the data directory (the key home), with a record of what it signed: an
-  insider who can rewrite the data directory but not the key home is refused a new signature;
+  insider who can rewrite the data directory but not the key home is refused a new signature (and an
+  event they change no longer matches the seal the intake put on it);
 * a key holder who also deletes that record can sign again, and ``verify --public-key`` cannot tell
   (the signature is genuine), but a witness (``caucus witness``, another party's directory) that
   cosigned an earlier checkpoint refuses to cosign the rewrite, and ``verify --against`` fails.
@@ -42,7 +43,13 @@ def test_the_signing_key_lives_outside_the_data_directory(site: Site) -> None:
 
 
 def test_an_insider_without_the_key_home_is_refused_a_signature(site: Site) -> None:
-    site.rewrite()
+    site.rewrite()  # the flipped event's seal no longer matches it: the audit before signing names it
+    refused = site.run("checkpoint", code=1)
+    assert "REFUSED TO SIGN" in refused.stdout and "FORGED_WRITER" in refused.stdout, refused.stdout
+
+
+def test_an_insider_who_reorders_events_is_refused_by_the_signers_record(site: Site) -> None:
+    site.rewrite(swap=True)  # every seal still holds: the signer's record of what it signed refuses
     refused = site.run("checkpoint", code=1)
     assert "REFUSED TO SIGN" in refused.stderr
     assert "the history was rewritten" in refused.stderr or "records were removed" in refused.stderr
@@ -56,7 +63,7 @@ def test_a_key_holder_who_also_erases_the_signers_record_is_caught_by_the_witnes
     agreed_json = json.loads(site.run("verify", "--public-key", site.public_key, "--against", str(site.witness), "--json").stdout)
     assert agreed_json["witnesses"] == [{"witness": str(site.witness), "ok": True, "problems": []}]
 
-    site.rewrite()
+    site.rewrite(reseal=site.keys / "checkpoint-key.pem")  # the key holder seals the flipped event again
     (site.keys / "checkpoint-key.signed.json").unlink()
     site.run("checkpoint")  # the key holder re-signs the rewritten history
     site.run("verify", "--public-key", site.public_key)  # a genuine signature: the key alone cannot tell

@@ -95,8 +95,9 @@ def test_a_changed_writer_header_is_found(tmp_path: Path, site_at: Callable[[Pat
     finally:
         db.close()
     found = json.loads(site.run("verify", "--public-key", site.public_key, "--json", code=1).stdout)["findings"]
-    assert [(f["kind"], f["position"]) for f in found] == [("headers", f"{partition}:0")], found
-    assert "writer" in found[0]["message"] and offset >= 0
+    # the column roots the checkpoint signed, and the seal the intake put on the record (over its writer)
+    assert [(f["kind"], f["position"]) for f in found] == [("headers", f"{partition}:0"), ("writer", f"{partition}:{offset}")], found
+    assert "writer" in found[0]["message"] and "does not match the record's writer" in found[1]["message"]
 
 
 def test_logs_checkpointed_before_column_roots_still_verify(checkpointed: Any) -> None:
@@ -111,9 +112,10 @@ def test_logs_checkpointed_before_column_roots_still_verify(checkpointed: Any) -
     assert checkpointed.verify()[1].ok
 
 
-def _rewrite_a_writer(site: Site) -> None:
-    """The insider's edit of a header only: one record's writer changed, the last checkpoint's event (no
-    checkpoint covers it, so the value trees keep their roots) cut, the checkpoint store deleted."""
+def _rewrite_a_writer(site: Site, reseal: Callable[..., int]) -> None:
+    """The insider's edit of a header only: one record's writer changed and sealed again with the
+    signing key they hold, the last checkpoint's event (no checkpoint covers it, so the value trees keep
+    their roots) cut, the checkpoint store deleted."""
     db = sqlite3.connect(site.data / "log.sqlite3")
     try:
         db.execute("DROP TRIGGER log_records_no_update")
@@ -122,6 +124,7 @@ def _rewrite_a_writer(site: Site) -> None:
                                   "'caucus-writer') > 0 ORDER BY seq LIMIT 1 OFFSET 3").fetchone()
         db.execute("UPDATE log_records SET headers = ? WHERE seq = ?",
                    (json.dumps({**json.loads(headers), "caucus-writer": "system:intake (really: an official)"}), seq))
+        assert reseal(db, site.keys / "checkpoint-key.pem", f"seq = {seq}") == 1
         cut = db.execute("DELETE FROM log_records WHERE seq = (SELECT MAX(seq) FROM log_records WHERE "
                          "instr(value, CAST('caucus checkpoint' AS BLOB)) > 0)").rowcount
         assert cut == 1
@@ -132,7 +135,7 @@ def _rewrite_a_writer(site: Site) -> None:
 
 
 def test_a_key_holder_who_rewrites_a_writer_and_re_signs_is_caught_by_the_witnesses(
-    tmp_path: Path, site_at: Callable[[Path], Site], serve_witness: Callable[..., Any]
+    tmp_path: Path, site_at: Callable[[Path], Site], serve_witness: Callable[..., Any], reseal: Callable[..., int]
 ) -> None:
     site = site_at(tmp_path / "operator")
     site.run("demo")  # one checkpoint, its event the last record of its partition
@@ -140,7 +143,7 @@ def test_a_key_holder_who_rewrites_a_writer_and_re_signs_is_caught_by_the_witnes
     for witness in (str(site.witness), served.url):
         site.run("witness", witness, "--public-key", site.public_key)
 
-    _rewrite_a_writer(site)
+    _rewrite_a_writer(site, reseal)
     refused = site.run("checkpoint", code=1)  # the signer's record holds the column roots it signed
     assert "REFUSED TO SIGN" in refused.stderr and "(the writer)" in refused.stderr
     (site.keys / "checkpoint-key.signed.json").unlink()

@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from ledger.integrity.keys import load_or_create_signing_key
+
 Site = Any  # the conftest's ``Site``
 Served = Any  # the conftest's ``ServedWitness``
 
@@ -47,7 +49,7 @@ def _caught(site: Site, served: Served, public_key: str) -> None:
 
 
 def test_a_key_holder_who_rewrites_and_re_signs_is_caught_by_the_url_witness(site: Site, witness: Served) -> None:
-    site.rewrite()
+    site.rewrite(reseal=site.keys / "checkpoint-key.pem")
     (site.keys / "checkpoint-key.signed.json").unlink()
     site.run("checkpoint")  # the same key home re-signs the rewritten history
     _caught(site, witness, site.public_key)
@@ -57,7 +59,8 @@ def test_a_key_holder_who_rewrites_and_re_signs_is_caught_by_the_url_witness(sit
 
 
 def test_re_signing_with_a_new_key_is_caught_and_not_cosigned(site: Site, witness: Served, tmp_path: Path) -> None:
-    site.rewrite()
+    load_or_create_signing_key(tmp_path / "new-keys")  # the insider's own key, which seals the rewrite too
+    site.rewrite(reseal=tmp_path / "new-keys" / "checkpoint-key.pem")
     site.env["CAUCUS_KEY_HOME"] = str(tmp_path / "new-keys")
     site.run("checkpoint")
     new_key = str(tmp_path / "new-keys" / "checkpoint-key.pub")
@@ -138,7 +141,8 @@ def test_a_pinned_witness_key_unmasks_an_impostor_witness(
     is named as another witness."""
     real_key = str(tmp_path / "newsroom" / "witness-key.pub")
     site.run("verify", "--against", witness.url, "--witness-key", real_key)
-    site.rewrite()
+    load_or_create_signing_key(tmp_path / "new-keys")  # the insider's own key, which seals the rewrite too
+    site.rewrite(reseal=tmp_path / "new-keys" / "checkpoint-key.pem")
     site.env["CAUCUS_KEY_HOME"] = str(tmp_path / "new-keys")
     site.run("checkpoint")
     new_key = str(tmp_path / "new-keys" / "checkpoint-key.pub")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import uuid
 from datetime import UTC, datetime
@@ -25,6 +26,13 @@ from producers.credentials import CredentialStore
 from producers.intake_state import IntakeState
 from producers.redefinition import redefinition_problems
 from tests.producers.test_direct_writes import _append, _caucus, _log_size, reported  # noqa: F401  (fixture)
+
+
+def _key_home_of_its_own(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key home with no record of what was signed before, holding the key the intake sealed this
+    log's records with (``ledger.integrity.writer_seals``): a checkpoint trusts those seals."""
+    shutil.copytree(os.environ["CAUCUS_KEY_HOME"], home, ignore=shutil.ignore_patterns("*.signed.json"))
+    monkeypatch.setenv("CAUCUS_KEY_HOME", str(home))
 
 
 def _log(data: Path) -> list[dict[str, Any]]:
@@ -164,7 +172,7 @@ def test_a_checkpoint_must_be_signed_by_the_key_it_names(reported: tuple[Path, s
     """A forged or zeroed checkpoint is refused; the genuine one restores into a fresh log with the
     records it covers, and that log verifies."""
     data, token = reported
-    monkeypatch.setenv("CAUCUS_KEY_HOME", str(tmp_path / "keys"))
+    _key_home_of_its_own(tmp_path / "keys", monkeypatch)
     signed = _caucus(data, "checkpoint", "--json", token=token)
     assert signed.returncode == 0, signed.stderr
     history = _log(data)
@@ -270,7 +278,7 @@ def test_a_checkpoint_of_another_log_is_refused(reported: tuple[Path, str], tmp_
     """Validly signed, by this ledger's own key, but over another log: `caucus verify` would report
     tampering on every run after it. Its roots are checked against this log's records."""
     data, token = reported
-    monkeypatch.setenv("CAUCUS_KEY_HOME", str(tmp_path / "keys"))
+    _key_home_of_its_own(tmp_path / "keys", monkeypatch)
     other = tmp_path / "other"
     _, other_token = CredentialStore(other / "credentials.json").issue("official", name="Ann")
     for args in (["define", str(tmp_path / "el.json")],

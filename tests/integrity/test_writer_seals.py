@@ -1,0 +1,134 @@
+"""A record that claims the intake or the importer as its writer must carry their seal
+(``ledger.integrity.writer_seals``): a made-up correction put in the log under ``system:intake`` is
+named by ``caucus verify``, refused by ``caucus checkpoint`` and listed by ``caucus audit``
+(``FORGED_WRITER``), on the embedded log and on a Kafka topic."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.codec import default_codec
+from ledger.events import Event, ResultReported
+from ledger.integrity.keys import generate_key
+from ledger.integrity.verify import verify_log
+from ledger.integrity.writer_seals import SEAL, Sealer, forged_writers, seal_problem
+from ledger.journal import Journal
+from ledger.log.port import PendingRecord, Position
+from ledger.log.sqlite import SqliteLog
+from ledger.record_headers import WRITER
+
+Site = Any  # the conftest's ``Site``
+VALUE = b"\x00the record's value"
+
+
+def _headers(writer: str, sealer: Sealer | None = None, value: bytes = VALUE) -> tuple[tuple[str, bytes], ...]:
+    base = ((WRITER, writer.encode()),) if writer else ()
+    return (*base, sealer.seal(writer, value)) if sealer else base
+
+
+def test_a_seal_vouches_for_its_writer_and_value_and_nothing_else() -> None:
+    key, other = generate_key(), generate_key()
+    sealer = Sealer(key)
+    sealed = _headers("system:intake", sealer)
+    assert seal_problem(sealed, VALUE, [key.trusted]) is None
+    assert "does not match" in (seal_problem(sealed, VALUE + b"!", [key.trusted]) or "")
+    moved = ((WRITER, b"importer:idp2020 (x)"), sealed[1])  # the seal kept, the writer changed
+    assert "does not match" in (seal_problem(moved, VALUE, [key.trusted]) or "")
+    assert "not a trusted key" in (seal_problem(sealed, VALUE, [other.trusted]) or "")
+    assert seal_problem(_headers("system:intake"), VALUE, [key.trusted]) == "unsealed"
+    for text in (b"ed25519 abc", b"rsa k sig", f"ed25519 {key.key_id} not*base64".encode()):
+        assert seal_problem(((WRITER, b"system:intake"), (SEAL, text)), VALUE, [key.trusted]) not in (None, "unsealed")
+
+
+def test_unsealed_claims_are_named_once_the_log_holds_a_seal() -> None:
+    key = generate_key()
+    sealer = Sealer(key)
+    at = [Position(0, i) for i in range(5)]
+    unsealed = [(at[0], _headers("system:intake"), VALUE), (at[1], _headers(""), VALUE),
+                (at[2], _headers("importer:idp2020 (ia)"), VALUE), (at[3], _headers("official:ann"), VALUE)]
+    assert forged_writers(unsealed, [key.trusted]) == []  # a log from before seals: nothing to hold them to
+    log = [*unsealed, (at[4], _headers("system:intake", sealer), VALUE)]
+    named = forged_writers(log, [key.trusted])
+    assert [(f.position, f.writer, f.problem) for f in named] == [
+        (at[0], "system:intake", "unsealed"), (at[1], "", "unsealed"), (at[2], "importer:idp2020 (ia)", "unsealed")]
+    assert "no seal" in named[0].message  # a direct write names its writer: the audit lists it as DIRECT_WRITE
+    assert [f.position for f in forged_writers(log, None)] == [at[0], at[1], at[2]]  # no keys: the unsealed claims
+    stranger = generate_key()
+    bad = [(at[4], _headers("system:intake", Sealer(stranger)), VALUE)]
+    assert [f.problem for f in forged_writers(bad, [key.trusted])] == [
+        f"its seal is by key {stranger.key_id}, which is not a trusted key"]
+
+
+def _forge(log_path: Path, writer: str | None, *, seal_of_another: bool = False) -> str:
+    """The insider's forgery: a copy of the log's last report under a new event id, appended to the
+    file (its triggers refuse only UPDATE and DELETE), claiming ``writer``; returns its position."""
+    log = SqliteLog(log_path)
+    try:
+        journal = Journal(log, writer=writer or "")
+        reports = [e for e in journal.read() if isinstance(e.event.payload, ResultReported)]
+        last = reports[-1]
+        event: Event[Any] = dataclasses.replace(last.event, envelope=dataclasses.replace(last.event.envelope,
+                                                                                         event_id=str(uuid.uuid4())))
+        if not seal_of_another:
+            return str(journal.append(event))
+        copied = tuple(h for h in last.headers if h[0] == SEAL)  # a real seal, lifted from another record
+        assert copied and writer
+        headers = ((WRITER, writer.encode()), *copied)
+        return str(log.append(PendingRecord(event.key, event.event_id, default_codec().encode(event), headers)))
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("writer, lifted", [("system:intake", False), (None, False), ("system:intake", True)],
+                         ids=["claims-the-intake", "names-no-writer", "a-seal-lifted-from-another-record"])
+def test_a_record_posing_as_the_intakes_is_named_refused_and_audited(
+    tmp_path: Path, site_at: Callable[[Path], Site], writer: str | None, lifted: bool,
+) -> None:
+    site = site_at(tmp_path)
+    site.run("demo")
+    clean = json.loads(site.run("verify", "--public-key", site.public_key, "--json").stdout)
+    assert clean["findings"] == []
+    rows = sqlite3.connect(site.data / "log.sqlite3").execute("SELECT headers FROM log_records").fetchall()
+    assert sum(SEAL.encode() in bytes(h or b"") for (h,) in rows) >= 100  # the demo's intake sealed its records
+
+    position = _forge(site.data / "log.sqlite3", writer, seal_of_another=lifted)
+    found = json.loads(site.run("verify", "--public-key", site.public_key, "--json", code=1).stdout)["findings"]
+    assert [(f["kind"], f["position"]) for f in found] == [("writer", position)], found
+    assert "FORGED_WRITER" in found[0]["message"]
+    assert ("does not match" if lifted else "carries no seal") in found[0]["message"]
+
+    refused = site.run("checkpoint", code=1)
+    assert "REFUSED TO SIGN" in refused.stdout and "FORGED_WRITER" in refused.stdout
+
+    site.run("project", "--until-caught-up")
+    audit = json.loads(site.run("audit", "--json", code=1).stdout)
+    forged = [f for f in audit["findings"] if f["code"] == "FORGED_WRITER"]
+    assert [(f["status"], f["severity"]) for f in forged] == [(f"record {position}", "error")], forged
+
+
+def test_a_forged_record_on_a_kafka_topic_is_named(kafka_bootstrap: str, unique_topic: str,
+                                                   events_factory: Callable[..., list[Event[Any]]]) -> None:
+    kafka = pytest.importorskip("ledger.log.kafka")
+    kafka.provision_topic(kafka_bootstrap, unique_topic, partitions=4)
+    log = kafka.KafkaLog(kafka_bootstrap, unique_topic, partitions=4)
+    key = generate_key()
+    try:
+        sealed = Journal(log, writer="system:intake", seal=Sealer(key).seal)
+        sealed.append_batch(events_factory(30))
+        _, report = verify_log(log, None, [key.trusted])
+        assert report.ok, report.findings
+        forged_at = Journal(log, writer="system:intake").append(events_factory(1, start=30, tag="forger")[0])
+        _, report = verify_log(log, None, [key.trusted])
+        assert [(f.kind, f.position) for f in report.findings] == [("writer", forged_at)], report.findings
+        _, report = verify_log(log, None, [generate_key().trusted])  # sealed by a key this verifier does not trust
+        assert {f.kind for f in report.findings} == {"writer"} and len(report.findings) == 30
+    finally:
+        log.close()

@@ -91,7 +91,7 @@ class Intake:
         self._connect_log, self._seal = connect, seal  # seal: on each record it writes (``ledger.integrity.writer_seals``)
         self.workdir, self.name, self._clock = Path(workdir), name, clock
         self._journal: Journal | None = None
-        self.spool = Spool(self.workdir / "spool.jsonl")
+        self.spool = Spool(self.workdir / "spool.jsonl", seal)
         self.state, self._overlay = IntakeState(), IntakeState()
         self._overlay_stamp: tuple[int, int] | None = None
         self._lock = DirectoryLock(self.workdir)
@@ -302,7 +302,7 @@ class Intake:
 
     def _rebuild_overlay(self) -> None:
         overlay = IntakeState()
-        for item in self.spool.pending():
+        for item in (i for i in self.spool.pending() if i.sealed):  # a line another hand wrote is judged on nothing
             overlay.apply(item.event, None)
         self._overlay = overlay
         self._overlay_stamp = self.spool.stamp
@@ -329,7 +329,7 @@ class Intake:
                 error = self.last_log_error
                 break
             event = item.event
-            verdict = recheck(event, self.state)
+            verdict = recheck(event, self.state, sealed=item.sealed)
             try:
                 if verdict.action == "present":
                     self.spool.mark_forwarded(event.event_id, verdict.position, "present", verdict.original)

@@ -4,7 +4,8 @@ against a state that may have lagged the log, so it is checked again against the
 Already there (the same event, or the same content under its key: a retry that reached the log after
 all) it is marked present; no longer fitting (its key taken meanwhile by other content, a conflict with
 what the log now holds, a unit its election no longer defines) it is refused and the refusal recorded in its place; else it is appended. A
-refusal that waited in the spool is always appended: it records what was sent, whatever came since.
+refusal that waited in the spool is always appended: it records what was sent, whatever came since. A
+line the intake did not seal (``producers.spool``) is refused, whatever it holds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ledger.log.port import Position
 from producers.intake_state import IntakeState, claimed_key, fingerprint
 from producers.validation import conflicts
 
-__all__ = ["Verdict", "recheck"]
+__all__ = ["Verdict", "recheck", "NOT_SPOOLED_HERE"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,14 @@ class Verdict:
     """Why it is refused (``refuse``)."""
 
 
-def recheck(event: Event[Any], state: IntakeState) -> Verdict:
+NOT_SPOOLED_HERE = Problem("spool", "NOT_SPOOLED_HERE", "this spool line carries no seal of this intake: it was written "
+                           "into the spool file by another hand, not accepted here; it is recorded as refused, never appended")
+
+
+def recheck(event: Event[Any], state: IntakeState, *, sealed: bool = True) -> Verdict:
+    """``sealed``: the spool line carries this intake's seal (``producers.spool``); one that does not is refused."""
+    if not sealed:
+        return Verdict("refuse", problems=(NOT_SPOOLED_HERE,))
     key = event.envelope.idempotency_key
     claim = state.claim(key)
     if claim is not None and (claim.event_id == event.event_id or claim.fingerprint() == fingerprint(event)):

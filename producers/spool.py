@@ -12,6 +12,13 @@ timestamped name (nothing that was spooled is ever deleted) and a new file start
 its newline is a write that never completed (and was never acknowledged): it is ignored, and cut off
 before the next record is written (the one time the file is not only appended to). Any other line that
 does not parse is an error an operator must look at.
+
+Each line is sealed with the intake's signing key (the seal its log records carry, over the line's
+canonical JSON and a writer of its own, ``SPOOL_WRITER``, so neither seal passes for the other): the
+spool lies in the data directory, and a line written there by another hand would otherwise be
+forwarded, and sealed in the log, as a command the intake accepted. Such an event is refused when
+forwarded (recorded as a refusal, never appended: ``intake_forward``) and left out of what the intake
+judges against; such a ``forwarded`` line forwards nothing (the event is sent again, and found present).
 """
 
 from __future__ import annotations
@@ -24,10 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from ledger.events import Event
+from ledger.journal import Seal
 from ledger.log.port import Position
 from ledger.render import event_from_json, event_to_json
 
-__all__ = ["Spool", "SpoolError", "SpooledEvent"]
+__all__ = ["Spool", "SpoolError", "SpooledEvent", "SPOOL_WRITER"]
+
+SPOOL_WRITER = "system:intake spool"
 
 
 class SpoolError(RuntimeError):
@@ -40,6 +50,7 @@ class SpooledEvent:
     spooled_at: str
     basis: dict[int, tuple[int, str]] = field(default_factory=dict)  # what it was judged against (spool_basis)
     generation: int = 0
+    sealed: bool = True  # the line carries this intake's seal (or the spool is not sealed): see the module docstring
 
 
 def _fsync_dir(path: Path) -> None:
@@ -72,8 +83,9 @@ def _write_whole(fd: int, data: bytes) -> None:
 class Spool:
     """One spool file per log target; callers serialise access (the intake holds its lock)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, seal: Seal | None = None) -> None:
         self.path = Path(path)
+        self._seal = seal
         self._pending: dict[str, SpooledEvent] | None = None
         self._stamp: tuple[int, int] | None = None
         self.ignored_partial_line = False
@@ -98,12 +110,15 @@ class Spool:
                 continue
             try:
                 record = json.loads(line)
+                sealed = self._seal is None or record.pop("seal", None) == self._seal_of(record)
                 if record["kind"] == "event":
                     event = event_from_json(record["event"])
                     basis = {int(p): (int(n), str(a)) for p, (n, a) in record.get("basis", {}).items()}
-                    pending[event.event_id] = SpooledEvent(event, record["spooled_at"], basis, int(record.get("generation", 0)))
+                    pending[event.event_id] = SpooledEvent(event, record["spooled_at"], basis, int(record.get("generation", 0)),
+                                                           sealed)
                 elif record["kind"] == "forwarded":
-                    pending.pop(record["event_id"], None)
+                    if sealed:
+                        pending.pop(record["event_id"], None)
                 else:
                     raise ValueError(f"unknown record kind {record['kind']!r}")
             except (ValueError, KeyError, TypeError) as exc:
@@ -137,8 +152,15 @@ class Spool:
 
     # -- writing ----------------------------------------------------------------------------------
 
+    def _seal_of(self, record: dict[str, Any]) -> str | None:
+        """The seal of a line (``record`` without its own seal; None when the spool is not sealed)."""
+        if self._seal is None:
+            return None
+        return self._seal(SPOOL_WRITER, json.dumps(record, sort_keys=True, separators=(",", ":")).encode())[1].decode()
+
     def _append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+        seal = self._seal_of(record)
+        line = json.dumps(record if seal is None else {**record, "seal": seal}, sort_keys=True, separators=(",", ":")) + "\n"
         try:
             created = not self.path.exists()
             self.path.parent.mkdir(parents=True, exist_ok=True)

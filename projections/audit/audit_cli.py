@@ -56,15 +56,23 @@ def _choices(values: list[str] | None, allowed: tuple[str, ...], option: str) ->
     return out
 
 
-def _seal_keys(settings: Settings) -> list[Any] | None:
+SEALS_UNCHECKED = ("not checked: no public key to check them with ({why}); only records claiming the intake or the "
+                   "importer with no seal at all are named. Trust the signing key's public half: "
+                   "CAUCUS_CHECKPOINT_PUBLIC_KEY, or the key home's checkpoint-key.pub")
+
+
+def _seal_keys(settings: Settings, meta: dict[str, Any]) -> list[Any] | None:
     """The keys that check writer seals (``FORGED_WRITER``): those ``caucus verify`` would trust, or None
-    when there are none at hand (the audit then names only unsealed claims)."""
+    when there are none at hand (the audit then names only unsealed claims, and says so in ``meta``)."""
     from ledger.integrity.keys import KeyFileError
 
     try:
-        return _trusted_keys(settings, None) or None
-    except KeyFileError:
-        return None
+        keys = _trusted_keys(settings, None)
+        why = "none found"
+    except KeyFileError as exc:
+        keys, why = [], str(exc)
+    meta["writer_seals"] = "checked" if keys else SEALS_UNCHECKED.format(why=why)
+    return keys or None
 
 
 def run_audit(
@@ -81,11 +89,11 @@ def run_audit(
         log = open_log(settings, read_only=True)
         try:
             at = tally_as_of(log, cut, election_id=election_id)
-            records = log_record_findings(log, at.context, trusted=_seal_keys(settings))
+            meta: dict[str, Any] = {"as_of": at.state.to_json()}
+            records = log_record_findings(log, at.context, trusted=_seal_keys(settings, meta))
         finally:
             log.close()
         where = f"{settings.describe_log()}: " + (cut.describe() if cut is not None else "the whole log")
-        meta: dict[str, Any] = {"as_of": at.state.to_json()}
         report = audit_tallies(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta)
         return _with(report, records), at.context, refused_unattributed(at.state.unattributed)
     from projections.stores import open_store
@@ -100,13 +108,14 @@ def run_audit(
         where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
         with store.reader(view.set.set_id) as reader:
             loose = refused_unattributed(reader.unattributed())
-        records = log_record_findings(read, view.context, trusted=_seal_keys(settings))
+        seals: dict[str, Any] = {}
+        records = log_record_findings(read, view.context, trusted=_seal_keys(settings, seals))
         unread = unread_records(read.high_watermarks(), view.positions)
     finally:
         if read is not None:
             read.close()
         store.close()
-    meta = {"projection": view.meta(), "unread_records": unread}
+    meta = {"projection": view.meta(), "unread_records": unread, **seals}
     report = audit_tallies(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta)
     return _with(report, records), view.context, loose
 
@@ -220,6 +229,8 @@ def print_report(report: AuditReport, *, filtered: bool = False, county: str | N
          f"{f' (county {county} only)' if county else ''}")  # fmt: skip
     if report.not_checked:
         echo(f"not checked: {len(report.not_checked)} unit(s): " + "; ".join(f"{u} ({why})" for u, why in report.not_checked[:10]))
+    if report.meta.get("writer_seals", "checked") != "checked":
+        echo(f"writer seals: {report.meta['writer_seals']}")
     counts = report.counts()
     if not counts:
         echo("no findings")

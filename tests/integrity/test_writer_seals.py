@@ -132,3 +132,79 @@ def test_a_forged_record_on_a_kafka_topic_is_named(kafka_bootstrap: str, unique_
         assert {f.kind for f in report.findings} == {"writer"} and len(report.findings) == 30
     finally:
         log.close()
+
+
+def test_a_spool_line_written_by_another_hand_is_refused_not_sealed(tmp_path: Path, site_at: Callable[[Path], Site]) -> None:
+    """The spool lies in the data directory: a correction written into it, forwarded as the intake's,
+    would reach the log sealed. Its line carries no seal of the intake's, so it is recorded as refused."""
+    from ledger.render import event_to_json
+
+    site = site_at(tmp_path)
+    site.run("demo")
+    log = SqliteLog(site.data / "log.sqlite3")
+    try:
+        last = [e for e in Journal(log).read() if isinstance(e.event.payload, ResultReported)][-1].event
+    finally:
+        log.close()
+    planted = dataclasses.replace(last, envelope=dataclasses.replace(last.envelope, event_id=str(uuid.uuid4()),
+                                                                     idempotency_key=f"planted-{uuid.uuid4()}"))
+    spool = next((site.data / "intake").rglob("state.json")).parent / "spool.jsonl"
+    line = {"kind": "event", "spooled_at": "2020-02-04T01:00:00+00:00", "event": event_to_json(planted), "generation": 0, "basis": {}}
+    spool.write_text(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n")
+
+    flushed = json.loads(site.run("spool", "flush", "--json").stdout)
+    assert (flushed["forwarded"], flushed["rejected"], flushed["remaining"]) == (0, 1, 0), flushed
+    tail = [json.loads(x) for x in site.run("log", "tail", "-n", "3", "--json").stdout.splitlines()]
+    assert planted.event_id not in {t["event_id"] for t in tail}
+    refusal = tail[-1]
+    assert refusal["type"] == "SubmissionRejected" and "NOT_SPOOLED_HERE" in json.dumps(refusal["payload"]), refusal
+    assert json.loads(site.run("verify", "--public-key", site.public_key, "--json").stdout)["findings"] == []
+
+
+def test_a_sealed_spool_keeps_its_own_lines_and_only_those(tmp_path: Path) -> None:
+    from producers.spool import Spool
+
+    sealer = Sealer(generate_key())
+    spool = Spool(tmp_path / "spool.jsonl", sealer.seal)
+    events = [e for e in _events(2)]
+    for event in events:
+        spool.add(event)
+    forged = {"kind": "forwarded", "event_id": events[0].event_id, "position": None, "outcome": "appended", "note": "", "at": "x"}
+    with (tmp_path / "spool.jsonl").open("a") as fh:
+        fh.write(json.dumps(forged) + "\n")  # "it reached the log": written by another hand, it forwards nothing
+    reread = Spool(tmp_path / "spool.jsonl", sealer.seal).pending()
+    assert [(i.event.event_id, i.sealed) for i in reread] == [(e.event_id, True) for e in events]
+    lines = (tmp_path / "spool.jsonl").read_text().splitlines()
+    edited = json.loads(lines[1])
+    edited["event"]["actor"] = "someone-else"
+    (tmp_path / "spool.jsonl").write_text("\n".join([lines[0], json.dumps(edited)]) + "\n")
+    assert [i.sealed for i in Spool(tmp_path / "spool.jsonl", sealer.seal).pending()] == [True, False]
+    assert [i.sealed for i in Spool(tmp_path / "spool.jsonl", Sealer(generate_key()).seal).pending()] == [False, False]
+
+
+def _events(n: int) -> list[Event[Any]]:
+    from ledger.events import Channel, Result, new_event
+
+    return [new_event(ResultReported(Result({"A": 5 + i}, {"A": 5 + i}, attendance=5 + i), reporter="chair"),
+                      election_id="e", unit_id=f"U{i}", actor="chair", channel=Channel.APP) for i in range(n)]
+
+
+def test_a_writer_that_only_looks_like_the_intake_is_a_claim() -> None:
+    from ledger.integrity.writer_seals import claims_trusted_writer
+
+    for posing in ("System:intake", " system:intake", "system :intake", "IMPORTER:idp2020", "None", "", "null"):
+        assert claims_trusted_writer(posing), posing
+    for official in ("official:ann", "Ann Example", "import-of-unpublished-files: (ia; not as published: x.csv)"):
+        assert not claims_trusted_writer(official), official
+
+
+def test_an_audit_without_a_key_says_the_seals_went_unchecked(tmp_path: Path, site_at: Callable[[Path], Site]) -> None:
+    site = site_at(tmp_path)
+    site.run("demo")
+    site.run("project", "--until-caught-up")
+    checked = json.loads(site.run("audit", "--json").stdout)
+    assert checked["writer_seals"] == "checked"
+    site.env["CAUCUS_KEY_HOME"] = str(tmp_path / "no-keys")
+    (site.data / "checkpoint-key.pub").unlink()
+    unchecked = site.run("audit")
+    assert "writer seals: not checked: no public key" in unchecked.stdout, unchecked.stdout

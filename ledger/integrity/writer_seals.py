@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.integrity.keys import SigningKey, TrustedKey, resolve_signing_key
+from ledger.integrity.keys import KeyFileError, SigningKey, TrustedKey, key_home, resolve_signing_key
 from ledger.log.port import Headers, Position
 from ledger.record_headers import is_direct_writer, writer_of
 
@@ -66,8 +66,18 @@ class Sealer:
 
 def sealer_for(checkpoint_key: Path | None, data_dir: Path) -> Sealer:
     """The sealer of a ledger's writers: the key ``caucus checkpoint`` signs with, so the key an auditor
-    already trusts for checkpoints vouches for the writers too (``keys.resolve_signing_key``)."""
-    return Sealer(resolve_signing_key(checkpoint_key, data_dir).key)
+    already trusts for checkpoints vouches for the writers too (``keys.resolve_signing_key``). A key
+    that cannot be read or made is an error: a writer that went on unsealed would write records the
+    verifier must call forged."""
+    try:
+        return Sealer(resolve_signing_key(checkpoint_key, data_dir).key)
+    except OSError as exc:
+        where = exc.filename or checkpoint_key or key_home()
+        raise KeyFileError(
+            f"the intake and the importer seal what they write with the ledger's signing key, which cannot be read or "
+            f"made at {where} ({exc.strerror or exc}): set CAUCUS_KEY_HOME to a directory this user can write, or "
+            "give the key (CAUCUS_CHECKPOINT_KEY, or checkpoint.key in the settings file)"
+        ) from exc
 
 
 def seal_of(headers: Headers) -> bytes | None:

@@ -14,11 +14,14 @@ before the next record is written (the one time the file is not only appended to
 does not parse is an error an operator must look at.
 
 Each line is sealed with the intake's signing key (the seal its log records carry, over the line's
-canonical JSON and a writer of its own, ``SPOOL_WRITER``, so neither seal passes for the other): the
+canonical JSON and a writer of its own, ``SPOOL_WRITER``: a spool line is no event, so its seal vouches
+for no log record, and a log record's for no line): the
 spool lies in the data directory, and a line written there by another hand would otherwise be
 forwarded, and sealed in the log, as a command the intake accepted. Such an event is refused when
 forwarded (recorded as a refusal, never appended: ``intake_forward``) and left out of what the intake
-judges against; such a ``forwarded`` line forwards nothing (the event is sent again, and found present).
+judges against, and never displaces a sealed line of the same event; such a ``forwarded`` line
+forwards nothing (the event is sent again, and found present). A line sealed under another key (the
+signing key changed, or a version that did not seal) is refused too: flush the spool before either.
 """
 
 from __future__ import annotations
@@ -110,12 +113,16 @@ class Spool:
                 continue
             try:
                 record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise TypeError(f"a JSON {type(record).__name__}, not an object")
                 sealed = self._seal is None or record.pop("seal", None) == self._seal_of(record)
                 if record["kind"] == "event":
                     event = event_from_json(record["event"])
                     basis = {int(p): (int(n), str(a)) for p, (n, a) in record.get("basis", {}).items()}
-                    pending[event.event_id] = SpooledEvent(event, record["spooled_at"], basis, int(record.get("generation", 0)),
-                                                           sealed)
+                    held = pending.get(event.event_id)
+                    if held is None or not held.sealed or sealed:  # a planted line never displaces a sealed one
+                        pending[event.event_id] = SpooledEvent(event, record["spooled_at"], basis,
+                                                               int(record.get("generation", 0)), sealed)
                 elif record["kind"] == "forwarded":
                     if sealed:
                         pending.pop(record["event_id"], None)

@@ -35,7 +35,7 @@ class RefusedToSign(RuntimeError):
     """The log no longer matches its earlier checkpoints; signing it would launder the damage."""
 
     def __init__(self, report: Report) -> None:
-        first = report.findings[0]
+        first = next(f for f in report.findings if f.kind != "writer")
         super().__init__(
             f"refusing to sign: the log does not match its earlier checkpoints ({len(report.findings)} findings; "
             f"first: {first.message})"
@@ -50,7 +50,7 @@ class RewrittenSinceSigned(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class Issued:
     signed: SignedCheckpoint
-    report: Report  # the audit done before signing
+    report: Report  # the audit done before signing: its findings, if any, are FORGED_WRITER ones
 
 
 def issue_checkpoint(
@@ -89,8 +89,12 @@ def _issue(
     witness = store.leaves()
     scan = scan_log(log, codec)
     report = verify_scan(scan, stored, witness, [key.trusted, *also_trusted], codec)
-    if not report.ok:
+    if any(f.kind != "writer" for f in report.findings):
         raise RefusedToSign(report)
+    # A record whose writer no seal vouches for (``writer_seals``) is not damage to the history: it is
+    # named by every verify and audit whether or not a checkpoint covers it, and a refusal would let
+    # anyone able to append one record stop checkpoints (and witnesses) for good. It is signed as
+    # what the log holds, and reported (``Issued.report``).
     last = signer_state.last(log_key) if signer_state is not None else None
     if last is not None:
         problem = extends(scan, last)

@@ -30,17 +30,21 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.integrity.keys import KeyFileError, SigningKey, TrustedKey, key_home, resolve_signing_key
+from ledger.integrity.keys import (PUBLIC_KEY_FILE, KeyFileError, SigningKey, TrustedKey, key_home, resolve_signing_key,
+                                   write_public_key)
 from ledger.log.port import Headers, Position
 from ledger.record_headers import is_direct_writer, writer_of
 
 __all__ = ["SEAL", "SEAL_MAGIC", "Sealer", "sealer_for", "seal_message", "seal_of", "claims_trusted_writer", "seal_problem",
            "ForgedWriter", "forged_writers"]
+
+log = logging.getLogger(__name__)
 
 SEAL = "caucus-writer-seal"
 SEAL_MAGIC = b"caucus-ledger/writer-seal/v1\n"
@@ -70,7 +74,12 @@ def sealer_for(checkpoint_key: Path | None, data_dir: Path) -> Sealer:
     that cannot be read or made is an error: a writer that went on unsealed would write records the
     verifier must call forged."""
     try:
-        return Sealer(resolve_signing_key(checkpoint_key, data_dir).key)
+        resolved = resolve_signing_key(checkpoint_key, data_dir)
+        if resolved.warning:
+            log.warning("writer seals: %s", resolved.warning)
+        if not (data_dir / PUBLIC_KEY_FILE).exists() and data_dir.is_dir():  # for auditors, as `caucus checkpoint` does
+            write_public_key(resolved.key, data_dir / PUBLIC_KEY_FILE)
+        return Sealer(resolved.key)
     except OSError as exc:
         where = exc.filename or checkpoint_key or key_home()
         raise KeyFileError(

@@ -204,7 +204,12 @@ def checkpoint_command(
         "signature": s.signature.hex(),
         "key_created": created,
         "feed": {"published": feed.published, "feed": feed.feed, "error": feed.error},
+        "forged_writers": [f.to_json() for f in issued.report.findings],
     }
+    for f in issued.report.findings[:20]:  # signed as what the log holds: verify and audit name them every time
+        typer.echo(f"warning: {f.message}", err=True)
+    if len(issued.report.findings) > 20:
+        typer.echo(f"warning: and {len(issued.report.findings) - 20} more record(s) whose writer no seal vouches for", err=True)
 
     def human() -> None:
         if created:

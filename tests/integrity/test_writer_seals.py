@@ -1,6 +1,7 @@
 """A record that claims the intake or the importer as its writer must carry their seal
 (``ledger.integrity.writer_seals``): a made-up correction put in the log under ``system:intake`` is
-named by ``caucus verify``, refused by ``caucus checkpoint`` and listed by ``caucus audit``
+named by ``caucus verify`` (under later checkpoints too), warned of by ``caucus checkpoint`` and listed by
+``caucus audit``
 (``FORGED_WRITER``), on the embedded log and on a Kafka topic."""
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def _forge(log_path: Path, writer: str | None, *, seal_of_another: bool = False)
 
 @pytest.mark.parametrize("writer, lifted", [("system:intake", False), (None, False), ("system:intake", True)],
                          ids=["claims-the-intake", "names-no-writer", "a-seal-lifted-from-another-record"])
-def test_a_record_posing_as_the_intakes_is_named_refused_and_audited(
+def test_a_record_posing_as_the_intakes_is_named_signed_over_and_audited(
     tmp_path: Path, site_at: Callable[[Path], Site], writer: str | None, lifted: bool,
 ) -> None:
     site = site_at(tmp_path)
@@ -105,8 +106,13 @@ def test_a_record_posing_as_the_intakes_is_named_refused_and_audited(
     assert "FORGED_WRITER" in found[0]["message"]
     assert ("does not match" if lifted else "carries no seal") in found[0]["message"]
 
-    refused = site.run("checkpoint", code=1)
-    assert "REFUSED TO SIGN" in refused.stdout and "FORGED_WRITER" in refused.stdout
+    # Signed as what the log holds (a refusal would let one appended record stop checkpoints for good),
+    # with the record named; verify names it still, under the checkpoint.
+    signed = site.run("checkpoint", "--json")
+    assert [f["position"] for f in json.loads(signed.stdout)["forged_writers"]] == [position]
+    assert "warning: FORGED_WRITER" in signed.stderr
+    found = json.loads(site.run("verify", "--public-key", site.public_key, "--json", code=1).stdout)["findings"]
+    assert [(f["kind"], f["position"]) for f in found] == [("writer", position)], found
 
     site.run("project", "--until-caught-up")
     audit = json.loads(site.run("audit", "--json", code=1).stdout)
@@ -208,3 +214,23 @@ def test_an_audit_without_a_key_says_the_seals_went_unchecked(tmp_path: Path, si
     (site.data / "checkpoint-key.pub").unlink()
     unchecked = site.run("audit")
     assert "writer seals: not checked: no public key" in unchecked.stdout, unchecked.stdout
+
+
+def test_a_planted_spool_line_displaces_no_sealed_one_and_a_scalar_line_is_a_spool_error(tmp_path: Path) -> None:
+    from producers.spool import Spool, SpoolError
+    from ledger.render import event_to_json
+
+    sealer = Sealer(generate_key())
+    spool = Spool(tmp_path / "spool.jsonl", sealer.seal)
+    genuine = _events(1)[0]
+    spool.add(genuine)
+    twin = dataclasses.replace(genuine, envelope=dataclasses.replace(genuine.envelope, actor="mallory"))
+    line = {"kind": "event", "spooled_at": "x", "event": event_to_json(twin), "generation": 0, "basis": {}}
+    with (tmp_path / "spool.jsonl").open("a") as fh:
+        fh.write(json.dumps(line) + "\n")  # same event id, other content, no seal
+    [kept] = Spool(tmp_path / "spool.jsonl", sealer.seal).pending()
+    assert (kept.event.envelope.actor, kept.sealed) == (genuine.envelope.actor, True)
+    with (tmp_path / "spool.jsonl").open("a") as fh:
+        fh.write("123\n")
+    with pytest.raises(SpoolError, match="line 3 is not a spool record"):
+        Spool(tmp_path / "spool.jsonl", sealer.seal).pending()

@@ -228,7 +228,7 @@ class KafkaLog:
     def stored(record: ConsumerRecord) -> StoredRecord:
         """A fetched Kafka record as the port's StoredRecord."""
         key = record.key.decode("utf-8") if record.key is not None else ""
-        headers = tuple((k, v) for k, v in record.headers) if record.headers else ()
+        headers = tuple((k, v if v is not None else b"") for k, v in record.headers) if record.headers else ()  # a null value: as confluent's
         return StoredRecord(Position(record.partition, record.offset), key, record.value, record.timestamp, headers)
 
     def check_lost(self, consumer: KafkaConsumer, positions: Offsets) -> None:

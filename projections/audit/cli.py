@@ -151,7 +151,9 @@ def checkpoint_command(
 ) -> None:
     """Sign a checkpoint of the log as it stands now and record it (in the log and the checkpoint store).
 
-    The log is audited first; if it no longer matches an earlier checkpoint nothing is signed (exit 1)."""
+    The log is audited first; if it no longer matches an earlier checkpoint nothing is signed (exit 1).
+    A record whose writer no seal vouches for (FORGED_WRITER) is signed over as what the log holds,
+    and named in a warning."""
     from ledger.integrity.issue import RefusedToSign, RewrittenSinceSigned, issue_checkpoint
     from ledger.integrity.keys import PUBLIC_KEY_FILE, resolve_signing_key, write_public_key
     from ledger.integrity.signer_state import SignerState, SignerStateError, state_path_for
@@ -256,7 +258,9 @@ def verify_command(
         "keys; otherwise a witness at the given place is trusted with the key it offers. Repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Recompute the log's Merkle trees and check every signed checkpoint against them.
+    """Recompute the log's Merkle trees and check every signed checkpoint against them, and every
+    writer seal (a record claiming the intake or the importer that no trusted seal vouches for is
+    FORGED_WRITER).
 
     Reports the first bad position (PARTITION:OFFSET) and what is wrong there. Exit 0: intact;
     1: tampering found (or, with --require-checkpoint, no checkpoint verified); 2: could not check;

@@ -46,6 +46,7 @@ __all__ = [
     "write_public_key",
     "ResolvedKey",
     "resolve_signing_key",
+    "held_signing_key",
 ]
 
 PRIVATE_KEY_FILE = "checkpoint-key.pem"
@@ -205,7 +206,7 @@ def resolve_signing_key(given: Path | None, data_dir: Path) -> ResolvedKey:
     """The ledger's signing key, for checkpoints and writer seals alike: ``given`` (an option or the
     setting), else ``CAUCUS_CHECKPOINT_KEY``, else a data directory's own key from before the key home
     (with a warning), else the key home's, generated on first use."""
-    path = given or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
+    path = _configured_key(given)
     if path is not None:
         return ResolvedKey(load_signing_key(path), path)
     if (data_dir / PRIVATE_KEY_FILE).exists():
@@ -216,6 +217,22 @@ def resolve_signing_key(given: Path | None, data_dir: Path) -> ResolvedKey:
             "half with auditors."))
     key, created = load_or_create_signing_key(key_home())
     return ResolvedKey(key, key_home() / PRIVATE_KEY_FILE, created)
+
+
+def held_signing_key(given: Path | None, data_dir: Path) -> Ed25519PrivateKey | None:
+    """The key ``resolve_signing_key`` would find, for signing what may as well go unsigned (a recount
+    package's manifest): a key this user cannot read is passed over, and none is ever made."""
+    for path in (_configured_key(given), data_dir / PRIVATE_KEY_FILE, key_home() / PRIVATE_KEY_FILE):
+        if path is not None and os.access(path, os.R_OK):
+            try:
+                return load_signing_key(path)
+            except KeyFileError:
+                continue
+    return None
+
+
+def _configured_key(given: Path | None) -> Path | None:
+    return given or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
 
 
 def load_trusted_key(path: Path) -> TrustedKey:

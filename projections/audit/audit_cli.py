@@ -11,7 +11,6 @@ the whole log (no store needed). Exit status: 0 no finding of severity ``error``
 from __future__ import annotations
 
 import csv
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -254,20 +253,6 @@ def print_report(report: AuditReport, *, filtered: bool = False, county: str | N
 # -- caucus recount-package ------------------------------------------------------------------------------
 
 
-def _package_signer(settings: Settings) -> Any:
-    """The checkpoint key, if this user holds it, to sign the package's manifest (None: unsigned)."""
-    from ledger.integrity.keys import ENV_PRIVATE_KEY, PRIVATE_KEY_FILE, KeyFileError, key_home, load_signing_key
-
-    configured = settings.checkpoint_key or (Path(os.environ[ENV_PRIVATE_KEY]) if os.environ.get(ENV_PRIVATE_KEY) else None)
-    for path in (configured, settings.data_dir / PRIVATE_KEY_FILE, key_home() / PRIVATE_KEY_FILE):
-        if path is not None and os.access(path, os.R_OK):
-            try:
-                return load_signing_key(path)
-            except KeyFileError:
-                continue
-    return None
-
-
 def recount_package_command(
     ctx: typer.Context,
     unit: Optional[str] = typer.Argument(None, help="Unit id (or its name or short name)."),
@@ -292,7 +277,7 @@ def recount_package_command(
     manifest signed with the checkpoint key when you hold it, a README and a standalone verify.py.
 
     Exit 0: written; 2: not written (with the reason)."""
-    from ledger.integrity.keys import KeyFileError
+    from ledger.integrity.keys import KeyFileError, held_signing_key
     from ledger.integrity.store import CheckpointStoreError
     from ledger.integrity.store import open_checkpoint_store as open_checkpoints
     from projections.audit.recount import RecountError, build_package
@@ -308,7 +293,7 @@ def recount_package_command(
             result = build_package(
                 log, out, unit=unit, county=county, election_id=election, checkpoint_store=store, trusted=trusted,
                 require_proofs=not allow_unproven, rule_set=rule_set, log_name=settings.describe_log(), overwrite=force,
-                signing_key=_package_signer(settings),
+                signing_key=held_signing_key(settings.checkpoint_key, settings.data_dir),
             )
         finally:
             log.close()

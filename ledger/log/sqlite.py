@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import orjson
 
-from ledger.log.partitioning import record_partition
+from ledger.log.partitioning import partition_for, record_partition
 from ledger.log.polling import follow_by_polling
 from ledger.log.port import (
     Headers,
@@ -251,8 +251,12 @@ class SqliteLog:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")  # waits up to the timeout for another writer's lock
         try:
-            known = self._existing(conn, [r.event_id for r in records]) if look_up else {}
-            placed = _place(records, known, self._heads_under_lock(conn), self._partitions, now_ms)
+            heads = self._heads_under_lock(conn)
+            if look_up:
+                placed = _place(records, self._existing(conn, [r.event_id for r in records]), heads,
+                                self._partitions, now_ms)
+            else:  # every id taken new: a repeated one, in the log or in the batch, fails the unique index
+                placed = _place_new(records, [r.event_id for r in records], heads, self._partitions, now_ms)
             conn.executemany(_INSERT, placed.rows)
             conn.execute("COMMIT")
         except BaseException:
@@ -423,10 +427,12 @@ def _place(records: Sequence[PendingRecord], known: dict[str, Position], heads: 
 
 def _place_new(records: Sequence[PendingRecord], event_ids: list[str], heads: dict[int, int],
                partitions: int, now_ms: int) -> _Placed:
-    """``_place`` for the common batch, whose ids are all new and distinct: each record takes its
+    """``_place`` for the common batch, whose ids are all new and distinct (taken on trust: the unique
+    index refuses a batch that repeats one, which is then placed again by ``_place``): each record takes its
     partition's next offset, computed column by column. This is most of an embedded append's Python
     time (a record costs about as much here as SQLite's insert of it), so per-record calls are few."""
-    parts = [record_partition(rec, partitions) for rec in records]
+    place, by_key = record_partition, partition_for  # the key's partition unless the record names one
+    parts = [by_key(rec.key, partitions) if rec.partition is None else place(rec, partitions) for rec in records]
     counters = {part: count(head) for part, head in heads.items()}
     offsets = [next(counters[part]) for part in parts]
     rows = list(zip(parts, offsets, [rec.key for rec in records], event_ids, [rec.value for rec in records],

@@ -119,7 +119,8 @@ def sqlite_synchronous(path: Path) -> str:
     with SqliteLog(path) as log:
         journal = log._conn.execute("PRAGMA journal_mode").fetchone()[0]
         sync = log._conn.execute("PRAGMA synchronous").fetchone()[0]
-    return f"journal_mode={journal}, synchronous={sync}"
+        pages = log._conn.execute("PRAGMA page_size").fetchone()[0]
+    return f"journal_mode={journal}, synchronous={sync}, page_size={pages}"
 
 
 # The library's table, as its SQLiteApplicationRecorder creates it (eventsourcing 9.5), for the
@@ -198,7 +199,7 @@ def run_rounds(args: argparse.Namespace, peer: Peer, records: list[PendingRecord
                                 "values": str(values), "batch": batch})
             if got["count"] != n:
                 raise SystemExit(f"eventsourcing stored {got['count']} of {n} events")
-            args.es_sqlite = f"journal_mode={got['journal_mode']}, synchronous={got['synchronous']}"
+            args.es_sqlite = f"journal_mode={got['journal_mode']}, synchronous={got['synchronous']}, page_size={got.get('page_size')}"
             add(f"SQLite, batches of {batch}", ours, n / got["seconds"])
             with SqliteLog(tmp / f"ours-{uuid.uuid4().hex[:8]}.sqlite3", partitions=args.partitions) as log:
                 add(f"  random event ids, {batch}", n / timed_appends(log, random_ids, batch), n / got["seconds"])

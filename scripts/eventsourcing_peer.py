@@ -73,10 +73,12 @@ def sqlite_batched(req: dict[str, Any]) -> dict[str, Any]:
         journal = c.fetchone()[0]
         c.execute("PRAGMA synchronous")
         synchronous = c.fetchone()[0]
+        c.execute("PRAGMA page_size")
+        page_size = c.fetchone()[0]
         c.execute("SELECT COUNT(*) FROM stored_events")
         stored = c.fetchone()[0]
     datastore.close()
-    return {"seconds": seconds, "count": stored, "journal_mode": journal, "synchronous": synchronous}
+    return {"seconds": seconds, "count": stored, "journal_mode": journal, "synchronous": synchronous, "page_size": page_size}
 
 
 def postgres_single(req: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from ledger.events import (
     ResultCorrected,
     ResultReported,
     TieBroken,
+    UnitDefinition,
     UnitOpened,
 )
 from producers.commands import Command, CorrectResult, DefineElection, OpenUnit, RecordTie, ReportResult
@@ -310,9 +311,27 @@ def _check_result(
     reported = command.delegates_reported is not None
     for finding in findings:
         (errors if finding.severity is Severity.ERROR else warnings).append(_problem_of_finding(finding, reported))
+    warnings += _over_group_base(unit, election, counted)
     if errors and reverts is not None:  # a refusal shows its errors only: the reason T is what it is goes with them
         errors.append(reverts)
     return errors, warnings
+
+
+def _over_group_base(unit: UnitDefinition, election: ElectionInfo, counted: int) -> list[Problem]:
+    """RULES §8: a satellite's SDE weight is its attendance's share of its group's attendance base. A
+    headcount above the whole group's leaves the weight uncomputable, and the unit's SDEs out of every
+    total, until the definition is mended: the chair's count is taken, and the intake says so now
+    rather than leaving it to the audit (SDE_UNWEIGHED)."""
+    if unit.satellite_group is None or unit.sde_weight is not None:
+        return []
+    group = next((g for g in election.definition.satellite_groups if g.group_id == unit.satellite_group), None)
+    if group is None or (group.attendance_base is not None and counted <= group.attendance_base):
+        return []
+    why = (f"satellite group {group.group_id!r} has no attendance base" if group.attendance_base is None else
+           f"{counted} attendees exceed the attendance base {group.attendance_base} of satellite group {group.group_id!r}")
+    return [Problem("attendance", "SATELLITE_OVER_BASE",
+                    f"{why}, so this satellite's SDE weight (attendance x pool / base, RULES §8) cannot be computed "
+                    "and its SDEs stay out of the totals until the election's definition gives a base that covers it")]
 
 
 def _check_report(command: ReportResult, election: ElectionInfo, view: IntakeView) -> Verdict:

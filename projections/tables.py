@@ -133,7 +133,8 @@ def print_unit(console: Console, view: TallyView, u: UnitTally) -> None:
         return
     console.print(
         f"status {status}; D {u.delegates} ({u.delegates_source}); T {u.attendance} ({u.attendance_source}); "
-        f"threshold {_thresholds(u)}; official CDs: {u.cds_source}; SDE weight {u.sde_weight}"
+        f"threshold {_thresholds(u)}; official CDs: {u.cds_source}; SDE weight "
+        f"{u.sde_weight if u.sde_weight is not None else 'not computed (see the problems below)'}"
     )
     for p in u.pending:
         console.print(f"tie pending: {p.seats} seat(s) among {', '.join(p.contenders)}: {p.reason}")

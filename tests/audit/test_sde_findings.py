@@ -46,7 +46,11 @@ def test_delegates_without_sdes_are_a_finding(group: dict[str, Any], weighed: bo
     (tmp_path / "e.json").write_text(json.dumps(_election(group)))
     assert caucus("define", str(tmp_path / "e.json"), "--token", token)[0] == 0
     for unit in ("s", "p"):
-        assert caucus("report", "--unit", unit, "--first", "A=30,B=20", "--final", "A=30,B=20", "--token", token)[0] == 0
+        code, answer = caucus("report", "--unit", unit, "--first", "A=30,B=20", "--final", "A=30,B=20", "--token", token,
+                              "--json")
+        assert code == 0, answer
+        warned = [w["field"] for w in answer["warnings"] if w["code"] == "SATELLITE_OVER_BASE"]
+        assert warned == ([] if weighed or unit == "p" else ["attendance"]), answer  # the chair hears it at once
     assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
     code, audit = caucus("audit", "--json")
     found = [(f["unit_id"], f["severity"]) for f in audit["findings"] if f["code"] == "SDE_UNWEIGHED"]
@@ -57,3 +61,5 @@ def test_delegates_without_sdes_are_a_finding(group: dict[str, Any], weighed: bo
     else:
         assert found == [("s", "error")] and code == 1
         assert sum(Fraction(v) for v in sde.values()) == Fraction(4, 3)  # what the finding is about
+        shown = " ".join(caucus("tally", "--unit", "s")[1].split())
+        assert "SDE weight not computed (see the problems below)" in shown and "None" not in shown, shown

@@ -313,8 +313,11 @@ def select_election(elections: Mapping[str, ElectionState], wanted: str | None, 
     named) the only one that defines that unit. Raises ``AsOfError`` naming the choices."""
     if wanted is not None:
         if wanted not in elections:
-            known = ", ".join(sorted(e for e in elections if e)) or "none"
-            raise AsOfError(f"election {wanted!r} is unknown: it has no events {where} (elections: {known})")
+            defined = sorted(e for e, s in elections.items() if s.definition is not None)
+            refused = sum(1 for e, s in elections.items() if e and s.definition is None)
+            others = f"; {refused} other id(s) are named only by refused submissions" if refused else ""
+            raise AsOfError(f"election {wanted!r} is unknown: it has no events {where} (defined: "
+                            f"{', '.join(map(repr, defined)) or 'none'}{others})")
         if elections[wanted].definition is None:  # only refusals (a refused definition among them) name it
             named = ", ".join(sorted(e for e, s in elections.items() if s.definition is not None)) or "none"
             raise AsOfError(f"election {wanted!r} is not defined {where}: events name it, but no ElectionDefined "

@@ -318,3 +318,21 @@ def test_a_sender_without_the_right_to_a_unit_cannot_file_refusals_under_it(work
     assert _tally(caucus, "--unit", "200002")["unit"]["rejected"] == 0
     code, trail = caucus("trail", "200002", "--json")
     assert code == 0 and trail["events"] == [] and len(trail["unattributed"]) == 2, trail
+
+
+def test_an_unknown_election_lists_the_defined_ones_not_ids_only_refusals_named() -> None:
+    """Refused definitions and submissions name ids that were never elections, some of them garbage (spaces,
+    line breaks): the answer to a mistyped --election lists the defined ones, and only counts the others."""
+    from typing import Any, cast
+
+    from projections.asof import AsOfError, select_election
+    from projections.reducers import ElectionState
+
+    defined = cast(Any, object())  # only "defined or not" matters here
+    elections = {"e1": ElectionState("e1", definition=defined), "e3": ElectionState("e3", definition=defined),
+                 " e3 ": ElectionState(" e3 "), "e7\n": ElectionState("e7\n"), "": ElectionState("")}
+    with pytest.raises(AsOfError) as caught:
+        select_election(elections, "nope", where="in the projection")
+    message = str(caught.value)
+    assert "(defined: 'e1', 'e3'; 2 other id(s) are named only by refused submissions)" in message, message
+    assert "\n" not in message and "e7" not in message

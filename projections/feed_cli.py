@@ -163,6 +163,8 @@ def subscribe(
             if not follow or stop():
                 return
         if start is None:
+            if given is not None:
+                _check_given(given, log.high_watermarks())
             start = given if given is not None else (None if from_beginning else log.high_watermarks())
         positions = {p: 0 for p in range(log.partitions)} | dict(start or {})
         for rec in log.follow(dict(positions), stop=stop, poll_interval=0.2):
@@ -195,6 +197,17 @@ def subscribe(
         if keeper is not None:
             keeper.close(positions)
         log.close()
+
+
+def _check_given(given: dict[int, int], marks: dict[int, int]) -> None:
+    """A --from past the feed's end is a mistyped position, not a feed lost or rewound (which a group's
+    stored position past the end would be, and which exits 3)."""
+    for part, offset in sorted(given.items()):
+        if part not in marks:
+            raise fail(f"--from: partition {part} does not exist; the results feed has {len(marks)} (0..{len(marks) - 1})")
+        if offset > marks[part]:
+            raise fail(f"--from: position {part}:{offset} lies beyond partition {part}, which holds {marks[part]} "
+                       f"record(s) (the next one will be {part}:{marks[part]})")
 
 
 def _print_latest(settings: Any, log: EventLog, dedupe: FeedDeduper, wanted: Any, limit: int | None) -> dict[int, int] | None:

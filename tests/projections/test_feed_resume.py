@@ -75,3 +75,7 @@ def test_a_subscriber_group_resumes_where_it_stopped(support: ModuleType, tmp_pa
     assert from_there == b[:1], "--from starts at a position, as the group did"
     bad = _caucus(base, "subscribe", "--from", "yesterday", code=2)
     assert "feed position" in bad.stderr
+    past = _caucus(base, "subscribe", "--from", "0:99999", "--max", "1", code=2)  # mistyped, not a feed lost (exit 3)
+    assert "--from: position 0:99999 lies beyond partition 0" in past.stderr, past.stderr
+    nowhere = _caucus(base, "subscribe", "--from", "99:0", "--max", "1", code=2)
+    assert "--from: partition 99 does not exist" in nowhere.stderr, nowhere.stderr

@@ -335,6 +335,18 @@ def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:
     return Problem(where, kind_.upper(), f"{where}: {error['msg']}")
 
 
+def _own_errors(errors: list[Any]) -> list[Any]:
+    """Pydantic counts only the items that validated against a list's minimum length: one unit with a bad
+    field was also "units needs at least 1 item, got 0". A length error of a list whose items have errors
+    of their own says nothing more, and is dropped."""
+    locs = [tuple(e.get("loc", ())) for e in errors]
+
+    def inside(outer: tuple[Any, ...]) -> bool:
+        return any(len(loc) > len(outer) and loc[: len(outer)] == outer for loc in locs)
+
+    return [e for e, loc in zip(errors, locs) if not (e["type"] == "too_short" and inside(loc))]
+
+
 def _pattern_message(where: str, loc: tuple[Any, ...], value: Any) -> str:
     last = str(loc[-1]) if loc else ""
     if last == "idempotency_key":
@@ -421,7 +433,7 @@ def parse_command(
         # JSON mode: strict types as JSON knows them (an ISO string is a time, a 5.0 is not a count)
         command = _ADAPTERS[kind].validate_json(json.dumps(data))
     except ValidationError as exc:
-        errors.extend(_problem_of(e, kind) for e in exc.errors(include_url=False))
+        errors.extend(_problem_of(e, kind) for e in _own_errors(exc.errors(include_url=False)))
         command = None
     if claimed["idempotency_key"].startswith(REJECTED_KEY_PREFIX):
         errors.append(

@@ -346,3 +346,20 @@ def test_a_one_delegate_unit_with_nobody_in_its_final_alignment_names_the_final_
     assert _codes(_verdict(st, CommandKind.REPORT, body, "GR").errors) == {("final_alignment", "DELEGATE_TOTAL")}
     named = _verdict(st, CommandKind.REPORT, {**body, "delegates_reported": {"Biden": 1}}, "GR")
     assert "DELEGATE_TOTAL" not in {p.code for p in (*named.errors, *named.warnings)}
+
+
+@pytest.mark.parametrize("bad, field, code", [
+    ({"delegates": -3}, "units.0.delegates", "NEGATIVE"),
+    ({"delegates": 4.0}, "units.0.delegates", "NOT_AN_INTEGER"),
+    ({"unit_id": "x" * 200}, "units.0.unit_id", "TOO_LONG"),
+])  # fmt: skip
+def test_one_bad_unit_is_named_once_not_also_as_no_units_at_all(bad: dict[str, Any], field: str, code: str) -> None:
+    """A definition's only unit with a bad field is that field's error; it used to come with "units needs at
+    least 1 item, got 0" too (the list's length counted only the units that validated). No units at all
+    is still TOO_FEW."""
+    election = {"idempotency_key": "k", "election_id": "e1", "name": "E", "rule_set": "idp-2020", "candidates": ["A"],
+                "counties": [{"county_id": "c", "name": "C", "sde_ratio": "1/3"}],
+                "units": [{"unit_id": "p", "name": "P", "county_id": "c", "delegates": 4, **bad}]}
+    assert _codes(parse_command(CommandKind.DEFINE, json.dumps(election)).errors) == {(field, code)}
+    empty = parse_command(CommandKind.DEFINE, json.dumps({**election, "units": []}))
+    assert _codes(empty.errors) == {("units", "TOO_FEW")}

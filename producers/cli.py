@@ -67,7 +67,7 @@ def _counts(values: list[str] | None, option: str) -> dict[str, Any] | None:
             item = item.strip()  # "A=5, B=3": spaces after a comma only separate
             if not item:  # "A=1,,B=2": a count left out, not a separator to skip
                 raise typer.BadParameter(f"{value!r}: an empty item between commas; give CANDIDATE=COUNT,...", param_hint=option)
-            name, sep, count = item.partition("=")
+            name, sep, count = item.rpartition("=")  # the count is after the last "=": a name may hold one
             if not sep or not name.strip():
                 raise typer.BadParameter(f"{item!r}: give CANDIDATE=COUNT", param_hint=option)
             if name != name.strip():

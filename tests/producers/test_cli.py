@@ -192,3 +192,16 @@ def test_a_ratio_the_schema_cannot_hold_is_refused_and_recorded(cli: Any, tokens
     path.write_text(json.dumps(big))
     code, accepted = cli("define", str(path), "--json", token=tokens["official"])
     assert code == 0 and accepted["status"] == "accepted", accepted
+
+
+def test_a_candidate_name_holding_an_equals_sign_can_be_given_in_the_options() -> None:
+    """The JSON form takes a candidate "A=1"; the options split at the first "=" and sent candidate "A" with
+    the count "1=3", refused as UNKNOWN_CANDIDATE. The count is what follows the last "="."""
+    import typer
+
+    from producers.cli import _counts
+
+    assert _counts(["A=1=3,B=2"], "--first") == {"A=1": 3, "B": 2}
+    assert _counts(["A=x"], "--first") == {"A": "x"}  # not a count: passed on for the intake to refuse and record
+    with pytest.raises(typer.BadParameter):
+        _counts(["=5"], "--first")

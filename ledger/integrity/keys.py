@@ -215,7 +215,13 @@ def resolve_signing_key(given: Path | None, data_dir: Path) -> ResolvedKey:
             f"signing with the key in the data directory ({path}), beside the log it vouches for: anyone who can "
             f"rewrite the directory can sign with it. Move it to {key_home()} (or give --key) and share its public "
             "half with auditors."))
-    key, created = load_or_create_signing_key(key_home())
+    try:
+        key, created = load_or_create_signing_key(key_home())
+    except OSError as exc:  # the key home is a file, not writable, on a full disk ...
+        raise KeyFileError(
+            f"the ledger's signing key cannot be read or made in the key home {key_home()} ({exc.strerror or exc}): "
+            f"set {ENV_KEY_HOME} to a directory this user can write, or give the key ({ENV_PRIVATE_KEY}, or "
+            "checkpoint.key in the settings file)") from exc
     return ResolvedKey(key, key_home() / PRIVATE_KEY_FILE, created)
 
 

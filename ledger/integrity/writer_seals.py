@@ -80,6 +80,8 @@ def sealer_for(checkpoint_key: Path | None, data_dir: Path) -> Sealer:
         if not (data_dir / PUBLIC_KEY_FILE).exists() and data_dir.is_dir():  # for auditors, as `caucus checkpoint` does
             write_public_key(resolved.key, data_dir / PUBLIC_KEY_FILE)
         return Sealer(resolved.key)
+    except KeyFileError as exc:
+        raise KeyFileError(f"the intake and the importer seal what they write with the ledger's signing key: {exc}") from exc
     except OSError as exc:
         where = exc.filename or checkpoint_key or key_home()
         raise KeyFileError(

@@ -234,3 +234,24 @@ def test_a_planted_spool_line_displaces_no_sealed_one_and_a_scalar_line_is_a_spo
         fh.write("123\n")
     with pytest.raises(SpoolError, match="line 3 is not a spool record"):
         Spool(tmp_path / "spool.jsonl", sealer.seal).pending()
+
+
+def test_a_key_home_that_cannot_hold_the_key_is_named_with_what_to_set(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key home that is a file: `caucus checkpoint` said only "File exists", where the writers named the
+    key home and the setting. Both now say where and what to set, and neither writes anything."""
+    from ledger.integrity.keys import KeyFileError, resolve_signing_key
+    from ledger.integrity.writer_seals import sealer_for
+
+    home = tmp_path / "not-a-directory"
+    home.write_text("")
+    monkeypatch.setenv("CAUCUS_KEY_HOME", str(home))
+    monkeypatch.delenv("CAUCUS_CHECKPOINT_KEY", raising=False)
+    data = tmp_path / "data"
+    data.mkdir()
+    for make in (lambda: resolve_signing_key(None, data), lambda: sealer_for(None, data)):
+        with pytest.raises(KeyFileError) as caught:
+            make()
+        assert str(home) in str(caught.value) and "set CAUCUS_KEY_HOME" in str(caught.value), caught.value
+    assert "seal what they write" in str(caught.value)
+    assert list(data.iterdir()) == []

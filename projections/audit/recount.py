@@ -257,10 +257,14 @@ def build_package(
     per_unit, everything = _collect(scan, ix, codec, chosen, unit_ids, signed)
     _check_proofs(everything, trusted, require_proofs)
 
-    if out.exists():
-        if any(out.iterdir()) and not overwrite:
+    try:
+        if out.exists() and not out.is_dir():
+            raise RecountError(f"--out {out} is a file, not a directory; choose a new directory")
+        if out.exists() and any(out.iterdir()) and not overwrite:
             raise RecountError(f"{out} exists and is not empty; choose a new directory (or --force)")
-    out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a parent that is a file, a directory this user may not write in
+        raise RecountError(f"--out {out}: the package's directory cannot be made ({exc.strerror or exc})") from exc
     files: dict[str, bytes] = {}
     ctx = election_context(ix.elections.get(chosen), chosen, rule_set=rule_set)
     partition_files = _evidence_files(files, scan, codec, everything, signed, chosen, unit_ids)

@@ -169,6 +169,10 @@ def test_operational_errors(signed: Run, tmp_path: Path) -> None:
     busy = signed("recount-package", "tie", "--out", str(tmp_path / "p"))
     assert busy.exit_code == 2 and "not empty" in busy.output
     _package(signed, tmp_path / "p", "TIE", "--force")  # by short name, into the same directory
+    (tmp_path / "f").write_text("")
+    for out, said in ((tmp_path / "f", "is a file, not a directory"), (tmp_path / "f" / "p", "cannot be made")):
+        refused = signed("recount-package", "tie", "--out", str(out))
+        assert refused.exit_code == 2 and f"--out {out}" in refused.output and said in refused.output, refused.output
 
 
 def test_the_verifier_reads_avro_like_the_codec(ledger: Any) -> None:

@@ -22,6 +22,7 @@ from typer._click import (
 from typer._click.core import Command, Context
 from typer.core import TyperOption
 
+from ledger.broken_pipe import PIPE_CLOSED, StdoutPipe
 from ledger.cli_args import Terminated, hoist_wide, name_the_place_of_a_global_option, terminate_as_interrupt
 from ledger.cli_output import (
     LOADED_KEY,
@@ -447,8 +448,13 @@ def _run(args: list[str]) -> None:
     command_ = command(args)
     set_args(args)
     as_json = "--json" in args
+    stdout = StdoutPipe()
     try:
         code = command_.main(args=args, prog_name="caucus", standalone_mode=False)
+    except SystemExit as exc:  # the libraries answer a reader gone (`| head`) with 1, the README's "refused"
+        if exc.code == 1 and stdout.reader_gone():
+            sys.exit(PIPE_CLOSED)
+        raise
     except typer.Abort:
         typer.echo("interrupted", err=True)
         sys.exit(130)

@@ -267,3 +267,29 @@ def test_human_output_fits_and_never_shows_python(ops: ModuleType, workspace: An
 def test_listing_nothing_says_so(ops: ModuleType, env: dict[str, str]) -> None:
     code, out, _ = ops.in_process(["credentials", "list"], env)
     assert code == 0 and "no credentials" in out and "credentials issue" in out
+
+
+@pytest.mark.parametrize("args", [["--help"], ["log", "tail", "--help"], ["tally", "--json"]])
+def test_a_reader_that_goes_away_is_exit_141_not_refused(ops: ModuleType, env: dict[str, str], args: list[str],
+                                                         tmp_path: Path) -> None:
+    """``caucus log tail | head``: click, typer and rich answer the closed pipe with exit 1, the README's
+    "refused", so a script under pipefail read a refusal. It is 141, as a shell reports any program a closed
+    pipe ends, with nothing on stderr; an error met before any output keeps its own code."""
+    import subprocess
+
+    def run(*argv: str) -> tuple[int, bytes]:
+        proc = subprocess.Popen([ops.CAUCUS, "--data-dir", str(tmp_path), *argv], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader is gone before the first line
+        err = proc.stderr.read()
+        return proc.wait(timeout=60), err
+
+    if args[0] == "tally":  # nothing projected here: an operational error, whoever reads stdout
+        code, err = run(*args)
+        assert code == 2 and b"no projection" in err, err
+        return
+    code, err = run(*args)
+    assert code == 141 and err == b"", err
+    done = subprocess.run([ops.CAUCUS, "--data-dir", str(tmp_path), *args], env=env, capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stdout

@@ -15,7 +15,8 @@ code                       rule                                               se
                            (§4.4, §12)
 ``SATELLITE_DELEGATES``    a satellite's D (and the delegates it reported)     warn
                            match the attendance table (§8, §17.4)
-``LOCKED_GROUP_SHRANK``    a first-viable group does not shrink (§4.2)        error; warn on the threshold
+``LOCKED_GROUP_SHRANK``    a first-viable group does not shrink (§4.2)        error; warn on the threshold;
+                                                                              soft for D = 1
 ``TOO_MANY_VIABLE``        #viable at final <= D (§4.5 shown)                  warn
 ``DELEGATE_TOTAL``         reported delegates add up to D (to 0 when D >= 2    error
                            and no group is viable at the final alignment);
@@ -369,8 +370,7 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
     cut, since the lot may have fallen on any of them). A group that kept members and won delegates
     was not dissolved, so the lock was broken.
     """
-    if not (u.rules.lock_viable_groups and u.d >= 2):
-        # One-delegate units elect as a whole (§7): nothing there is shared by viability, so no lock check.
+    if not (u.rules.lock_viable_groups and u.d >= 1):
         return []
     first_s, final_s, reported, d, thr, t_inferred = u.first, u.final, u.reported, u.d, u.thr, u.t_inferred
     locked = [k for k, v in first_s.items() if v and v >= thr]
@@ -388,9 +388,13 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
         if dissolved and pre[k] <= dissolvable_up_to:
             continue
         borderline = first_s[k] == thr
-        severity = Severity.WARN if borderline and t_inferred else Severity.ERROR
+        # A one-delegate unit elects as a whole (§7); its 50 % "viable" is the APP's and only informational
+        # (§3), and §12 exempts no D: the shrink is shown, as an ALLOCATION of such a unit is, as soft.
+        severity = Severity.SOFT if d == 1 else Severity.WARN if borderline and t_inferred else Severity.ERROR
         cause = (
-            "the group sat exactly on the threshold; if the worksheet's attendance exceeded the "
+            "a one-delegate unit, which elects as a whole (RULES §7): the APP's 50 % viability is informational (§3)"
+            if d == 1
+            else "the group sat exactly on the threshold; if the worksheet's attendance exceeded the "
             "first-alignment total it was not viable and could realign"
             if borderline and t_inferred
             else "the group realigned although viable (2016-style realignment)" if final_s[k] == 0

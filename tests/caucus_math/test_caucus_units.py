@@ -595,3 +595,15 @@ def test_every_option_the_readme_names_is_accepted() -> None:
               "realign_ties": "lots", "one_delegate_no_majority": "unawarded"}
     for option in options:
         assert getattr(get_rule_set(f"idp-2020[{option}={values[option]}]"), option) is not None, option
+
+
+def test_check_lock_rule_in_a_one_delegate_unit_is_shown_soft() -> None:
+    """§4.2 and §12 exempt no D, but a one-delegate unit elects as a whole (§7) and its 50 % "viable" is the
+    APP's, informational (§3): a majority group that shrank (19 of 25, then 16) is a soft finding, a warning
+    at the intake, where it used to pass unseen. The same shrink with D >= 2 stays an error."""
+    found = RS.check(delegates=1, attendance=25, first={"Steyer": 19, "U": 6}, final={"Steyer": 16, "U": 6})
+    assert codes(found) == [("LOCKED_GROUP_SHRANK", "soft")]
+    assert found[0].candidate == "Steyer" and "§7" in (found[0].likely_cause or "")
+    assert codes(RS.check(delegates=1, attendance=25, first={"Steyer": 12, "U": 13}, final={"Steyer": 10, "U": 13})) == []
+    assert ("LOCKED_GROUP_SHRANK", "error") in codes(RS.check(delegates=2, attendance=25, first={"Steyer": 19, "U": 6},
+                                                              final={"Steyer": 16, "U": 6}))

@@ -85,7 +85,8 @@ def _age(p: Progress, lag: int | None, now: datetime | None) -> str:
         when = p.newest_recorded_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         if lag:
             return f"; replaying history (newest applied event recorded {when})"
-        return f"; newest event recorded {when} (the log holds nothing newer)"
+        # Not "the log holds nothing newer": lag is per partition this runner holds, read at its last fetch.
+        return f"; newest applied event recorded {when}"
     return f"; newest applied event recorded by the ledger {seconds:,.1f} s ago"
 
 

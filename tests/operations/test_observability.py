@@ -71,7 +71,12 @@ def test_progress_line_lag_for_history_and_for_a_live_log() -> None:
     assert "s ago" not in line
     caught_up = Progress(applied=1868, assigned={0, 1}, positions={0: 900, 1: 968}, high_watermarks={0: 900, 1: 968},
                          newest_recorded_at=datetime(2020, 4, 6, 23, 45, tzinfo=UTC))
-    assert "caught up with the log; newest event recorded 2020-04-06 23:45:00 UTC" in progress_line(caught_up, now=now)
+    line = progress_line(caught_up, now=now)
+    assert "caught up with the log; newest applied event recorded 2020-04-06 23:45:00 UTC" in line, line
+    # what the runner knows is its own partitions at their last fetch: never "the log holds nothing newer"
+    unknown = Progress(applied=5, assigned={0}, positions={0: 5}, high_watermarks={},
+                       newest_recorded_at=datetime(2020, 4, 6, 23, 45, tzinfo=UTC))
+    assert "nothing newer" not in progress_line(unknown, now=now) and "nothing newer" not in line
     live = Progress(applied=10, assigned={0}, positions={0: 10}, high_watermarks={0: 12},
                     newest_recorded_at=now - timedelta(seconds=2.5))
     assert "2 events behind the log; newest applied event recorded by the ledger 2.5 s ago" in progress_line(live, now=now)

@@ -345,6 +345,8 @@ def get_rule_set(name: str = DEFAULT_RULE_SET) -> RuleSet:
                 raise CaucusMathError(
                     "rule_set", f"{part!r} in {name!r} is not OPTION=VALUE of an [OPEN] option ({', '.join(_OPTION_NAMES)})"
                 )
+            if option in changes:
+                raise CaucusMathError("rule_set", f"{option} is given more than once in {name!r}; give each option once")
             if option == "worksheet_decimals":
                 changes[option] = _decimals(text)
                 continue

@@ -390,6 +390,8 @@ def test_variants_are_named_and_validated() -> None:
     for bad in ("idp-2020[realign_ties=coin]", "idp-2020[nothing=1]", "idp-2020[realign_ties=all,leftover=lots]", "idp-2030[leftover=lots]"):
         with pytest.raises(CaucusMathError):
             get_rule_set(bad)
+    with pytest.raises(CaucusMathError, match="leftover is given more than once"):  # not "write it as ...round_robin"
+        get_rule_set("idp-2020[leftover=lots,leftover=round_robin]")
 
 
 def test_rulesets_docstring_lists_every_open_point() -> None:

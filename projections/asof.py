@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ledger.codec import Codec, CodecError, default_codec
@@ -129,10 +129,16 @@ class Cut:
 def parse_time(text: str) -> datetime:
     """An ISO 8601 instant with its time zone (``2020-02-08T06:28:00Z``, ``...+01:00``)."""
     raw = text.strip()
+    midnight = re.match(r"(\d{4}-\d{2}-\d{2})[T ]24:00(?::00(?:\.0+)?)?(?=$|[Z+-])", raw)  # ISO 8601's end of a day
     try:
-        at = datetime.fromisoformat(raw)
+        at = datetime.fromisoformat(f"{midnight[1]}T00:00:00{raw[midnight.end():]}" if midnight else raw)
     except ValueError:
         raise AsOfError(f"as-of time {text!r} is not an ISO 8601 time such as 2020-02-08T06:28:00Z") from None
+    if midnight:
+        try:
+            at += timedelta(days=1)
+        except OverflowError:
+            raise AsOfError(f"as-of time {text!r} is outside the instants the log can record (UTC years 1 to 9999)") from None
     if at.tzinfo is None:
         # The suggestion must itself be accepted: a date alone gets a time of day as well as the zone.
         example = f"{raw}Z" if "T" in raw or " " in raw else f"{raw}T23:59:59Z (the end of that day, UTC)"

@@ -50,6 +50,14 @@ def test_time_syntax() -> None:
         parse_time("2020-02-08T06:28:00")
     with pytest.raises(AsOfError, match="ISO 8601"):
         parse_time("yesterday")
+    # ISO 8601's 24:00 is the end of the day, the next day's first instant
+    assert parse_time("2020-02-07T24:00:00Z") == parse_time("2020-02-08T00:00Z") == parse_time("2020-02-07T24:00Z")
+    assert parse_time("2020-12-31T24:00:00.000-06:00") == parse_time("2021-01-01T06:00:00Z")
+    for bad in ("2020-02-07T24:00:01Z", "2020-02-07T24:30Z"):
+        with pytest.raises(AsOfError, match="ISO 8601"):
+            parse_time(bad)
+    with pytest.raises(AsOfError, match="outside the instants"):
+        parse_time("9999-12-31T24:00:00Z")
     assert parse_cut("2020-02-08T06:28:00Z").at is not None
     assert parse_cut("0:4,1:..=2").ends == {0: 4, 1: 3}
 

@@ -225,7 +225,7 @@ def resolve_signing_key(given: Path | None, data_dir: Path) -> ResolvedKey:
     return ResolvedKey(key, key_home() / PRIVATE_KEY_FILE, created)
 
 
-def held_signing_key(given: Path | None, data_dir: Path) -> Ed25519PrivateKey | None:
+def held_signing_key(given: Path | None, data_dir: Path) -> SigningKey | None:
     """The key ``resolve_signing_key`` would find, for signing what may as well go unsigned (a recount
     package's manifest): a key this user cannot read is passed over, and none is ever made."""
     for path in (_configured_key(given), data_dir / PRIVATE_KEY_FILE, key_home() / PRIVATE_KEY_FILE):

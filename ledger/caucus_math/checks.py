@@ -385,7 +385,9 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
         if final_s[k] >= first_s[k]:
             continue
         dissolved = final_s[k] == 0 or (reported.get(k, 0) == 0 if reported is not None else final_s[k] < thr)
-        if dissolved and pre[k] <= dissolvable_up_to:
+        # With one delegate §4.5 can cut only a tie of two majorities (both locked): counting the defectors
+        # in the group they joined would excuse the very shrink that handed it the delegate.
+        if dissolved and pre[k] <= dissolvable_up_to and (d > 1 or len(locked) > 1):
             continue
         borderline = first_s[k] == thr
         # A one-delegate unit elects as a whole (§7); its 50 % "viable" is the APP's and only informational

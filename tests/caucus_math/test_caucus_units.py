@@ -607,5 +607,14 @@ def test_check_lock_rule_in_a_one_delegate_unit_is_shown_soft() -> None:
     assert codes(found) == [("LOCKED_GROUP_SHRANK", "soft")]
     assert found[0].candidate == "Steyer" and "§7" in (found[0].likely_cause or "")
     assert codes(RS.check(delegates=1, attendance=25, first={"Steyer": 12, "U": 13}, final={"Steyer": 10, "U": 13})) == []
+    # A majority that defected wholesale and handed the delegate to the other group is the worst case, not a
+    # §4.5 dissolution (the other group was never viable without the defectors).
+    for final, reported in (({"A": 0, "U": 25}, {"U": 1}), ({"A": 12, "U": 13}, {"U": 1})):
+        first = {"A": 20, "U": 5} if final["A"] == 0 else {"A": 13, "U": 12}
+        found = RS.check(delegates=1, attendance=25, first=first, final=final, reported=reported)
+        assert ("LOCKED_GROUP_SHRANK", "soft") in codes(found), (first, final, found)
+    # two majorities of a tie (50/50): §4.5 may cut one, which is no finding
+    tie = RS.check(delegates=1, attendance=20, first={"A": 10, "B": 10}, final={"A": 0, "B": 20}, reported={"B": 1})
+    assert "LOCKED_GROUP_SHRANK" not in [f.code for f in tie]
     assert ("LOCKED_GROUP_SHRANK", "error") in codes(RS.check(delegates=2, attendance=25, first={"Steyer": 19, "U": 6},
                                                               final={"Steyer": 16, "U": 6}))

@@ -226,15 +226,18 @@ def resolve_signing_key(given: Path | None, data_dir: Path) -> ResolvedKey:
 
 
 def held_signing_key(given: Path | None, data_dir: Path) -> SigningKey | None:
-    """The key ``resolve_signing_key`` would find, for signing what may as well go unsigned (a recount
-    package's manifest): a key this user cannot read is passed over, and none is ever made."""
-    for path in (_configured_key(given), data_dir / PRIVATE_KEY_FILE, key_home() / PRIVATE_KEY_FILE):
-        if path is not None and os.access(path, os.R_OK):
-            try:
-                return load_signing_key(path)
-            except KeyFileError:
-                continue
-    return None
+    """The key ``resolve_signing_key`` would choose, for signing what may as well go unsigned (a recount
+    package's manifest): the same one path, never another key in its place (a manifest signed by a key the
+    auditors do not trust is worse than none); None when that key cannot be read, and none is ever made."""
+    path = _configured_key(given)
+    if path is None:
+        path = data_dir / PRIVATE_KEY_FILE if (data_dir / PRIVATE_KEY_FILE).exists() else key_home() / PRIVATE_KEY_FILE
+    if not os.access(path, os.R_OK):
+        return None
+    try:
+        return load_signing_key(path)
+    except KeyFileError:
+        return None
 
 
 def _configured_key(given: Path | None) -> Path | None:

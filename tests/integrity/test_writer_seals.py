@@ -255,3 +255,22 @@ def test_a_key_home_that_cannot_hold_the_key_is_named_with_what_to_set(tmp_path:
         assert str(home) in str(caught.value) and "set CAUCUS_KEY_HOME" in str(caught.value), caught.value
     assert "seal what they write" in str(caught.value)
     assert list(data.iterdir()) == []
+
+
+def test_the_recount_signer_is_the_key_checkpoints_use_or_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``held_signing_key`` follows ``resolve_signing_key``'s choice and never falls back to another key: a
+    configured key that cannot be used leaves the manifest unsigned, not signed by the key home's."""
+    from ledger.integrity.keys import PRIVATE_KEY_FILE, held_signing_key, load_or_create_signing_key
+
+    home, data = tmp_path / "home", tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setenv("CAUCUS_KEY_HOME", str(home))
+    monkeypatch.delenv("CAUCUS_CHECKPOINT_KEY", raising=False)
+    assert held_signing_key(None, data) is None and not home.exists()  # none made
+    home_key, _ = load_or_create_signing_key(home)
+    held = held_signing_key(None, data)
+    assert held is not None and held.key_id == home_key.key_id
+    assert held_signing_key(tmp_path / "missing.pem", data) is None  # not the key home's in its place
+    own, _ = load_or_create_signing_key(data)  # a data directory's own key comes first, as for checkpoints
+    held = held_signing_key(None, data)
+    assert held is not None and held.key_id == own.key_id and (data / PRIVATE_KEY_FILE).exists()

@@ -325,7 +325,8 @@ def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:
         return Problem(where, "TOO_LONG", f"{where} is too long ({error['msg'].lower()})")
     if kind_ == "too_short":
         need = ctx.get("min_length")
-        return Problem(where, "TOO_FEW", f"{where} needs at least {need} item{'s' if need != 1 else ''}, got {ctx.get('actual_length')}")
+        got = len(value) if isinstance(value, (list, tuple)) else ctx.get("actual_length")
+        return Problem(where, "TOO_FEW", f"{where} needs at least {need} item{'s' if need != 1 else ''}, got {got}")
     if kind_ == "string_pattern_mismatch":
         return Problem(where, "BAD_FORMAT", _pattern_message(where, loc, value))
     if kind_ == "literal_error":
@@ -337,14 +338,14 @@ def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:
 
 def _own_errors(errors: list[Any]) -> list[Any]:
     """Pydantic counts only the items that validated against a list's minimum length: one unit with a bad
-    field was also "units needs at least 1 item, got 0". A length error of a list whose items have errors
-    of their own says nothing more, and is dropped."""
-    locs = [tuple(e.get("loc", ())) for e in errors]
+    field was also "units needs at least 1 item, got 0". A length error is kept only when the list given
+    really is too short (then ``_problem_of`` counts what was given)."""
 
-    def inside(outer: tuple[Any, ...]) -> bool:
-        return any(len(loc) > len(outer) and loc[: len(outer)] == outer for loc in locs)
+    def given_enough(e: Any) -> bool:
+        value, need = e.get("input"), (e.get("ctx") or {}).get("min_length")
+        return isinstance(value, (list, tuple)) and isinstance(need, int) and len(value) >= need
 
-    return [e for e, loc in zip(errors, locs) if not (e["type"] == "too_short" and inside(loc))]
+    return [e for e in errors if not (e["type"] == "too_short" and given_enough(e))]
 
 
 def _pattern_message(where: str, loc: tuple[Any, ...], value: Any) -> str:

@@ -363,3 +363,9 @@ def test_one_bad_unit_is_named_once_not_also_as_no_units_at_all(bad: dict[str, A
     assert _codes(parse_command(CommandKind.DEFINE, json.dumps(election)).errors) == {(field, code)}
     empty = parse_command(CommandKind.DEFINE, json.dumps({**election, "units": []}))
     assert _codes(empty.errors) == {("units", "TOO_FEW")}
+    # a list that really is too short keeps its length error, counting what was given (not what validated)
+    toss = {"idempotency_key": "k", "unit_id": "E01", "contenders": ["  "], "seats": 1, "winners": ["A"],
+            "method": "coin", "caller": "c", "witnesses": ["w"]}
+    short = parse_command(CommandKind.TOSS, json.dumps(toss)).errors
+    assert ("contenders", "TOO_FEW") in _codes(short) and any("got 1" in p.message for p in short), short
+    assert ("contenders", "TOO_FEW") not in _codes(parse_command(CommandKind.TOSS, json.dumps({**toss, "contenders": ["  ", "B"]})).errors)

@@ -317,19 +317,17 @@ def select_election(elections: Mapping[str, ElectionState], wanted: str | None, 
                     where: str = "inside the cut") -> str:
     """The election to tally: the one asked for, else the only one defined, else (when a unit is
     named) the only one that defines that unit. Raises ``AsOfError`` naming the choices."""
+    defined = sorted(e for e, s in elections.items() if s.definition is not None)
     if wanted is not None:
         if wanted not in elections:
-            defined = sorted(e for e, s in elections.items() if s.definition is not None)
             refused = sum(1 for e, s in elections.items() if e and s.definition is None)
             others = f"; {refused} other id(s) are named only by refused submissions" if refused else ""
             raise AsOfError(f"election {wanted!r} is unknown: it has no events {where} (defined: "
                             f"{', '.join(map(repr, defined)) or 'none'}{others})")
         if elections[wanted].definition is None:  # only refusals (a refused definition among them) name it
-            named = ", ".join(sorted(e for e, s in elections.items() if s.definition is not None)) or "none"
             raise AsOfError(f"election {wanted!r} is not defined {where}: events name it, but no ElectionDefined "
-                            f"event was accepted for it (defined: {named})")
+                            f"event was accepted for it (defined: {', '.join(defined) or 'none'})")
         return wanted
-    defined = sorted(e for e, s in elections.items() if s.definition is not None)
     if len(defined) == 1:
         return defined[0]
     if not defined:

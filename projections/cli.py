@@ -156,7 +156,8 @@ def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: b
                 raise fail(str(exc)) from exc
             say = (lambda p: None) if quiet else _printer(observer, group if has_groups(settings) else "")
             runner = ProjectionRunner(store, info.set_id, source, batch_size=batch_size, rule_set=info.rule_set, on_progress=say,
-                                      catch_up_batch=catch_up_batch, others_timeout=no_partition_timeout)
+                                      catch_up_batch=catch_up_batch, others_timeout=no_partition_timeout,
+                                      built_from=info.source)
             if not quiet:
                 typer.echo(f"projecting {source.description} into {store.describe()} (projection {info.name} v{info.version})", err=True)
             try:

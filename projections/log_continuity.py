@@ -25,10 +25,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from ledger.codec import Codec, CodecError
-from ledger.log.port import EventLog, LogLostError, StoredRecord
+from ledger.log.port import EventLog, LogLostError, LogReplacedError, StoredRecord
 from ledger.log.records_at import records_at
 
-__all__ = ["LastApplied", "LogRewoundError"]
+__all__ = ["LastApplied", "LogRewoundError", "SameLog"]
 
 
 class LogRewoundError(LogLostError):
@@ -100,3 +100,35 @@ class LastApplied:
             return codec.decode_deferred(rec.value, frozenset()).event_id == event_id
         except CodecError:
             return False
+
+
+class SameLog:
+    """The check that a Kafka topic is still the log a projection was built from, by its id.
+
+    Positions cannot tell a log lost and made again before the projection applied anything from it
+    (every stored position is 0, and an empty topic holds "everything before 0"): a memory-only broker
+    that restarts while a runner joins its group, and the runner's own consumer, which makes the
+    missing topic again, leave an empty topic of the same name, and the run would end "caught up"
+    with the old log's projection standing on a new log. The id is read again after each group join
+    and before a run says it is caught up; a log whose id is gone or another is ``LogReplacedError``
+    (exit 3). A log that cannot be read again (the embedded one: its file's replacement is caught
+    where it is opened) or a projection that names no log id is not checked."""
+
+    def __init__(self, log: EventLog | None, source: str | None) -> None:
+        self._read_now: Callable[[], str | None] | None = getattr(log, "log_id_now", None)
+        self._expected = source[4:] if source is not None and source.startswith("log:") else None
+        self._where = f"topic {getattr(log, 'topic', '?')!r} on {getattr(log, 'bootstrap', '?')}"
+
+    def verify(self, codec: Codec | None = None, indexed_at: object = None) -> None:
+        """``LogReplacedError`` unless the log's id now is the one the projection names."""
+        if self._read_now is None or self._expected is None:
+            return
+        now = self._read_now()
+        if now == self._expected:
+            return
+        found = f"now holds log {now}" if now is not None else "now holds a log with no id"
+        raise LogReplacedError(
+            f"{self._where} {found}, not log {self._expected}, which this projection was built from: the broker lost "
+            "the topic (a memory-only broker that restarted) and it was made again, or another log is in its place. "
+            "Restore the log, or rebuild the projection from the log as it now is with `caucus replay --new-log`"
+        )

@@ -241,7 +241,7 @@ def _run(
 ) -> Progress:
     runner = ProjectionRunner(
         store, info.set_id, source, batch_size=batch_size, rule_set=info.rule_set, on_progress=on_progress,
-        on_commit=on_commit, poll_timeout=poll_timeout, catch_up_batch=catch_up_batch,
+        on_commit=on_commit, poll_timeout=poll_timeout, catch_up_batch=catch_up_batch, built_from=info.source,
     )
     return runner.run(until_caught_up=True, stop=stop)
 

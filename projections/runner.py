@@ -24,7 +24,7 @@ from typing import Any
 
 from ledger.codec import Codec, default_codec
 from ledger.log.port import LogLostError, StoredRecord
-from projections.log_continuity import LastApplied
+from projections.log_continuity import LastApplied, SameLog
 from projections.batch_fold import DEFAULT_CHUNK, BatchFolder, FoldedBatch, FoldError, tally_row
 from projections.tally_revision import TALLIES_REVISION
 from projections.early_fold import BaseMoved, EarlyFold, fold_early
@@ -139,6 +139,7 @@ class ProjectionRunner:
         store_retry_seconds: float = 300.0,
         others_timeout: float = 60.0,
         early_fold: bool | None = None,
+        built_from: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if batch_size < 1:
@@ -183,6 +184,10 @@ class ProjectionRunner:
         self._known: dict[int, int] = {}  # the highest stored position seen per partition, kept when revoked
         self._targets: dict[int, int] = {}
         self._checks: list[LastApplied] = []  # stored positions whose last records are still to be found applied
+        self._same_log = SameLog(getattr(source, "log", None), built_from)
+        """``built_from``: the set's source (``log:<id>``), checked after each group join and before a run
+        says it is caught up (``projections.log_continuity.SameLog``)."""
+        self._same_log_due = False
         self._last_report = 0.0
         self.last_base: dict[int, int] = {}
         """Of the last batch committed, the stored position of each of its partitions as it found them
@@ -195,6 +200,7 @@ class ProjectionRunner:
         with self.store.reader(self.set_id) as r:
             stored = r.positions()
         start = start_positions(stored, partitions)  # POSITIONS_FROM_STORE
+        self._same_log_due = True
         self._read_last_applied({p: start[p] for p in partitions if start[p] > 0}, {p: row.next_offset for p, row in stored.items()})
         for p in partitions:
             row = stored.get(p)
@@ -267,6 +273,7 @@ and the rules' meanings) it was checked against, so a
                         break
                 self._report()
                 if until_caught_up and self._caught_up():
+                    self._same_log.verify()
                     self.progress.caught_up = True
                     self.progress.stopped = "caught up"
                     break
@@ -332,6 +339,9 @@ and the rules' meanings) it was checked against, so a
         """Lost log: a high watermark below a position this runner knows was applied. Partitions it
         no longer owns count too: a broker that restarted empty also breaks the group, and a runner
         left without partitions must still say so rather than wait for an assignment."""
+        if self._same_log_due:
+            self._same_log_due = False
+            self._same_log.verify()
         while self._checks:
             check = self._checks.pop(0)
             with self.store.reader(self.set_id) as r:

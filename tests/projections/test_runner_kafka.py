@@ -138,6 +138,36 @@ def test_a_restarted_broker_is_reported_as_a_lost_log(
         _runner(store, sid, bootstrap, unique_topic).run(until_caught_up=True)
 
 
+def test_a_log_lost_and_made_again_before_anything_was_applied_is_another_log(
+    support: ModuleType, open_store: Open, broker: Any, unique_topic: str
+) -> None:
+    """No stored position can tell an empty topic made again from the log the projection names (all
+    are 0); its id can. The runner's own consumer makes the missing topic again, so the run would
+    otherwise end caught up, having applied nothing, on another log."""
+    from ledger.log.port import LogReplacedError
+
+    bootstrap = broker.bootstrap
+    with KafkaLog(bootstrap, unique_topic, partitions=PARTS) as log:
+        log_id = log.ensure_log_id()
+    store = open_store()
+    sid = store.ensure_serving("tally", source=f"log:{log_id}").set_id
+    broker.restart()  # memory only: both topics, the log's id with them, are gone
+    source = _source(bootstrap, unique_topic, f"g-{unique_topic}")
+    runner = ProjectionRunner(store, sid, source, batch_size=100, poll_timeout=0.1, built_from=f"log:{log_id}")
+    with pytest.raises(LogReplacedError, match=f"a log with no id, not log {log_id}"):
+        runner.run(until_caught_up=True)
+    assert runner.progress.applied == 0
+    # the same log, written to meanwhile: the run goes on and applies it
+    with KafkaLog(bootstrap, unique_topic, partitions=PARTS) as log:
+        again = log.ensure_log_id()
+    events = support.election_log(5)
+    support.produce(bootstrap, unique_topic, events, PARTS)
+    other = store.ensure_serving("again", source=f"log:{again}").set_id
+    done = ProjectionRunner(store, other, _source(bootstrap, unique_topic, f"h-{unique_topic}"), batch_size=100,
+                            poll_timeout=0.1, built_from=f"log:{again}").run(until_caught_up=True)
+    assert done.applied == len(events)
+
+
 def test_a_restarted_broker_written_again_past_the_stored_positions_is_a_rewound_log(
     support: ModuleType, open_store: Open, broker: Any, unique_topic: str
 ) -> None:

@@ -469,6 +469,15 @@ class KafkaLog:
             self._log_id = read_log_id(self)
         return self._log_id
 
+    def log_id_now(self) -> str | None:
+        """The id the broker holds now, read again (``log_id`` keeps its first answer): a runner asks
+        after each group join whether the topic it reads is still the log its projection was built
+        from, as a broker that lost both topics, and a client that made the event topic again, leave
+        a topic of the same name that is another log (``projections.log_continuity.SameLog``)."""
+        from ledger.log.kafka._identity import read_log_id
+
+        return read_log_id(self)
+
     def ensure_log_id(self) -> str:
         """The log's id, written now if the topic never had one (a topic from before ids)."""
         if self.log_id is None:

@@ -7,7 +7,7 @@ tally`` read a consistent snapshot while a runner writes.
 
 The event index is the one write that grows with the log (a row per event, keyed by a random
 event id), so it runs on an I/O thread while the runner decodes its next records, as PostgreSQL
-does in its own process. A chunk goes in as one JSON text and two statements: CPython releases the
+does in its own process. A chunk goes in as one JSON text and one statement: CPython releases the
 GIL for the whole of a statement's step, so the thread never queues for the GIL row by row (as
 ``executemany`` would, stepping once per row).
 
@@ -62,8 +62,9 @@ _HISTORY = history_insert("?", "MAX")
 _REBUILD = "remove {path} (and its -wal/-shm files) and run `caucus project --until-caught-up` to rebuild it from the log"
 
 _JSON_ROWS = "SELECT ?1, " + ", ".join(f"json_extract(value, '$[{i}]')" for i in range(7)) + " FROM json_each(?2)"
-_HELD_JSON = "SELECT event_id FROM proj_events WHERE set_id = ?1 AND event_id IN (SELECT json_extract(value, '$[0]') FROM json_each(?2))"
-_INSERT_JSON = f"INSERT INTO proj_events ({EVENT_COLUMNS}) {_JSON_ROWS} WHERE true ON CONFLICT (set_id, event_id) DO NOTHING"
+# RETURNING names the rows that went in; a row DO NOTHING skipped returns nothing: its id was held
+_INSERT_JSON = (f"INSERT INTO proj_events ({EVENT_COLUMNS}) {_JSON_ROWS} WHERE true ON CONFLICT (set_id, event_id) DO NOTHING "
+                "RETURNING event_id")
 
 
 class _Tx(SqlReader):
@@ -100,16 +101,16 @@ class _Tx(SqlReader):
         if not rows:
             return set
         payload = orjson.dumps(list(map(tuple, rows))).decode()  # orjson takes no namedtuples
+        ids = {row.event_id for row in rows}
         if self._io is None:
-            held = self._index_json(payload)
+            held = self._index_json(payload, ids)
             return lambda: held
-        pending = self._pending = self._io.submit(self._index_json, payload)
+        pending = self._pending = self._io.submit(self._index_json, payload, ids)
         return pending.result
 
-    def _index_json(self, payload: str) -> set[str]:
-        held = {r[0] for r in self._conn.execute(_HELD_JSON, (self.set_id, payload))}
-        self._conn.execute(_INSERT_JSON, (self.set_id, payload))
-        return held
+    def _index_json(self, payload: str, ids: set[str]) -> set[str]:
+        """One statement: the held ids are those of ``rows`` (which repeat none) that did not go in."""
+        return ids.difference(r[0] for r in self._conn.execute(_INSERT_JSON, (self.set_id, payload)))
 
     def settle(self, *, failing: bool = False) -> None:
         """Wait for an index write still running on the I/O thread: the transaction must not end

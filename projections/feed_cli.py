@@ -145,6 +145,9 @@ def subscribe(
     positions: dict[int, int] | None = None
     try:
         start = keeper.start(dedupe) if keeper is not None else None
+        if start is not None and (given is not None or from_beginning):  # a restart may repeat its first flags
+            typer.echo(f"note: group {group!r} goes on from where it stopped; "
+                       f"{'--from' if given is not None else '--from-beginning'} applies to a new group only", err=True)
         if latest:
             before = dict(dedupe.seen)  # a group's: what it printed before is not printed again
             view_from = _print_latest(settings, log, dedupe, lambda e: _wanted(e, unit, county, election, checkpoints_only),

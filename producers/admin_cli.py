@@ -207,25 +207,30 @@ def serve_intake(
 
     Also serves /metrics (Prometheus), /health (the intake's status) and /ready (200 only while the
     log is reachable and not lost)."""
-    import uvicorn
-
+    from ledger.http_serve import bind, port_of, serve
     from producers.http import create_app
 
     settings = settings_of(ctx)
     try:
+        sock = bind(host, port)  # first: a port taken starts no intake
+    except OSError as exc:
+        raise fail(str(exc)) from exc
+    try:
         intake = Intake.for_settings(settings).start()
     except (LogError, SpoolError) as exc:
+        sock.close()
         raise fail(str(exc)) from exc
     try:
         app_ = create_app(intake, credential_store(settings, credentials), retry_seconds=retry_seconds)
-        typer.echo(f"intake for {settings.describe_log()} on http://{host}:{port} (API docs /docs; /metrics, /health, "
-                   "/ready); stop with Ctrl-C", err=True)
-        # log_config=None: uvicorn's messages go through the ledger's logging (--log-level, --log-format).
+        typer.echo(f"intake for {settings.describe_log()} on http://{host}:{port_of(sock)} (API docs /docs; /metrics, "
+                   "/health, /ready); stop with Ctrl-C", err=True)
         # httptools and uvloop are dependencies, so uvicorn's defaults parse and loop in C: about a
         # third more reports a second on Kafka than h11 and asyncio (scripts/bench_intake.py)
-        uvicorn.run(app_, host=host, port=port, log_config=None)
+        started = serve(app_, sock)
     finally:
         intake.close()
+    if not started:
+        raise fail("the intake did not start (see the lines above)")
 
 
 def register(app: typer.Typer) -> None:

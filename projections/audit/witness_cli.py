@@ -149,8 +149,7 @@ def serve_command(
     Anyone may read the checkpoints it cosigned; a new one is cosigned only if the given key signed it and its consistency proofs show that it extends the
     one held (the first of a log on its signature alone). `caucus verify --against URL` and
     `caucus witness URL` use it. Runs until stopped (Ctrl-C, SIGTERM)."""
-    import uvicorn
-
+    from ledger.http_serve import bind, port_of, serve
     from ledger.integrity.witness import WitnessDir, WitnessError
     from ledger.integrity.witness_service import create_witness_app
     from projections.audit.cli import operational
@@ -161,9 +160,10 @@ def serve_command(
         try:
             directory.mkdir(parents=True, exist_ok=True)
             app_ = create_witness_app(WitnessDir(directory), signers)
+            sock = bind(host, port)
         except (OSError, WitnessError) as exc:
             raise fail(str(exc), OPERATIONAL) from None
-    typer.echo(f"witness {directory} on http://{host}:{port} (cosigns checkpoints of key "
+    typer.echo(f"witness {directory} on http://{host}:{port_of(sock)} (cosigns checkpoints of key "
                f"{', '.join(k.key_id for k in signers)}); stop with Ctrl-C", err=True)
-    # log_config=None: uvicorn's messages go through the ledger's logging (--log-level, --log-format)
-    uvicorn.run(app_, host=host, port=port, log_config=None)
+    if not serve(app_, sock):
+        raise fail("the witness service did not start (see the lines above)", OPERATIONAL)

@@ -46,17 +46,18 @@ def serve_results(
     Tallies (state, counties, units; ?as_of=TIME|POSITIONS), a unit's paper trail, the audit's findings,
     diffs, and the results feed as Server-Sent Events (/api/feed). Pages update live from that feed.
     Serves what `caucus project` keeps up to date; run one beside it."""
-    import uvicorn
+    from ledger.http_serve import bind, port_of, serve
 
     settings = settings_of(ctx)
     try:
         app = results_app(settings, projection=projection, max_age=max_age)
+        sock = bind(host, port)
     except OSError as exc:
         raise fail(str(exc)) from exc
-    typer.echo(f"results of {settings.describe_log()} on http://{host}:{port} (site /, API /api, docs /docs); "
+    typer.echo(f"results of {settings.describe_log()} on http://{host}:{port_of(sock)} (site /, API /api, docs /docs); "
                "stop with Ctrl-C", err=True)
-    # log_config=None: uvicorn's messages go through the ledger's logging (--log-level, --log-format)
-    uvicorn.run(app, host=host, port=port, log_config=None)
+    if not serve(app, sock):
+        raise fail("the results service did not start (see the lines above)")
 
 
 def _serve_group(app: typer.Typer) -> typer.Typer:

@@ -463,13 +463,14 @@ def _run(args: list[str]) -> None:
         sys.exit(143 if isinstance(exc, Terminated) else 130)
     except click_errors.UsageError as exc:
         name_the_place_of_a_global_option(exc, command_)
-        if as_json:
-            hint = f" (command: {exc.ctx.command_path})" if exc.ctx is not None else ""
-            print_error(exc.format_message() + hint, 2, as_json=True, kind="usage")
-        else:
+        if isinstance(exc, click_errors.NoArgsIsHelpError) and not as_json:  # a group given no command: its help
             from typer import rich_utils
 
             rich_utils.rich_format_error(exc)
+            sys.exit(2)
+        where = exc.ctx.command_path if exc.ctx is not None else None
+        hint = "" if where is None else f" (command: {where})" if as_json else f" (`{where} --help` explains each option)"
+        print_error(exc.format_message() + hint, 2, as_json=as_json, kind="usage")
         sys.exit(2)
     except click_errors.ClickException as exc:
         print_error(exc.format_message(), exc.exit_code, as_json=as_json, kind="usage")

@@ -161,6 +161,14 @@ def checkpoint_command(
 
     settings = settings_of(ctx)
     with operational():
+        # first: a mistyped --data-dir or --topic signs (and so makes) no log, key, or store of its own
+        existing = open_checkpoint_store(settings, create=False)
+        try:
+            with _signed_log(settings, existing):
+                pass
+        finally:
+            if existing is not None:
+                existing.close()
         resolved = resolve_signing_key(key or settings.checkpoint_key, settings.data_dir)
         signing, key_path, created = resolved.key, resolved.path, resolved.created
         if resolved.warning:

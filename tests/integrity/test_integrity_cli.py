@@ -166,3 +166,20 @@ def test_verify_of_a_log_that_is_gone_while_checkpoints_vouch_for_one_is_a_lost_
     gone = caucus("verify")
     assert gone.exit_code == 3, gone.output
     assert "holds 1 checkpoint(s) signed over a log here" in gone.output and "is gone" in gone.output
+
+
+def test_checkpoint_of_a_place_with_no_log_signs_nothing_and_makes_nothing(ledger: Any, caucus: Any, tmp_path: Path) -> None:
+    """A mistyped --data-dir is "nothing recorded there" (exit 2), as ``project`` says, not a new empty log
+    signed (which a later ``verify`` there would count as verified); a log gone while checkpoints vouch
+    for one is a lost log (exit 3), and is not made again either."""
+    nowhere = tmp_path / "typo"
+    empty = caucus("checkpoint", data_dir=nowhere)
+    assert empty.exit_code == 2 and "no event log at" in empty.output, empty.output
+    assert not nowhere.exists()
+    ledger.append(5)
+    assert caucus("checkpoint").exit_code == 0
+    for suffix in ("", "-wal", "-shm"):
+        ledger.data_dir.joinpath(f"log.sqlite3{suffix}").unlink(missing_ok=True)
+    gone = caucus("checkpoint")
+    assert gone.exit_code == 3 and "is gone" in gone.output, gone.output
+    assert not ledger.data_dir.joinpath("log.sqlite3").exists()

@@ -74,6 +74,7 @@ def test_a_bad_argument_exits_2_with_one_line_and_no_traceback(ops: ModuleType, 
     assert code == 2, (code, out, err)
     _no_traceback(code, out, err)
     assert "No such option: --no-such-option" in err and out == ""
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
     code, out, err = ops.in_process([*path, "--no-such-option", "--json"], env)
     assert code == 2 and out == ""
     doc = json.loads(err)

@@ -169,6 +169,9 @@ def subscribe(
             if given is not None:
                 _check_given(given, log.high_watermarks())
             start = given if given is not None else (None if from_beginning else log.high_watermarks())
+            if given is None and not from_beginning:
+                typer.echo("following the results feed from now: only tallies published from here on are printed "
+                           "(--from-beginning: everything published; --latest: the current tallies first)", err=True)
         positions = {p: 0 for p in range(log.partitions)} | dict(start or {})
         for rec in log.follow(dict(positions), stop=stop, poll_interval=0.2):
             last_seen = time.monotonic()

@@ -223,7 +223,10 @@ def find_county(ctx: ElectionContext, text: str) -> str:
     if len(hits) == 1:
         return hits[0]
     if not hits:
-        raise QueryError(f"no county {text!r} in election {ctx.election_id!r}")
+        names = sorted(c.name for c in ctx.counties.values())
+        shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+        raise QueryError(f"no county {text!r} in election {ctx.election_id!r}; its counties (by name or id): "
+                         f"{shown or 'none'}")
     raise QueryError(f"{text!r} names several counties: {', '.join(hits)}")
 
 

@@ -65,6 +65,8 @@ def test_a_subscriber_group_resumes_where_it_stopped(support: ModuleType, tmp_pa
     assert c
     nothing = _lines(_caucus(base, "subscribe", "--group", "desk", "--until-idle", "1"))
     assert nothing == [], "a restart with nothing new prints nothing"
+    now = _caucus(base, "subscribe", "--until-idle", "1")  # no group, no start: what comes from now, and it says so
+    assert _lines(now) == [] and "following the results feed from now" in now.stderr and "--from-beginning" in now.stderr
     same_flags = _caucus(base, "subscribe", "--group", "desk", "--from-beginning", "--until-idle", "1")
     assert _lines(same_flags) == [], "a restart that repeats its first flags goes on where it stopped"
     assert "note: group 'desk' goes on from where it stopped; --from-beginning applies to a new group only" in same_flags.stderr

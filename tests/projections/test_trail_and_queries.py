@@ -163,6 +163,7 @@ def test_tally_command_state_county_unit_and_rule_set(projected: tuple[Path, Sql
     assert other["rule_set"] == "idp-2016"
     bad = runner.invoke(_app(), ["--data-dir", str(data), "tally", "--county", "Nowhere"], env={"CAUCUS_DATABASE": ""})
     assert bad.exit_code == 2 and "no county 'Nowhere'" in bad.stderr
+    assert "its counties (by name or id): Cerro Gordo" in bad.stderr, bad.stderr  # what a user may give instead
 
 
 def test_queries_explain_what_is_missing(tmp_path: Path) -> None:

@@ -334,6 +334,10 @@ def _print_report(settings: Settings, store_name: str, report: Any, as_json: boo
         for w in witnesses or []:
             typer.echo(f"witness:     {w['witness']}: " + ("this log extends the last checkpoint it cosigned" if w["ok"]
                                                             else f"DISAGREES ({len(w['problems'])} problem(s), below)"))
+        if report.ok and latest is None:  # vacuously true: say what it does not cover
+            typer.echo(f"NOTHING TO VERIFY YET: no checkpoint is signed over this log, so nothing holds it to what it "
+                       f"held; `caucus checkpoint` signs one (--require-checkpoint makes this a failure) ({elapsed:.2f} s)")
+            return
         if report.ok:
             typer.echo(f"OK: every checkpointed record matches its signed checkpoint ({elapsed:.2f} s)")
             return

@@ -122,6 +122,8 @@ def test_require_checkpoint_fails_a_log_with_none_verified(ledger: Any, caucus: 
     pub.write_bytes(ledger.key.trusted.pem())
     lenient = caucus("verify", "--public-key", str(pub), "--json")
     assert lenient.exit_code == 0 and json.loads(lenient.stdout)["checkpoints_verified"] == 0
+    human = caucus("verify", "--public-key", str(pub))  # not an "OK" that nothing backs
+    assert human.exit_code == 0 and "NOTHING TO VERIFY YET" in human.stdout and "OK:" not in human.stdout, human.stdout
     strict = caucus("verify", "--public-key", str(pub), "--require-checkpoint")
     assert strict.exit_code == 1 and "no signed checkpoint verified" in strict.output
     assert caucus("checkpoint").exit_code == 0

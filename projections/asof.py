@@ -71,6 +71,7 @@ __all__ = [
     "AsOfTally",
     "tally_as_of",
     "select_election",
+    "inside",
 ]
 
 
@@ -132,8 +133,10 @@ def parse_time(text: str) -> datetime:
     midnight = re.match(r"(\d{4}-\d{2}-\d{2})[T ]24:00(?::00(?:\.0+)?)?(?=$|[Z+-])", raw)  # ISO 8601's end of a day
     try:
         at = datetime.fromisoformat(f"{midnight[1]}T00:00:00{raw[midnight.end():]}" if midnight else raw)
-    except ValueError:
-        raise AsOfError(f"as-of time {text!r} is not an ISO 8601 time such as 2020-02-08T06:28:00Z") from None
+    except ValueError as exc:
+        why = f" ({exc})" if "out of range" in str(exc) or "must be in" in str(exc) else ""  # a day or hour no calendar has
+        raise AsOfError(f"{text!r} is neither an ISO 8601 time such as 2020-02-08T06:28:00Z{why} nor log positions "
+                        "such as 3:120,5:88") from None
     if midnight:
         try:
             at += timedelta(days=1)
@@ -313,6 +316,11 @@ def replay(
     return out
 
 
+def inside(cut: Cut | None) -> str:
+    """Where a cut's events lie, for a message that says what was not found there."""
+    return "in the whole log" if cut is None else f"inside the cut ({cut.describe()})"
+
+
 def select_election(elections: Mapping[str, ElectionState], wanted: str | None, *, unit: str | None = None,
                     where: str = "inside the cut") -> str:
     """The election to tally: the one asked for, else the only one defined, else (when a unit is
@@ -331,7 +339,8 @@ def select_election(elections: Mapping[str, ElectionState], wanted: str | None, 
     if len(defined) == 1:
         return defined[0]
     if not defined:
-        raise AsOfError(f"no election is defined {where} (no ElectionDefined event)")
+        raise AsOfError(f"no election is defined {where} (no ElectionDefined event; a cut must come after the "
+                        "election's definition was recorded)")
     if unit is not None:
         holding = elections_defining(elections, unit)
         if len(holding) == 1:
@@ -378,7 +387,7 @@ def tally_as_of(
     """Every unit tally of one election as it stood at ``cut``, under the election's rule set or
     ``rule_set``. Units without events inside the cut have no tally (they were not reporting)."""
     state = replay(log, cut, codec=codec)
-    chosen = select_election(state.elections, election_id, unit=unit)
+    chosen = select_election(state.elections, election_id, unit=unit, where=inside(cut))
     ctx = election_context(state.elections[chosen], chosen, rule_set=rule_set)
     if ctx.rules_error:
         raise AsOfError(ctx.rules_error)

@@ -26,7 +26,7 @@ from ledger.codec import Codec, CodecError, default_codec
 from ledger.events import Event
 from ledger.log.port import EventLog
 from ledger.timestamps import iso_text
-from projections.asof import AsOfError, AsOfState, AsOfTally, Cut, check_cut, select_election
+from projections.asof import AsOfError, AsOfState, AsOfTally, Cut, check_cut, inside, select_election
 from projections.reducers import ElectionState, UnitState, apply_election, apply_unit
 from projections.stores.port import ProjectionStore, SetInfo, UnitKey
 from projections.tally import compute_unit_tally, election_context
@@ -89,7 +89,7 @@ def history_tally(store: ProjectionStore, info: SetInfo | None, log: EventLog, c
         if tails:
             _fold_tails(log, reader, codec or default_codec(), cut, tails, units, elections, positions)
     state = AsOfState(cut=cut, units=units, elections=elections, positions=positions, high_watermarks=dict(marks))
-    chosen = select_election(elections, election_id, unit=unit)
+    chosen = select_election(elections, election_id, unit=unit, where=inside(cut))
     ctx = election_context(elections[chosen], chosen, rule_set=rule_set)
     if ctx.rules_error:
         raise AsOfError(ctx.rules_error)

@@ -194,6 +194,9 @@ def audit_command(
     settings = settings_of(ctx)
     try:
         cut = parse_cut(as_of) if as_of else None
+    except AsOfError as exc:
+        raise fail(f"--as-of: {exc}", OPERATIONAL) from exc
+    try:
         report, context, loose = run_audit(settings, cut=cut, whole_log=whole_log, election_id=election, rule_set=rule_set)
         county_id = find_county(context, county) if county is not None else None
     except (AsOfError, QueryError, StoreError, LogError, CaucusMathError) as exc:

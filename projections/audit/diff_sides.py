@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.log.port import EventLog
-from projections.asof import AsOfError, Cut, parse_positions, parse_time, replay, select_election
+from projections.asof import AsOfError, Cut, inside, parse_positions, parse_time, replay, select_election
 from ledger.caucus_math import CaucusMathError, get_rule_set
 from projections.queries import DEFAULT_SET, QueryError, choose_election, load_view
 from projections.reducers import ElectionState, UnitState
@@ -276,7 +276,7 @@ def _store_snapshot(store: ProjectionStore, spec: SideSpec, election_id: str | N
 def _log_snapshot(log: EventLog, spec: SideSpec, election_id: str | None, log_name: str) -> Snapshot:
     cut = spec.cut if spec.source != "log" else None
     state = replay(log, cut)
-    chosen = select_election(state.elections, election_id)
+    chosen = select_election(state.elections, election_id, where=inside(cut))
     what = "the whole log" if cut is None else cut.describe()
     meta = {"log": log_name, "as_of": state.to_json(),
             "compared": "the log replayed through the same reducers and caucus math as the projection: differences "

@@ -50,6 +50,9 @@ def test_time_syntax() -> None:
         parse_time("2020-02-08T06:28:00")
     with pytest.raises(AsOfError, match="ISO 8601"):
         parse_time("yesterday")
+    # a well-formed time no calendar has is told as such, and the other form --as-of takes is named
+    with pytest.raises(AsOfError, match=r"day is out of range for month\) nor log positions such as 3:120,5:88"):
+        parse_cut("2020-02-30T00:00:00Z")
     # ISO 8601's 24:00 is the end of the day, the next day's first instant
     assert parse_time("2020-02-07T24:00:00Z") == parse_time("2020-02-08T00:00Z") == parse_time("2020-02-07T24:00Z")
     assert parse_time("2020-12-31T24:00:00.000-06:00") == parse_time("2021-01-01T06:00:00Z")
@@ -154,7 +157,8 @@ def test_duplicates_are_dropped_by_event_id(ledger: Any, aud: ModuleType) -> Non
 def test_no_election_inside_the_cut(ledger: Any, aud: ModuleType) -> None:
     log = ledger.log()
     try:
-        with pytest.raises(AsOfError, match="no election is defined"):
+        with pytest.raises(AsOfError, match=r"no election is defined inside the cut \(events recorded at or before .*\) \(no ElectionDefined event; a cut "
+                                            "must come after the election's definition was recorded"):
             tally_as_of(log, Cut(at=aud.T_NIGHT - timedelta(days=1)))
         with pytest.raises(AsOfError, match="has no events"):
             tally_as_of(log, None, election_id="nope")

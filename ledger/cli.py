@@ -50,11 +50,10 @@ app = typer.Typer(
         "With no backend options everything is embedded in ./caucus-data (SQLite). "
         "Use --kafka HOST:PORT for a Kafka log and --database postgresql://... for a PostgreSQL store "
         "(or CAUCUS_KAFKA / CAUCUS_DATABASE, or caucus.toml; see `caucus config show`).\n\n"
-        "Exit codes: 0 done, 1 refused or differences found, 2 an operational error (bad arguments or "
-        "configuration, a backend unreachable, something missing), 3 the log was lost, rewound or replaced by another "
-        "(a projection built from another log). Under --json an "
-        "error is printed as "
-        '{"error": {...}} on stderr.'
+        "Exit codes: 0 done, 1 refused or differences found (diff, an audit's error, verify's tampering), 2 an "
+        "operational error (bad arguments or configuration, a backend unreachable, something missing), 3 the log was "
+        "lost, rewound or replaced by another (a projection built from another log), 141 the output's reader went "
+        'away. Under --json an error is printed as {"error": {...}} on stderr.'
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,

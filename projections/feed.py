@@ -69,16 +69,8 @@ from ledger.log.latest import LatestRecord, LatestView
 from ledger.log.port import EventLog, LogError, PendingRecord
 from ledger.record_headers import event_headers
 from projections.area_sums import ElectionSums
-from projections.feed_events import (
-    FeedStamp,
-    area_event,
-    feed_codec,
-    feed_event_id,
-    latest_key,
-    record_key,
-    tally_version,
-    unit_event,
-)
+from projections.feed_events import (FeedStamp, area_event, feed_codec, feed_event_id, latest_key, record_key, tally_version,
+                                     unit_event)
 from projections.feed_fresh import FreshRows
 from projections.reducers import ElectionState
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError, UnitKey
@@ -370,12 +362,14 @@ class FeedPublisher:
     def _events(self) -> Iterator[Event[Any]]:
         reload, before, positions = self._read_changes()
         changed = {key for key in before if key[1] in self._tallies.get(key[0], {})}
-        stamp = FeedStamp.of(self.info.name, self.info.version, self.info.rule_set, positions)
-        at = datetime.now(UTC)
+        at = datetime.now(UTC)  # each election's stamp names the rule set its tallies were computed under, as tally does
+        stamps = {e: FeedStamp.of(self.info.name, self.info.version, c.rule_set_name or self.info.rule_set, positions)
+                  for e, c in self._contexts.items()}
         for eid, uid in sorted(changed):
             ctx = self._contexts.get(eid)
             if ctx is None or not ctx.defined or uid not in ctx.units:
                 continue  # a unit no definition lists (refusals naming an unknown unit): counted in no tally
+            stamp = stamps[eid]
             version = tally_version(self._election_events.get(eid, 0), self._unit_events.get(eid, {}).get(uid, 0))
             if self._holds(f"unit:{eid}:{uid}", stamp.at(version), eid, f"unit:{uid}"):
                 continue
@@ -386,7 +380,7 @@ class FeedPublisher:
             if ctx is None or not ctx.defined or (eid not in touched and not reload):
                 continue
             mine = {uid: was for (e, uid), was in before.items() if e == eid}
-            yield from self._area_events(eid, ctx, reload, mine, stamp, at)
+            yield from self._area_events(eid, ctx, reload, mine, stamps[eid], at)
 
     def _read_changes(self) -> tuple[bool, dict[UnitKey, tuple[UnitTally | None, int]], dict[int, int]]:
         """Read what changed since the last publish (everything on a reload) into the kept tallies;

@@ -105,9 +105,10 @@ def subscribe(
                                 "from where they stand (nothing missed, nothing older repeated)."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Follow the results feed: one JSON line per new unit, county or state tally, and per signed
-    checkpoint of the event log (kind checkpoint: its signed bytes, signature and key; not shown with
-    --unit or --county).
+    """Follow the results feed: a JSON line per new unit, county or state tally, and per checkpoint.
+
+    A checkpoint line (kind checkpoint) is a signed checkpoint of the event log: its signed bytes,
+    signature and key; not shown with --unit or --county.
 
     Tallies already printed, republished copies and out-of-date versions are dropped. Runs until
     Ctrl-C (or --max / --until-idle)."""

@@ -72,6 +72,8 @@ def test_a_subscriber_group_resumes_where_it_stopped(support: ModuleType, tmp_pa
     assert "note: group 'desk' goes on from where it stopped; --from-beginning applies to a new group only" in same_flags.stderr
 
     everything = _lines(_caucus(base, "subscribe", "--from-beginning", "--until-idle", "1"))
+    # each tally names the rule set it was computed under, as `caucus tally` does (not null for "the election's own")
+    assert {line["rule_set"] for line in everything if line["kind"] != "checkpoint"} == {"idp-2020"}
     resumed = a + b + c
     assert len(set(_keys(resumed))) == len(resumed), "nothing repeated"
     assert _keys(resumed) == _keys(everything), "nothing missed"

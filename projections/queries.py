@@ -46,6 +46,7 @@ __all__ = [
     "tallies_from_states",
     "find_county",
     "find_unit",
+    "find_unit_in",
     "DEFAULT_SET",
 ]
 
@@ -232,16 +233,21 @@ def find_county(ctx: ElectionContext, text: str) -> str:
 
 def find_unit(view: TallyView, text: str) -> str:
     """A unit by id, short name or name (exact, then case-insensitive)."""
-    if text in view.context.units or text in view.units:
+    return text if text in view.units else find_unit_in(view.context, text)
+
+
+def find_unit_in(ctx: ElectionContext, text: str) -> str:
+    """A unit the election defines, by id, short name or name (exact, then case-insensitive)."""
+    if text in ctx.units:
         return text
     want = " ".join(text.split()).casefold()
     hits = [
         u.unit_id
-        for u in view.context.units.values()
+        for u in ctx.units.values()
         if want in {" ".join(u.name.split()).casefold(), (u.short_name or "").casefold()}
     ]
     if len(hits) == 1:
         return hits[0]
     if not hits:
-        raise QueryError(f"no unit {text!r} in election {view.context.election_id!r} (give the unit id)")
+        raise QueryError(f"no unit {text!r} in election {ctx.election_id!r} (give the unit id)")
     raise QueryError(f"{text!r} names several units: {', '.join(hits[:10])}; give the unit id")

@@ -26,7 +26,7 @@ from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditFinding, A
 from projections.audit.record_checks import log_record_findings
 from projections.audit.codes import AUDIT_CODES
 from ledger.caucus_math import CaucusMathError
-from projections.queries import QueryError, find_county, load_view
+from projections.queries import QueryError, find_county, find_unit_in, load_view
 from projections.wiring import open_log_of, unread_records
 from projections.stores.port import EventRow, StoreError
 from projections.tally import ElectionContext
@@ -168,6 +168,7 @@ def audit_command(
     ),
     whole_log: bool = typer.Option(False, "--log", help="Audit the whole log replayed in memory instead of the projection store."),
     county: Optional[str] = typer.Option(None, "--county", help="Only the units of one county (id or name)."),
+    unit: Optional[str] = typer.Option(None, "--unit", help="Only one unit (id or name)."),
     rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Check under another rule set: idp-2020, idp-2016, or a variant naming the reading of an [OPEN] point, such as idp-2020\\[leftover=lots] (README: the table of options)."),
     election: Optional[str] = typer.Option(None, "--election", help="Election id, when the log holds several."),
 ) -> None:
@@ -199,9 +200,10 @@ def audit_command(
     try:
         report, context, loose = run_audit(settings, cut=cut, whole_log=whole_log, election_id=election, rule_set=rule_set)
         county_id = find_county(context, county) if county is not None else None
+        unit_id = find_unit_in(context, unit) if unit is not None else None
     except (AsOfError, QueryError, StoreError, LogError, CaucusMathError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
-    shown = report.filtered(severities, codes, county_id)
+    shown = report.filtered(severities, codes, county_id, unit_id)
     unread = report.meta.get("unread_records", 0)
     if unread:  # an auditor signing off on this must know what it does not cover
         typer.echo(f"note: the log holds {unread} record(s) the projection has not read yet; whatever they change is "
@@ -212,23 +214,23 @@ def audit_command(
         writer.writerows(f.csv_row() for f in shown.findings)
     else:
         data = shown.to_json()
-        data["filters"] = {"severity": severities, "code": codes, "county": county_id}
+        data["filters"] = {"severity": severities, "code": codes, "county": county_id, "unit": unit_id}
         data["unattributed"] = unattributed_json(loose)
 
         def human() -> None:
-            print_report(shown, filtered=bool(severities or codes or county_id), county=county_id)
+            print_report(shown, filtered=bool(severities or codes or county_id or unit_id), county=county_id, unit=unit_id)
             print_unattributed(loose)
 
         emit(data, as_json, human)
     raise typer.Exit(ERRORS if shown.has_errors else CLEAN)
 
 
-def print_report(report: AuditReport, *, filtered: bool = False, county: str | None = None) -> None:
+def print_report(report: AuditReport, *, filtered: bool = False, county: str | None = None, unit: str | None = None) -> None:
     echo = typer.echo
     echo(f"audit of {report.election_id} under {report.rule_set}; source: {report.source}")
     echo(f"units checked: {report.units_checked:,} of {report.units_defined:,} defined (the whole election); "
          f"{report.units_with_findings:,} with findings{' shown' if filtered else ''}"
-         f"{f' (county {county} only)' if county else ''}")  # fmt: skip
+         f"{f' (county {county} only)' if county else ''}{f' (unit {unit} only)' if unit else ''}")  # fmt: skip
     if report.not_checked:
         echo(f"not checked: {len(report.not_checked)} unit(s): " + "; ".join(f"{u} ({why})" for u, why in report.not_checked[:10]))
     if report.meta.get("writer_seals", "checked") != "checked":

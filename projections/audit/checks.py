@@ -139,11 +139,12 @@ class AuditReport:
     not_checked: list[tuple[str, str]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def filtered(self, severities: Collection[str] = (), codes: Collection[str] = (), county: str | None = None) -> AuditReport:
+    def filtered(self, severities: Collection[str] = (), codes: Collection[str] = (), county: str | None = None,
+                 unit: str | None = None) -> AuditReport:
         kept = [
             f for f in self.findings
             if (not severities or f.severity in severities) and (not codes or f.code in codes)
-            and (county is None or f.county_id == county)
+            and (county is None or f.county_id == county) and (unit is None or f.unit_id == unit)
         ]
         return AuditReport(self.election_id, self.rule_set, self.source, self.units_defined, self.units_checked, kept,
                            self.not_checked, dict(self.meta))  # fmt: skip

@@ -71,6 +71,9 @@ def test_filters(caucus: Run) -> None:
     birch = _doc(caucus("audit", "--log", "--json", "--county", "Birch"), 1)
     assert {f["county_id"] for f in birch["findings"]} == {"birch"}
     assert {f["unit_id"] for f in birch["findings"]} == {"locked", "too-many", "alloc", "lot"}
+    locked = _doc(caucus("audit", "--log", "--json", "--unit", "locked"), 1)  # as the API's ?unit= narrows it
+    assert {f["unit_id"] for f in locked["findings"]} == {"locked"} and locked["filters"]["unit"] == "locked"
+    assert _doc(caucus("audit", "--log", "--json", "--unit", "lot", "--severity", "error"), 0)["findings"] == []
     info = _doc(caucus("audit", "--log", "--json", "--severity", "info"), 0)
     assert {f["code"] for f in info["findings"]} == {"MORE_VOTES_FEWER_DELS"}
 
@@ -122,6 +125,7 @@ def test_the_live_projection_gives_the_same_audit(store: str, caucus: Run, reque
         (("--log", "--rule-set", "idp-1999"), "unknown rule set"),
         ((), "no projection store at"),  # nothing was projected: the store was never created
         (("--log", "--county", "Nowhere"), "no county 'Nowhere'"),
+        (("--log", "--unit", "Nowhere"), "no unit 'Nowhere'"),
     ],
 )
 def test_operational_errors_exit_2(caucus: Run, args: tuple[str, ...], message: str) -> None:

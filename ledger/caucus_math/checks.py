@@ -365,10 +365,12 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
 
     A locked group that shrank is excused only if it really was dissolved (nobody left in it at the
     final count, or no delegates for it) and §4.5 required that: counting every locked group at its
-    first size (it could not legally be smaller) and every other group at its final size, more groups
-    would be viable than delegates and this group is among the smallest (any of a tied block at the
-    cut, since the lot may have fallen on any of them). A group that kept members and won delegates
-    was not dissolved, so the lock was broken.
+    largest size (it could not legally be smaller than its first) and every other group at its final
+    size, more groups would be viable than delegates and this group is among the smallest (any of a
+    tied block at the cut, since the lot may have fallen on any of them). Where one cut was due, the
+    others could have grown before it only by the realigners, who must also have been enough to lift
+    every other locked group to this one's size. A group that kept members and won delegates was not
+    dissolved, so the lock was broken.
     """
     if not (u.rules.lock_viable_groups and u.d >= 1):
         return []
@@ -379,6 +381,14 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
     pre = {k: (max(first_s[k], final_s[k]) if k in locked else final_s[k]) for k in first_s}
     candidates = sorted((v for v in pre.values() if v and v >= thr))
     excess = len(candidates) - d
+    # One cut: before it a locked group grew only by realigners (members of groups not viable at the first
+    # alignment); what it holds beyond them came from the group the cut dissolved. (With more cuts, the
+    # members of a group cut earlier realign too, and may lift others above a group cut later.)
+    realigners = sum(v for k, v in first_s.items() if k not in locked)
+    if excess == 1:
+        pre = {k: (first_s[k] + min(max(0, final_s[k] - first_s[k]), realigners) if k in locked else final_s[k])
+               for k in first_s}
+        candidates = sorted((v for v in pre.values() if v and v >= thr))
     dissolvable_up_to = candidates[excess - 1] if excess > 0 else -1
     out: list[Finding] = []
     for k in locked:
@@ -387,7 +397,8 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
         dissolved = final_s[k] == 0 or (reported.get(k, 0) == 0 if reported is not None else final_s[k] < thr)
         # With one delegate §4.5 can cut only a tie of two majorities (both locked): counting the defectors
         # in the group they joined would excuse the very shrink that handed it the delegate.
-        if dissolved and pre[k] <= dissolvable_up_to and (d > 1 or len(locked) > 1):
+        if (dissolved and pre[k] <= dissolvable_up_to and (d > 1 or len(locked) > 1)
+                and (excess > 1 or _lifted(first_s, locked, k) <= realigners)):
             continue
         borderline = first_s[k] == thr
         # A one-delegate unit elects as a whole (§7); its 50 % "viable" is the APP's and only informational
@@ -413,6 +424,12 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
             )
         )
     return out
+
+
+def _lifted(first_s: Mapping[str, int], locked: list[str], k: str) -> int:
+    """Realigners a single §4.5 cut needs to have fallen on ``k``: every other locked group at least
+    as large as ``k`` when it was cut (a tie lets the lot fall on ``k``)."""
+    return sum(max(0, first_s[k] - first_s[j]) for j in locked if j != k)
 
 
 def _allocation(u: _Unit) -> list[Finding]:

@@ -111,6 +111,48 @@ def test_a_group_really_dissolved_under_4_5_is_excused(final: dict[str, int], re
     assert [f for f in found if f.code == "LOCKED_GROUP_SHRANK"] == []
 
 
+@pytest.mark.parametrize(
+    ("delegates", "first", "final"),
+    [(2, {"A": 12, "B": 10, "C": 10}, {"A": 0, "B": 16, "C": 16}),
+     (3, {"A": 12, "B": 10, "C": 10, "D": 10}, {"A": 0, "B": 14, "C": 14, "D": 14})],
+    ids=["three-for-two", "four-for-three"],
+)
+def test_the_largest_locked_group_cannot_be_the_one_4_5_dissolved(delegates: int, first: dict[str, int],
+                                                                   final: dict[str, int]) -> None:
+    """Everyone sat in a locked group, so nobody could realign before the cut: it fell on the smallest
+    (B, C, D by lot), never on A. B and C reached 16 only by taking A's members, after the cut; sizing
+    them at their final count made A look the smallest and excused it."""
+    found = RS.check(delegates=delegates, attendance=sum(first.values()), first=first, final=final)
+    shrank = [f for f in found if f.code == "LOCKED_GROUP_SHRANK"]
+    assert [(f.candidate, str(f.severity)) for f in shrank] == [("A", "error")]
+
+
+@pytest.mark.parametrize(
+    ("first", "final"),
+    [({"A": 12, "B": 10, "C": 10, "D": 8}, {"A": 0, "B": 20, "C": 20, "D": 0}),  # D's 8 lift B and C to 14: A is cut
+     ({"A": 12, "B": 10, "C": 10, "D": 4}, {"A": 0, "B": 18, "C": 18, "D": 0})],  # 2 + 2 lift both to A's 12: the lot
+    ids=["realigners-lift-both", "realigners-just-enough"],
+)
+def test_realigners_before_the_cut_can_make_the_largest_group_the_smallest(first: dict[str, int], final: dict[str, int]) -> None:
+    found = RS.check(delegates=2, attendance=sum(first.values()), first=first, final=final)
+    assert [f for f in found if f.code == "LOCKED_GROUP_SHRANK"] == []
+
+
+def test_a_group_cut_second_may_be_the_largest_once_the_first_cut_group_realigned() -> None:
+    """D=2, four locked groups: B (10) is cut first and its members join C and D (15 each), which leaves
+    A (12) the smallest of three for two: A is cut too, and C and D take its members."""
+    first = {"A": 12, "B": 10, "C": 10, "D": 10}
+    found = RS.check(delegates=2, attendance=42, first=first, final={"A": 0, "B": 0, "C": 21, "D": 21})
+    assert [f for f in found if f.code == "LOCKED_GROUP_SHRANK"] == []
+
+
+def test_too_few_realigners_to_lift_every_other_group_leave_the_shrink_an_error() -> None:
+    """D's 2 can lift B or C to A's 12, not both: the smaller of them stays the one the cut takes."""
+    first = {"A": 12, "B": 10, "C": 10, "D": 2}
+    found = RS.check(delegates=2, attendance=34, first=first, final={"A": 0, "B": 17, "C": 17, "D": 0})
+    assert [f.candidate for f in found if f.code == "LOCKED_GROUP_SHRANK"] == ["A"]
+
+
 def test_variant_rule_sets_can_be_named_wherever_a_rule_set_can(iowa_caucus: Run) -> None:
     name = "idp-2020[realign_ties=all]"
     shown = _doc(iowa_caucus("tally", "--unit", "946725", "--rule-set", name, "--as-of", FAR_FUTURE, "--json"), 0)

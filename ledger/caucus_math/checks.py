@@ -384,7 +384,8 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
     # One cut: before it a locked group grew only by realigners (members of groups not viable at the first
     # alignment); what it holds beyond them came from the group the cut dissolved. (With more cuts, the
     # members of a group cut earlier realign too, and may lift others above a group cut later.)
-    realigners = sum(v for k, v in first_s.items() if k not in locked)
+    # (People counted at the door who did not align at first may align later, as FINAL_GT_FIRST allows.)
+    realigners = sum(v for k, v in first_s.items() if k not in locked) + (0 if t_inferred else max(0, u.t - u.sum_first))
     if excess == 1:
         pre = {k: (first_s[k] + min(max(0, final_s[k] - first_s[k]), realigners) if k in locked else final_s[k])
                for k in first_s}
@@ -398,7 +399,7 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
         # With one delegate §4.5 can cut only a tie of two majorities (both locked): counting the defectors
         # in the group they joined would excuse the very shrink that handed it the delegate.
         if (dissolved and pre[k] <= dissolvable_up_to and (d > 1 or len(locked) > 1)
-                and (excess > 1 or _lifted(first_s, locked, k) <= realigners)):
+                and (excess > 1 or _lifted(first_s, final_s, locked, k, thr) <= realigners)):
             continue
         borderline = first_s[k] == thr
         # A one-delegate unit elects as a whole (§7); its 50 % "viable" is the APP's and only informational
@@ -426,10 +427,14 @@ def _locked_group_shrank(u: _Unit) -> list[Finding]:
     return out
 
 
-def _lifted(first_s: Mapping[str, int], locked: list[str], k: str) -> int:
+def _lifted(first_s: Mapping[str, int], final_s: Mapping[str, int], locked: list[str], k: str, thr: int) -> int:
     """Realigners a single §4.5 cut needs to have fallen on ``k``: every other locked group at least
-    as large as ``k`` when it was cut (a tie lets the lot fall on ``k``)."""
-    return sum(max(0, first_s[k] - first_s[j]) for j in locked if j != k)
+    as large as ``k`` when it was cut (a tie lets the lot fall on ``k``), and every group viable only
+    at the final count already there, as large: with one cut due it was viable at the cut, and one
+    smaller than ``k`` would have been cut instead."""
+    lift = sum(max(0, first_s[k] - first_s[j]) for j in locked if j != k)
+    formed = sum(1 for g, v in final_s.items() if g not in locked and v >= thr)
+    return lift + formed * first_s[k]
 
 
 def _allocation(u: _Unit) -> list[Finding]:

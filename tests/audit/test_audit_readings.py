@@ -146,6 +146,23 @@ def test_a_group_cut_second_may_be_the_largest_once_the_first_cut_group_realigne
     assert [f for f in found if f.code == "LOCKED_GROUP_SHRANK"] == []
 
 
+def test_people_who_did_not_align_at_first_realign_before_the_cut_too() -> None:
+    """T = 36 against 32 aligned: the 4 who stood aside join B and C (12 each), three tie at 12, the lot
+    falls on A (as FINAL_GT_FIRST lets them align late)."""
+    found = RS.check(delegates=2, attendance=36, first={"A": 12, "B": 10, "C": 10}, final={"A": 0, "B": 18, "C": 18})
+    assert [f for f in found if f.code == "LOCKED_GROUP_SHRANK"] == []
+
+
+def test_a_group_formed_from_realigners_uses_them_up_before_the_cut() -> None:
+    """C, viable only at the final count, had to stand as large as A at the cut (12 of the 12 realigners),
+    and B needed 2 more: 14 are not there, so A was not the group the cut fell on."""
+    first = {"A": 12, "B": 10, "C": 6, "E": 6}
+    found = RS.check(delegates=2, attendance=34, first=first, final={"A": 0, "B": 16, "C": 18, "E": 0})
+    assert [f.candidate for f in found if f.code == "LOCKED_GROUP_SHRANK"] == ["A"]
+    legal = RS.check(delegates=2, attendance=40, first={"A": 12, "B": 10, "C": 9, "E": 9}, final={"A": 0, "B": 18, "C": 22, "E": 0})
+    assert [f for f in legal if f.code == "LOCKED_GROUP_SHRANK"] == []
+
+
 def test_too_few_realigners_to_lift_every_other_group_leave_the_shrink_an_error() -> None:
     """D's 2 can lift B or C to A's 12, not both: the smaller of them stays the one the cut takes."""
     first = {"A": 12, "B": 10, "C": 10, "D": 2}

@@ -199,7 +199,7 @@ def intake_rebuild(ctx: typer.Context, as_json: bool = RebuildJson) -> None:
 def serve_intake(
     ctx: typer.Context,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8080, "--port", help="Port to listen on."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to listen on (0: any free port, printed at start)."),
     credentials: Optional[Path] = CredentialsOption,
     retry_seconds: float = typer.Option(5.0, "--retry-seconds", help="How often to retry forwarding the spool."),
 ) -> None:
@@ -212,21 +212,22 @@ def serve_intake(
 
     settings = settings_of(ctx)
     try:
-        sock = bind(host, port)  # first: a port taken starts no intake
+        socks = bind(host, port)  # first: a port taken starts no intake
     except OSError as exc:
         raise fail(str(exc)) from exc
     try:
         intake = Intake.for_settings(settings).start()
     except (LogError, SpoolError) as exc:
-        sock.close()
+        for sock in socks:
+            sock.close()
         raise fail(str(exc)) from exc
     try:
         app_ = create_app(intake, credential_store(settings, credentials), retry_seconds=retry_seconds)
-        typer.echo(f"intake for {settings.describe_log()} on http://{host}:{port_of(sock)} (API docs /docs; /metrics, "
+        typer.echo(f"intake for {settings.describe_log()} on http://{host}:{port_of(socks)} (API docs /docs; /metrics, "
                    "/health, /ready); stop with Ctrl-C", err=True)
         # httptools and uvloop are dependencies, so uvicorn's defaults parse and loop in C: about a
         # third more reports a second on Kafka than h11 and asyncio (scripts/bench_intake.py)
-        started = serve(app_, sock)
+        started = serve(app_, socks)
     finally:
         intake.close()
     if not started:

@@ -142,7 +142,7 @@ def serve_command(
         None, "--public-key", help="The signer's public key: only checkpoints it signed are cosigned (required). "
         "Repeatable, or env CAUCUS_CHECKPOINT_PUBLIC_KEY."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8091, "--port", help="Port to listen on (8090 is `caucus serve results`'s)."),
+    port: int = typer.Option(8091, "--port", min=0, max=65535, help="Port to listen on (8090 is `caucus serve results`'s)."),
 ) -> None:
     """Serve the witness in DIRECTORY over HTTP, for verifiers and signers elsewhere.
 
@@ -160,10 +160,10 @@ def serve_command(
         try:
             directory.mkdir(parents=True, exist_ok=True)
             app_ = create_witness_app(WitnessDir(directory), signers)
-            sock = bind(host, port)
+            socks = bind(host, port)
         except (OSError, WitnessError) as exc:
             raise fail(str(exc), OPERATIONAL) from None
-    typer.echo(f"witness {directory} on http://{host}:{port_of(sock)} (cosigns checkpoints of key "
+    typer.echo(f"witness {directory} on http://{host}:{port_of(socks)} (cosigns checkpoints of key "
                f"{', '.join(k.key_id for k in signers)}); stop with Ctrl-C", err=True)
-    if not serve(app_, sock):
+    if not serve(app_, socks):
         raise fail("the witness service did not start (see the lines above)", OPERATIONAL)

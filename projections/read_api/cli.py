@@ -51,12 +51,12 @@ def serve_results(
     settings = settings_of(ctx)
     try:
         app = results_app(settings, projection=projection, max_age=max_age)
-        sock = bind(host, port)
+        socks = bind(host, port)
     except OSError as exc:
         raise fail(str(exc)) from exc
-    typer.echo(f"results of {settings.describe_log()} on http://{host}:{port_of(sock)} (site /, API /api, docs /docs); "
+    typer.echo(f"results of {settings.describe_log()} on http://{host}:{port_of(socks)} (site /, API /api, docs /docs); "
                "stop with Ctrl-C", err=True)
-    if not serve(app, sock):
+    if not serve(app, socks):
         raise fail("the results service did not start (see the lines above)")
 
 

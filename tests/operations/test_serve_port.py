@@ -51,3 +51,15 @@ def test_a_port_already_taken_is_exit_2_naming_the_port(service: str, taken_port
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines == [f"error: --port {taken_port}: cannot listen on 127.0.0.1: Address already in use"], done.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["serve", "intake", "--port", "70000"], "Invalid value for '--port'"),
+    (["serve", "intake", "--host", "no-such-host.invalid", "--port", "0"], "error: --host 'no-such-host.invalid': not an address"),
+])
+def test_a_port_or_host_no_socket_can_have_is_named(args: list[str], message: str, tmp_path: Path) -> None:
+    """A port past 65535 was taken modulo 65536 by the socket; a host that does not resolve was blamed on --port."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUCUS_")} | {"CAUCUS_KEY_HOME": str(tmp_path / "keys")}
+    done = subprocess.run([CAUCUS, "--data-dir", str(tmp_path / "data"), *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and message in done.stderr and "on http://" not in done.stderr, done.stderr

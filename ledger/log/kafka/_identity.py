@@ -51,14 +51,26 @@ def meta_topic(topic: str) -> str:
 
 
 def _exists(log: KafkaLog, name: str) -> bool:
+    """Whether the topic is there. Only the broker's "unknown topic" is a no: another error (a leader
+    being elected while a broker restarts) is asked again, then ``LogUnavailableError``, so a broker
+    that hesitates is never taken for a log without an id (which a runner reads as another log)."""
     topics = log._topics  # noqa: SLF001 -- this module is the adapter's own
     assert topics is not None, "the log is closed"
-    with topics.admin_lock:
-        try:
-            (desc,) = topics.admin.describe_topics([name])
-        except (kafka_errors.KafkaError, OSError) as exc:
-            raise LogUnavailableError(f"cannot describe topic {name!r} on {log.bootstrap}: {exc}") from exc
-    return desc["error_code"] == 0 and bool(desc["partitions"])
+    deadline = time.monotonic() + log._timeout  # noqa: SLF001
+    while True:
+        with topics.admin_lock:
+            try:
+                (desc,) = topics.admin.describe_topics([name])
+            except (kafka_errors.KafkaError, OSError) as exc:
+                raise LogUnavailableError(f"cannot describe topic {name!r} on {log.bootstrap}: {exc}") from exc
+        code = desc["error_code"]
+        if code == _UNKNOWN_TOPIC_OR_PARTITION:
+            return False
+        if code == 0 and desc["partitions"]:
+            return True
+        if time.monotonic() > deadline:
+            raise LogUnavailableError(f"cannot describe topic {name!r} on {log.bootstrap}: error code {code}")
+        time.sleep(0.1)
 
 
 def _records(log: KafkaLog, name: str) -> list[dict[str, Any]]:

@@ -462,7 +462,7 @@ def _run(args: list[str]) -> None:
         sys.exit(143 if isinstance(exc, Terminated) else 130)
     except click_errors.UsageError as exc:
         name_the_place_of_a_global_option(exc, command_)
-        if isinstance(exc, click_errors.NoArgsIsHelpError) and not as_json:  # a group given no command: its help
+        if isinstance(exc, getattr(click_errors, "NoArgsIsHelpError", ())) and not as_json:  # no command: the help
             from typer import rich_utils
 
             rich_utils.rich_format_error(exc)

@@ -96,7 +96,7 @@ class _Tx(SqlReader):
         return self.index_begin(rows)()
 
     def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]:
-        """The held ids looked up and the rest inserted by two statements over one JSON text, on the
+        """The rows inserted, and the held ids learnt, by one statement over one JSON text, on the
         I/O thread (see module docstring); a reader's snapshot has no thread and answers at once."""
         if not rows:
             return set

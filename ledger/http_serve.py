@@ -49,7 +49,7 @@ def port_of(socks: list[socket.socket]) -> int:
 
 
 def serve(app: Any, socks: list[socket.socket]) -> bool:
-    """Run ``app`` on ``sock`` until stopped (Ctrl-C, SIGTERM); False if it never started (its
+    """Run ``app`` on ``socks`` (closed when it stops) until stopped (Ctrl-C, SIGTERM); False if it never started (its
     lifespan start-up failed; uvicorn has logged why). uvicorn's messages go through the ledger's
     logging (``log_config=None``: --log-level, --log-format)."""
     import uvicorn

@@ -119,7 +119,7 @@ class SameLog:
         self._expected = source[4:] if source is not None and source.startswith("log:") else None
         self._where = f"topic {getattr(log, 'topic', '?')!r} on {getattr(log, 'bootstrap', '?')}"
 
-    def verify(self, codec: Codec | None = None, indexed_at: object = None) -> None:
+    def verify(self) -> None:
         """``LogReplacedError`` unless the log's id now is the one the projection names."""
         if self._read_now is None or self._expected is None:
             return

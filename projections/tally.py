@@ -42,6 +42,7 @@ from projections.area_tally import AreaTally, aggregate, aggregate_counties
 from projections.election_context import ElectionContext, RuleSetLike, context_key, election_context
 from projections.fraction_text import fraction_text, parse_fraction
 from projections.reducers import TieRecord, UnitState, UnitStatus, canonical_json
+from projections.unit_inputs import threshold_alone, unit_attendance, unit_delegates
 from projections.unit_sde import group_of, unit_sdes
 from projections.tie_records import decided_nothing
 
@@ -293,8 +294,8 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
     first = _counts(candidates, result.first_alignment if result else None)
     final = _counts(candidates, result.final_alignment if result else None)
     reported = None if result is None or result.delegates_reported is None else _counts(candidates, result.delegates_reported)
-    attendance, att_source = _attendance(state, first)
-    delegates, d_source = _delegates(unit, attendance, problems)
+    attendance, att_source = unit_attendance(state, first)
+    delegates, d_source = unit_delegates(unit, attendance, problems)
     if ctx.rules_error:
         problems.append(ctx.rules_error)
     computed = _computed_delegates(state, ctx, delegates, attendance if att_source in ("reported", "opened") else None,
@@ -336,7 +337,7 @@ def compute_unit_tally(state: UnitState, ctx: ElectionContext) -> UnitTally:
         delegates_source=d_source,
         attendance=attendance,
         attendance_source=att_source,
-        threshold=shown.threshold,
+        threshold=shown.threshold if computed is not None else threshold_alone(ctx, attendance, delegates),
         final_threshold=shown.final_threshold,
         first=first,
         final=final,
@@ -418,33 +419,6 @@ def _definition_problems(state: UnitState, ctx: ElectionContext, unit: UnitDefin
     if county is None:
         return [f"county {unit.county_id!r} of unit {state.unit_id!r} is not in the definition"]
     return []
-
-
-def _attendance(state: UnitState, first: dict[str, int]) -> tuple[int | None, str | None]:
-    """T and where it comes from: the report, else the opening headcount, else the first alignment."""
-    result = state.result
-    if result is not None and result.attendance is not None:
-        return result.attendance, "reported"
-    if state.attendance_opened is not None:
-        return state.attendance_opened, "opened"
-    if result is not None:
-        return sum(first.values()), "first_alignment"
-    return None, None
-
-
-def _delegates(unit: UnitDefinition | None, attendance: int | None, problems: list[str]) -> tuple[int | None, str | None]:
-    """D: apportioned by the definition, or (a satellite) from its attendance by the §8 table."""
-    if unit is None:
-        return None, None
-    if unit.delegates is not None:
-        return unit.delegates, "apportioned"
-    if attendance is None:
-        return None, None
-    try:
-        return satellite_delegates(attendance), "attendance"
-    except CaucusMathError as exc:
-        problems.append(str(exc))
-        return None, None
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,12 @@ from ledger.caucus_math import RULES_REVISION
 
 __all__ = ["TALLY_CODE", "TALLIES_REVISION"]
 
-TALLY_CODE = 4
+TALLY_CODE = 5
 """Bumped whenever ``compute_unit_tally`` gives another tally for the same state and rules (2: the
 standing tosses a result does not use, ``tosses_unused``; 3: the 2016 leftover lot only for delegates
 past one more per group, RULES §5.5, so a tie at the first round's cut is a tie among those groups; 4: a
-pending realignment lot's reason says its winners are the groups that stay, as its seats count them)."""
+pending realignment lot's reason says its winners are the groups that stay, as its seats count them;
+5: the threshold shown where the allocation cannot be computed, from T and D alone)."""
 
 TALLIES_REVISION = f"tallies v{TALLY_CODE};{RULES_REVISION}"
 """What a stored or published tally was computed by: this code and every rule set's meaning. A store's

@@ -168,6 +168,23 @@ def test_missing_definition_unknown_unit_and_bad_input_are_problems_not_crashes(
     assert any("idp-1972" in p for p in compute_unit_tally(over, unknown).problems)
 
 
+def test_the_threshold_is_shown_where_the_delegates_cannot_be_computed(support: ModuleType) -> None:
+    """Adair 4SE Orient, 2020: T = Σ first = 34, final 36 (RULES §4.4 broken). No allocation can be
+    made, but the threshold depends on T and D alone: ceil(15% x 34) = 6 for D = 4 (§3)."""
+    county = County("c", "C", Fraction(1, 10))
+    ctx = _ctx(support, _election((UnitDefinition("u", "U", "c", 4),), (county,)))
+    t = compute_unit_tally(_unit(support, "u", {"Biden": 20, "Sanders": 14}, {"Biden": 20, "Sanders": 16}), ctx)
+    assert t.cds_computed is None and any("cannot be computed" in p for p in t.problems)
+    assert (t.attendance, t.attendance_source, t.threshold) == (34, "first_alignment", 6)
+    reported = _unit(support, "u", {"Biden": 20, "Sanders": 14}, {"Biden": 20, "Sanders": 16}, opened=30)
+    opened = compute_unit_tally(reported, ctx)
+    assert opened.cds_computed is None and (opened.attendance_source, opened.threshold) == ("opened", 5), "ceil(15% x 30)"
+    unknown = _ctx(support, _election((UnitDefinition("u", "U", "c", 4),), (county,), rule_set="idp-1972"))
+    assert compute_unit_tally(reported, unknown).threshold is None, "no rule set, no threshold"
+    no_d = compute_unit_tally(reported, election_context(None, "e1"))
+    assert no_d.threshold is None, "no definition, no D"
+
+
 def test_election_certification_marks_reporting_units_certified(support: ModuleType) -> None:
     county = County("c", "C", Fraction(1, 10))
     defn = _election((UnitDefinition("u", "U", "c", 4), UnitDefinition("v", "V", "c", 4)), (county,))

@@ -31,6 +31,8 @@ __all__ = [
     "KeyFileError",
     "PRIVATE_KEY_FILE",
     "PUBLIC_KEY_FILE",
+    "publish_public_key",
+    "other_public_key",
     "ENV_PRIVATE_KEY",
     "ENV_PUBLIC_KEY",
     "SigningKey",
@@ -162,6 +164,33 @@ def load_signing_key(path: Path) -> SigningKey:
 
 def write_public_key(key: SigningKey, path: Path) -> None:
     path.write_bytes(key.trusted.pem())
+
+
+def publish_public_key(key: SigningKey, data_dir: Path) -> str | None:
+    """Leave the public half in the data directory for auditors, unless one is there already. The file
+    is what a verifier with no key home trusts: replacing it (with the key of whoever signs or writes
+    next, from another key home) would turn every record sealed before into a forgery in its eyes. A
+    key change is the operator's to publish. Returns a warning when the file holds another key."""
+    if not (data_dir / PUBLIC_KEY_FILE).exists():
+        write_public_key(key, data_dir / PUBLIC_KEY_FILE)
+        return None
+    other = other_public_key(key, data_dir)
+    return None if other is None else (f"{other}; it was left as it is (auditors who trust it verify what that key "
+                                       "signed): after a key change, publish the new key yourself")
+
+
+def other_public_key(key: SigningKey, data_dir: Path) -> str | None:
+    """What to tell the holder of ``key`` when the data directory's public key is another one."""
+    path = data_dir / PUBLIC_KEY_FILE
+    if not path.exists():
+        return None
+    try:
+        there = load_trusted_key(path)
+    except KeyFileError as exc:
+        return str(exc)
+    if there.public_key == key.public_key:
+        return None
+    return f"{path} holds key {there.key_id}, not this signing key {key.key_id}"
 
 
 def load_or_create_signing_key(

@@ -36,8 +36,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.integrity.keys import (PUBLIC_KEY_FILE, KeyFileError, SigningKey, TrustedKey, key_home, resolve_signing_key,
-                                   write_public_key)
+from ledger.integrity.keys import (KeyFileError, SigningKey, TrustedKey, key_home, publish_public_key,
+                                   resolve_signing_key)
 from ledger.log.port import Headers, Position
 from ledger.record_headers import is_direct_writer, writer_of
 
@@ -77,8 +77,8 @@ def sealer_for(checkpoint_key: Path | None, data_dir: Path) -> Sealer:
         resolved = resolve_signing_key(checkpoint_key, data_dir)
         if resolved.warning:
             log.warning("writer seals: %s", resolved.warning)
-        if not (data_dir / PUBLIC_KEY_FILE).exists() and data_dir.is_dir():  # for auditors, as `caucus checkpoint` does
-            write_public_key(resolved.key, data_dir / PUBLIC_KEY_FILE)
+        if data_dir.is_dir():  # for auditors, as `caucus checkpoint` does; never replacing another key
+            publish_public_key(resolved.key, data_dir)
         return Sealer(resolved.key)
     except KeyFileError as exc:
         raise KeyFileError(f"the intake and the importer seal what they write with the ledger's signing key: {exc}") from exc

@@ -155,7 +155,7 @@ def checkpoint_command(
     A record whose writer no seal vouches for (FORGED_WRITER) is signed over as what the log holds,
     and named in a warning."""
     from ledger.integrity.issue import RefusedToSign, RewrittenSinceSigned, issue_checkpoint
-    from ledger.integrity.keys import PUBLIC_KEY_FILE, resolve_signing_key, write_public_key
+    from ledger.integrity.keys import other_public_key, publish_public_key, resolve_signing_key
     from ledger.integrity.signer_state import SignerState, SignerStateError, state_path_for
     from ledger.integrity.store import CheckpointStoreError, open_checkpoint_store
 
@@ -174,7 +174,6 @@ def checkpoint_command(
         if resolved.warning:
             typer.echo(f"warning: {resolved.warning}", err=True)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        write_public_key(signing, settings.data_dir / PUBLIC_KEY_FILE)  # for auditors; never trusted over a pinned key
         state = SignerState(state_path_for(key_path))
         others = [k for k in _trusted_keys(settings, public_key) if k.public_key != signing.public_key]
         store = open_checkpoint_store(settings, create=True)
@@ -187,6 +186,10 @@ def checkpoint_command(
                                               signer_state=state)
                 except RefusedToSign as refused:
                     _print_report(settings, store.describe(), refused.report, as_json, 0.0, title="REFUSED TO SIGN")
+                    other = other_public_key(signing, settings.data_dir)  # nothing is published for a refusal
+                    if other:
+                        typer.echo(f"note: {other}: if that key signed and sealed this log, sign with it (--key, "
+                                   "CAUCUS_KEY_HOME), or trust it with --public-key", err=True)
                     raise typer.Exit(TAMPERED) from None
                 except RewrittenSinceSigned as refused:
                     raise fail(f"REFUSED TO SIGN: {refused} (the signer's record: {state.path})", TAMPERED,
@@ -196,6 +199,9 @@ def checkpoint_command(
                 log_id = log.log_id or f"scope:{settings.topic}"
         finally:
             store.close()
+    other_key = publish_public_key(signing, settings.data_dir)  # for auditors; never trusted over a pinned key
+    if other_key:
+        typer.echo(f"warning: {other_key}", err=True)
     # The earlier checkpoints as the audit before signing read them: verified, with the log's column roots.
     feed = _publish_on_feed(settings, [*issued.report.checkpoints, issued.signed], log_id)
     s = issued.signed

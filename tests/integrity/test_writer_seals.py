@@ -216,6 +216,30 @@ def test_an_audit_without_a_key_says_the_seals_went_unchecked(tmp_path: Path, si
     assert "writer seals: not checked: no public key" in unchecked.stdout, unchecked.stdout
 
 
+def test_a_checkpoint_from_another_key_home_leaves_the_published_key_alone(tmp_path: Path,
+                                                                          site_at: Callable[[Path], Site]) -> None:
+    """The data directory's checkpoint-key.pub is what an auditor with no key home trusts. Another
+    operator's `caucus checkpoint` (a key home of its own) is refused, since the log's seals are not by
+    its key; it used to replace that file all the same, and then `verify` called every record forged."""
+    site = site_at(tmp_path)
+    site.run("demo")
+    site.run("checkpoint")
+    published = (site.data / "checkpoint-key.pub").read_bytes()
+    site.env["CAUCUS_KEY_HOME"] = str(tmp_path / "another-operator")
+    refused = site.run("checkpoint", code=1)
+    assert "REFUSED TO SIGN" in refused.stdout
+    assert "holds key" in refused.stderr and "--public-key" in refused.stderr, refused.stderr
+    assert (site.data / "checkpoint-key.pub").read_bytes() == published
+    site.env["CAUCUS_KEY_HOME"] = str(tmp_path / "auditor-without-keys")
+    verified = site.run("verify")
+    assert "OK: every checkpointed record matches" in verified.stdout, verified.stdout
+    # Trusted for earlier checkpoints and seals, the other key signs, and still leaves the file alone.
+    site.env["CAUCUS_KEY_HOME"] = str(tmp_path / "another-operator")
+    signed = site.run("checkpoint", "--public-key", site.public_key)
+    assert "was left as it is" in signed.stderr, signed.stderr
+    assert (site.data / "checkpoint-key.pub").read_bytes() == published
+
+
 def test_a_planted_spool_line_displaces_no_sealed_one_and_a_scalar_line_is_a_spool_error(tmp_path: Path) -> None:
     from producers.spool import Spool, SpoolError
     from ledger.render import event_to_json

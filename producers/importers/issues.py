@@ -7,11 +7,11 @@ header wrong, a ratio that is not constant), so nothing is appended.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-__all__ = ["Issue", "Severity", "has_errors"]
+__all__ = ["Issue", "Severity", "has_errors", "utf8_rows"]
 
 Severity = Literal["info", "warning", "error"]
 
@@ -31,3 +31,16 @@ class Issue:
 
 def has_errors(issues: Iterable[Issue]) -> bool:
     return any(i.severity == "error" for i in issues)
+
+
+
+def utf8_rows(reader: Any, where: str, issues: list[Issue]) -> Iterator[list[str]]:
+    """A ``csv.reader``'s rows, until a byte that is not UTF-8: that is an error naming the file and
+    the line (the last one read whole: the bad byte is in the block read after it), not a crash. A
+    file damaged or in another encoding cannot be half imported, so nothing is."""
+    try:
+        yield from reader
+    except UnicodeDecodeError as exc:
+        byte = exc.object[exc.start : exc.start + 1].hex() if isinstance(exc.object, bytes) else "?"
+        issues.append(Issue("error", f"{where}:{reader.line_num + 1}", f"not UTF-8 text (byte 0x{byte}: {exc.reason}) "
+                            "at or after this line; the published files are UTF-8, and nothing is imported"))

@@ -117,6 +117,22 @@ def test_a_missing_file_is_named_and_nothing_is_opened_or_created(iowa_dir: Path
     assert not (tmp_path / "log").exists()
 
 
+@pytest.mark.parametrize("name", ["idp_apportionment.csv", "iowa2020_precincts.csv", FIRST_RELEASE])
+def test_a_byte_that_is_not_utf8_is_named_with_its_file_and_nothing_is_appended(iowa_dir: Path, tmp_path: Path,
+                                                                                name: str) -> None:
+    """A damaged file (or one saved in another encoding) used to end the import in an internal error."""
+    data = _data_copy(iowa_dir, tmp_path, drop=name)
+    (data / name).write_bytes((iowa_dir / name).read_bytes() + b"Adair,\xe9\xff,x\r\n")
+    result = _run(data, tmp_path / "log")
+    assert result.exit_code == 1, result.output
+    errors = [i for i in _summary(result.output)["issues"] if i["severity"] == "error"]
+    assert len(errors) == 1 and errors[0]["where"].startswith(f"{name}:"), errors
+    assert "not UTF-8" in errors[0]["message"] and "0xe9" in errors[0]["message"], errors
+    assert _summary(result.output)["appended"] == 0
+    with SqliteLog(tmp_path / "log" / "log.sqlite3") as log:
+        assert sum(log.high_watermarks().values()) == 0
+
+
 def test_dry_run_appends_nothing(iowa_dir: Path, tmp_path: Path) -> None:
     result = _run(iowa_dir, tmp_path / "log", "--dry-run")
     assert result.exit_code == 0

@@ -20,7 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from producers.importers.idp2020.text import decode_name, name_key, parse_count
-from producers.importers.issues import Issue
+from producers.importers.issues import Issue, utf8_rows
 
 __all__ = [
     "APPORTIONMENT", "DIRECTORY", "NYT_FEED",
@@ -55,7 +55,7 @@ def _rows(path: Path, required: tuple[str, ...], issues: list[Issue]) -> Iterato
         issues.append(Issue("error", path.name, f"cannot read: {exc}"))
         return
     with handle:
-        reader = csv.reader(handle)
+        reader = utf8_rows(csv.reader(handle), path.name, issues)
         header = [h.strip() for h in next(reader, [])]
         lacking = [c for c in required if c not in header]
         if lacking:

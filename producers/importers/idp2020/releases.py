@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from producers.importers.idp2020.text import decode_name, name_key, parse_count, parse_sde
-from producers.importers.issues import Issue
+from producers.importers.issues import Issue, utf8_rows
 
 __all__ = ["CANDIDATES", "Release", "RELEASES", "UnitNumbers", "ParsedRelease", "parse_release"]
 
@@ -88,7 +88,7 @@ def parse_release(path: Path, release: Release, candidates: Sequence[str] = CAND
     raw: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
     names: dict[tuple[str, str], tuple[str, str]] = {}
     with handle:
-        reader = csv.reader(handle)
+        reader = utf8_rows(csv.reader(handle), where, out.issues)
         header = [h.strip() for h in next(reader, [])]
         if any(col not in header for col in COLUMNS):
             out.issues.append(Issue("error", where, f"header {header} lacks one of {list(COLUMNS)}"))

@@ -25,17 +25,30 @@ from projections.stores.port import SetInfo
 __all__ = ["builder_params", "builder_of", "builder_gone", "shown_state", "describe_builder"]
 
 
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux ``/proc``): a pid reused by another
-    process has another start time. None where it cannot be read."""
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the name (Linux), from the state on; None where it cannot
+    be read. The name in parentheses may hold spaces."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
         return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot: a pid reused by another process has another
+    start time. None where it cannot be read."""
+    fields = _proc_stat(pid)
     try:
-        return int(stat.rpartition(")")[2].split()[19])  # field 22; the name in parentheses may hold spaces
+        return int(fields[19]) if fields else None  # field 22
     except (IndexError, ValueError):
         return None
+
+
+def _exited(pid: int) -> bool:
+    """A zombie (state Z or X): it has exited, and only its parent has not collected it yet. ``kill(pid, 0)``
+    still finds it, and in a container whose first process never collects, it would stay "running"."""
+    fields = _proc_stat(pid)
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def builder_params() -> dict[str, Any]:
@@ -67,6 +80,8 @@ def builder_gone(info: SetInfo) -> bool:
         return True
     except PermissionError:
         pass  # another user's live process
+    if _exited(pid):
+        return True
     started = builder.get("start")
     now = _start_ticks(pid)
     return started is not None and now is not None and now != started

@@ -93,3 +93,29 @@ def test_a_log_edited_under_its_checkpoints_is_not_replayed_into_service(support
     forced = _run(data, "replay", "-q", "--despite-checkpoints")
     assert forced.returncode == 0, forced.stderr
     assert [s["version"] for s in _sets(data) if s["state"] == "serving"] != serving
+
+
+def test_a_builder_that_exited_but_was_not_collected_is_gone(support: ModuleType) -> None:
+    """A killed replay is a zombie until its parent collects it; ``kill(pid, 0)`` still finds it, so the
+    next replay was refused ("another replay is building"), for good where nobody collects."""
+    import socket
+
+    from projections.set_builders import _start_ticks, builder_gone
+    from projections.stores.port import SetInfo
+
+    def building(pid: int) -> SetInfo:
+        builder = {"host": socket.gethostname(), "pid": pid, "start": _start_ticks(pid)}
+        return SetInfo(2, "tally", 2, "building", "log:x", None, json.dumps({"builder": builder}), "", None)
+
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        info = building(exited.pid)
+        support.wait_for(lambda: Path(f"/proc/{exited.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z", 30,
+                         "the child to exit")
+        assert builder_gone(info), "exited, not collected"
+        assert not builder_gone(building(alive.pid))
+    finally:
+        alive.kill()
+        alive.wait(10)
+        exited.wait(10)

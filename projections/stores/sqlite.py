@@ -151,6 +151,15 @@ class SqliteStore:
         if read_only:
             self._check_version()
             return
+        try:
+            self._set_up(timeout)
+        except sqlite3.DatabaseError as exc:  # not a database, or a damaged one
+            self._conn.close()
+            raise StoreError(f"the projection store at {self.path} cannot be used: {exc}. It holds nothing the log does "
+                             "not: move it aside and `caucus project` builds it again from the log") from exc
+
+    def _set_up(self, timeout: float) -> None:
+        """A writer's settings and the schema (created, or checked to be this code's)."""
         use_wal(self._conn, timeout)
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA cache_size=-32768")

@@ -119,3 +119,18 @@ def test_a_builder_that_exited_but_was_not_collected_is_gone(support: ModuleType
         alive.kill()
         alive.wait(10)
         exited.wait(10)
+
+
+def test_a_damaged_store_is_named_with_what_to_do(support: ModuleType, tmp_path: Path) -> None:
+    """``project`` and ``replay`` said only "database disk image is malformed"; the readers named the file."""
+    data = tmp_path / "data"
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(support.election_log(40))
+    assert _run(data, "project", "--until-caught-up", "-q").returncode == 0
+    store = data / "store.sqlite3"
+    os.truncate(store, store.stat().st_size // 2)
+    for command in (["project", "--until-caught-up"], ["replay"]):
+        done = _run(data, *command)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done.stderr)
+        assert str(store) in done.stderr and "caucus project" in done.stderr, (command, done.stderr)
+    store.rename(data / "damaged.sqlite3")
+    assert _run(data, "project", "--until-caught-up", "-q").returncode == 0, "built again from the log"

@@ -34,6 +34,11 @@ LATEST_SUFFIX = ".latest"
 """The results feed's latest view on Kafka: the topic ``<results topic>.latest``, compacted."""
 
 
+
+_RESULTS_ROLE = ("results feed", "; the file may be truncated or damaged: it holds only what `caucus project` publishes, "
+                 "so move it aside and `caucus project` publishes "
+                 "every current tally again")
+
 class LogBackend(Protocol):
     """Where the event log and the results feed's log live, and what follows from it."""
 
@@ -88,8 +93,9 @@ class _SqliteLogs:
 
         path = settings.data_dir / RESULTS_LOG_FILE
         if read_only:
-            return SqliteLog(path, read_only=True)
-        return SqliteLog(path, partitions=None if path.exists() or not settings.partitions_chosen else settings.partitions)
+            return SqliteLog(path, read_only=True, role=_RESULTS_ROLE)
+        return SqliteLog(path, partitions=None if path.exists() or not settings.partitions_chosen else settings.partitions,
+                         role=_RESULTS_ROLE)
 
     def open_results_latest(self, settings: Settings, *, read_only: bool) -> LatestView:
         from ledger.log.sqlite_latest import SqliteLatest

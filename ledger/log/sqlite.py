@@ -115,8 +115,10 @@ class SqliteLog:
         timeout: float = 30.0,
         read_only: bool = False,
         create: bool = True,
+        role: tuple[str, str] | None = None,
     ) -> None:
         self.path = Path(path)
+        self._role, self._damaged = role or ("embedded log", _DAMAGED)  # what the file is, and what to do if damaged
         self.read_only = read_only
         self._lock = threading.RLock()
         self._ro: ReadOnlyDatabase | None = None
@@ -130,7 +132,7 @@ class SqliteLog:
         except MissingDatabase:
             raise _missing(self.path) from None
         except (OSError, sqlite3.Error) as exc:
-            raise LogUnavailableError(f"cannot open the embedded log at {self.path}: {exc}{_hint(exc)}") from exc
+            raise LogUnavailableError(f"cannot open the {self._role} at {self.path}: {exc}{self._hint(exc)}") from exc
         self._file = HeldFile(self.path, before)  # what the connection holds open (``ledger.log.sqlite_file``)
         try:
             with self._io("open"):
@@ -147,6 +149,11 @@ class SqliteLog:
             self.close()
             raise
 
+    def _hint(self, exc: BaseException) -> str:
+        """A file SQLite cannot make sense of (not an I/O or locking error) is most likely damaged."""
+        damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
+        return self._damaged if damaged else ""
+
     @contextmanager
     def _io(self, what: str) -> Iterator[None]:
         """Turn SQLite's file errors into the port's LogUnavailableError (see module docstring)."""
@@ -155,7 +162,7 @@ class SqliteLog:
         except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
             raise  # a bug or a broken invariant, not the file
         except sqlite3.Error as exc:
-            raise LogUnavailableError(f"the embedded log at {self.path} cannot be {_VERBS[what]}: {exc}{_hint(exc)}") from exc
+            raise LogUnavailableError(f"the {self._role} at {self.path} cannot be {_VERBS[what]}: {exc}{self._hint(exc)}") from exc
 
     def _column_exists(self, name: str) -> bool:
         return any(row[1] == name for row in self._conn.execute("PRAGMA table_info(log_records)"))
@@ -455,10 +462,6 @@ def _position(partition: int, offset: int) -> Position:
     return pos
 
 
-def _hint(exc: BaseException) -> str:
-    """A file SQLite cannot make sense of (not an I/O or locking error) is most likely damaged."""
-    damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
-    return _DAMAGED if damaged else ""
 
 
 @lru_cache(maxsize=4096)

@@ -134,3 +134,21 @@ def test_a_damaged_store_is_named_with_what_to_do(support: ModuleType, tmp_path:
         assert str(store) in done.stderr and "caucus project" in done.stderr, (command, done.stderr)
     store.rename(data / "damaged.sqlite3")
     assert _run(data, "project", "--until-caught-up", "-q").returncode == 0, "built again from the log"
+
+
+def test_a_damaged_results_feed_is_called_the_feed_with_what_to_do(support: ModuleType, tmp_path: Path) -> None:
+    """It was called "the embedded log", with the advice to check a copy with `caucus verify`, which
+    checks the event log, not the feed; the feed is published again by `caucus project`."""
+    data = tmp_path / "data"
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(support.election_log(40))
+    assert _run(data, "project", "--until-caught-up", "-q").returncode == 0
+    feed = data / "results.sqlite3"
+    with feed.open("r+b") as fh:
+        fh.write(b"garbage" * 10)
+    done = _run(data, "subscribe", "--latest")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "results feed" in done.stderr and "embedded log" not in done.stderr and "verify" not in done.stderr, done.stderr
+    assert "caucus project" in done.stderr, done.stderr
+    feed.rename(data / "damaged.sqlite3")
+    assert _run(data, "project", "--until-caught-up", "-q").returncode == 0
+    assert _run(data, "subscribe", "--latest").stdout.count("\n") > 0, "published again"

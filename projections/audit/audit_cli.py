@@ -144,12 +144,13 @@ def print_unattributed(rows: list[EventRow]) -> None:
         return
     by_unit: dict[str, int] = {}
     for r in rows:
-        by_unit[r.unit_key or "(no unit)"] = by_unit.get(r.unit_key or "(no unit)", 0) + 1
+        unit = "(no unit)" if not r.unit_key or r.unit_key.startswith("election:") else r.unit_key
+        by_unit[unit] = by_unit.get(unit, 0) + 1
     typer.echo("")
     typer.echo(f"UNATTRIBUTED ({len(rows)}): events that name no election (submissions refused before they could be "
                "attributed); kept in the log, part of no unit's state")
     for unit, n in sorted(by_unit.items()):
-        typer.echo(f"  unit {unit}: {n}")
+        typer.echo(f"  {unit if unit.startswith('(') else 'unit ' + unit}: {n}")
 
 
 def audit_command(
@@ -204,6 +205,10 @@ def audit_command(
     except (AsOfError, QueryError, StoreError, LogError, CaucusMathError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
     shown = report.filtered(severities, codes, county_id, unit_id)
+    if unit_id is not None or county_id is not None:  # a refused submission names a unit at most
+        units = getattr(context, "units", {})
+        loose = [r for r in loose if r.unit_key == unit_id or (
+            unit_id is None and r.unit_key in units and units[r.unit_key].county_id == county_id)]
     unread = report.meta.get("unread_records", 0)
     if unread:  # an auditor signing off on this must know what it does not cover
         typer.echo(f"note: the log holds {unread} record(s) the projection has not read yet; whatever they change is "

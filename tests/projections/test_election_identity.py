@@ -105,6 +105,10 @@ def test_a_refusal_before_attribution_keeps_no_report_out_of_the_count(workspace
     assert [e["type"] for e in trail["unattributed"]] == ["SubmissionRejected"]
     code, audit = caucus("audit", "--json")
     assert [(u["unit_id"], u["type"]) for u in audit["unattributed"]] == [("200002", "SubmissionRejected")]
+    # Filtered to a unit or a county, the audit lists only the refusals that name that unit, or one in it.
+    assert [u["unit_id"] for u in caucus("audit", "--json", "--unit", "200002")[1]["unattributed"]] == ["200002"]
+    assert caucus("audit", "--json", "--unit", "200003")[1]["unattributed"] == []
+    assert [u["unit_id"] for u in caucus("audit", "--json", "--county", "c")[1]["unattributed"]] == ["200002"]
 
 
 def test_a_command_refused_unparsed_is_filed_under_its_units_election(workspace: Callable[[str], Caucus], tmp_path: Path) -> None:

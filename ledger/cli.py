@@ -81,7 +81,7 @@ def _version(value: bool) -> None:
 def _global(
     ctx: typer.Context,
     config: Optional[Path] = typer.Option(None, "--config", help="Configuration file (TOML; env CAUCUS_CONFIG; default ./caucus.toml if present)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Embedded data directory (env CAUCUS_DATA_DIR; default ./caucus-data)."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Embedded data directory (env CAUCUS_DATA_DIR; default ./caucus-data)."),
     kafka: Optional[str] = typer.Option(None, "--kafka", help="Kafka bootstrap HOST:PORT[,HOST:PORT] for the log (env CAUCUS_KAFKA)."),
     topic: Optional[str] = typer.Option(None, "--topic", help="Event topic name (env CAUCUS_TOPIC; default caucus.events)."),
     database: Optional[str] = typer.Option(None, "--database", help="PostgreSQL URL for the projection store (env CAUCUS_DATABASE)."),
@@ -96,7 +96,9 @@ def _global(
     from ledger.settings import SettingsError, load_settings
 
     set_wide(wide)
-    flags = {"data_dir": data_dir, "kafka": kafka, "topic": topic, "database": database, "partitions": partitions,
+    if data_dir is not None and not data_dir.strip():  # a Path of "" is ".": an unset variable must not mean here
+        raise fail("--data-dir is empty: give a directory (`.` for this one)", kind="usage")
+    flags = {"data_dir": Path(data_dir) if data_dir is not None else None, "kafka": kafka, "topic": topic, "database": database, "partitions": partitions,
              "log_level": log_level, "log_format": log_format}
     try:
         loaded = load_settings(flags, config=config)

@@ -143,6 +143,14 @@ def test_a_data_dir_that_is_a_file_is_named_as_one(ops: ModuleType, env: dict[st
     _no_traceback(code, out, err)
 
 
+def test_an_empty_data_dir_is_refused_not_taken_for_here(ops: ModuleType, env: dict[str, str], tmp_path: Path) -> None:
+    """``--data-dir "$UNSET"`` meant the current directory: the ledger looked for its files there."""
+    for value in ("", "  "):
+        code, out, err = ops.in_process(["--data-dir", value, "tally"], env)
+        assert code == 2 and out == "" and "--data-dir is empty" in err, err
+        _no_traceback(code, out, err)
+
+
 def test_a_configuration_file_that_is_not_utf8_is_named(ops: ModuleType, env: dict[str, str], tmp_path: Path) -> None:
     # TOML is UTF-8; a file in another encoding is the user's error (exit 2, the file named), not a bug.
     config = tmp_path / "caucus.toml"

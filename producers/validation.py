@@ -295,6 +295,10 @@ def _check_result(
                 "counted at the start (RULES §2.3)",
             )
         )
+    if attendance is None and not any(command.first_alignment.values()):
+        warnings.append(Problem("first_alignment", "NOBODY_COUNTED",
+                                "no one in any group at the first alignment and no attendance given: this reports a "
+                                "caucus nobody attended, which elects no delegates (if people came, correct it)"))
     rules = get_rule_set(election.definition.rule_set)
     try:
         findings = rules.check(

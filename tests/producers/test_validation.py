@@ -104,6 +104,17 @@ def test_satellite_delegates_follow_attendance(state: IntakeState) -> None:
     assert ("delegates_reported", "DELEGATE_TOTAL") in _codes(wrong.errors)
 
 
+def test_a_report_of_nobody_is_accepted_with_a_warning(state: IntakeState) -> None:
+    """Empty alignments and no attendance: a caucus nobody attended (it happens), or a chair who sent the
+    form blank; accepted, and said."""
+    empty = {"first_alignment": {}, "final_alignment": {}}
+    verdict = _verdict(state, CommandKind.REPORT, empty, "E01")
+    assert verdict.errors == () and _codes(verdict.warnings) == {("first_alignment", "NOBODY_COUNTED")}
+    assert _codes(_verdict(state, CommandKind.REPORT, {**empty, "attendance": 0}, "E01").warnings) == set()
+    zeros = {"first_alignment": {"Biden": 0}, "final_alignment": {"Biden": 0}}
+    assert _codes(_verdict(state, CommandKind.REPORT, zeros, "E01").warnings) == {("first_alignment", "NOBODY_COUNTED")}
+
+
 def test_odd_but_possible_reports_carry_warnings(state: IntakeState) -> None:
     state.apply(_event(UnitOpened(100), unit="E01"))
     e01 = {"first_alignment": {"Biden": 40, "Sanders": 35, "Warren": 24}, "final_alignment": {"Biden": 40, "Sanders": 35, "Warren": 24}}

@@ -31,6 +31,8 @@ class RuleSetLike(Protocol):
     def allocate(self, *, delegates: int, attendance: int | None, first: Mapping[str, int],
                  final: Mapping[str, int], ties: tuple[TieResolution, ...] = ()) -> Any: ...
 
+    def threshold(self, attendance: int, delegates: int) -> int: ...
+
 
 @functools.lru_cache(maxsize=16)
 def _rule_set(name: str) -> RuleSetLike:

@@ -38,8 +38,10 @@ def _start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot: a pid reused by another process has another
     start time. None where it cannot be read."""
     fields = _proc_stat(pid)
+    if not fields:
+        return None
     try:
-        return int(fields[19]) if fields else None  # field 22
+        return int(fields[19])  # field 22
     except (IndexError, ValueError):
         return None
 
@@ -48,7 +50,7 @@ def _exited(pid: int) -> bool:
     """A zombie (state Z or X): it has exited, and only its parent has not collected it yet. ``kill(pid, 0)``
     still finds it, and in a container whose first process never collects, it would stay "running"."""
     fields = _proc_stat(pid)
-    return bool(fields) and fields[0] in ("Z", "X")
+    return fields is not None and fields[:1] in (["Z"], ["X"])
 
 
 def builder_params() -> dict[str, Any]:

@@ -153,6 +153,9 @@ class SqliteStore:
             return
         try:
             self._set_up(timeout)
+        except sqlite3.OperationalError:  # locked, full, read-only, I/O: the file is not at fault, as before
+            self._conn.close()
+            raise
         except sqlite3.DatabaseError as exc:  # not a database, or a damaged one
             self._conn.close()
             raise StoreError(f"the projection store at {self.path} cannot be used: {exc}. It holds nothing the log does "

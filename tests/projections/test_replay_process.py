@@ -136,6 +136,27 @@ def test_a_damaged_store_is_named_with_what_to_do(support: ModuleType, tmp_path:
     assert _run(data, "project", "--until-caught-up", "-q").returncode == 0, "built again from the log"
 
 
+def test_a_locked_store_is_not_called_damaged(tmp_path: Path) -> None:
+    """Only a file SQLite cannot read is damaged: a store another writer holds is busy, and moving it aside
+    (the advice for a damaged one) would take a healthy store from under that writer."""
+    import sqlite3
+
+    import pytest
+
+    from projections.stores.sqlite import SqliteStore
+
+    path = tmp_path / "store.sqlite3"
+    SqliteStore(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            SqliteStore(path, timeout=0.2)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
 def test_a_damaged_results_feed_is_called_the_feed_with_what_to_do(support: ModuleType, tmp_path: Path) -> None:
     """It was called "the embedded log", with the advice to check a copy with `caucus verify`, which
     checks the event log, not the feed; the feed is published again by `caucus project`."""

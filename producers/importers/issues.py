@@ -7,11 +7,13 @@ header wrong, a ratio that is not constant), so nothing is appended.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import io
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["Issue", "Severity", "has_errors", "utf8_rows"]
+__all__ = ["Issue", "Severity", "has_errors", "utf8_text"]
 
 Severity = Literal["info", "warning", "error"]
 
@@ -34,13 +36,16 @@ def has_errors(issues: Iterable[Issue]) -> bool:
 
 
 
-def utf8_rows(reader: Any, where: str, issues: list[Issue]) -> Iterator[list[str]]:
-    """A ``csv.reader``'s rows, until a byte that is not UTF-8: that is an error naming the file and
-    the line (the last one read whole: the bad byte is in the block read after it), not a crash. A
-    file damaged or in another encoding cannot be half imported, so nothing is."""
+
+def utf8_text(path: Path, where: str, issues: list[Issue]) -> io.StringIO | None:
+    """The file as text for ``csv.reader``, or None with an error naming the line of the first byte that
+    is not UTF-8 (a file damaged or in another encoding cannot be half imported, so nothing is). Read
+    whole: the published files are a few megabytes. ``OSError`` is the caller's to name."""
+    data = path.read_bytes()
     try:
-        yield from reader
+        return io.StringIO(data.decode("utf-8-sig"), newline="")
     except UnicodeDecodeError as exc:
-        byte = exc.object[exc.start : exc.start + 1].hex() if isinstance(exc.object, bytes) else "?"
-        issues.append(Issue("error", f"{where}:{reader.line_num + 1}", f"not UTF-8 text (byte 0x{byte}: {exc.reason}) "
-                            "at or after this line; the published files are UTF-8, and nothing is imported"))
+        line = data.count(b"\n", 0, exc.start) + 1
+        issues.append(Issue("error", f"{where}:{line}", f"not UTF-8 text (byte 0x{data[exc.start]:02x}: {exc.reason}); "
+                            "the published files are UTF-8, and nothing is imported"))
+        return None

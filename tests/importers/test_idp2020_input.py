@@ -122,11 +122,14 @@ def test_a_byte_that_is_not_utf8_is_named_with_its_file_and_nothing_is_appended(
                                                                                 name: str) -> None:
     """A damaged file (or one saved in another encoding) used to end the import in an internal error."""
     data = _data_copy(iowa_dir, tmp_path, drop=name)
-    (data / name).write_bytes((iowa_dir / name).read_bytes() + b"Adair,\xe9\xff,x\r\n")
-    result = _run(data, tmp_path / "log")
-    assert result.exit_code == 1, result.output
-    errors = [i for i in _summary(result.output)["issues"] if i["severity"] == "error"]
-    assert len(errors) == 1 and errors[0]["where"].startswith(f"{name}:"), errors
+    lines = (iowa_dir / name).read_bytes().split(b"\n")
+    for line in (1, 150):  # the header (no "header lacks" besides), and a row a block of text after it
+        damaged = [*lines[: line - 1], lines[line - 1][:3] + b"\xe9" + lines[line - 1][3:], *lines[line:]]
+        (data / name).write_bytes(b"\n".join(damaged))
+        result = _run(data, tmp_path / "log")
+        assert result.exit_code == 1, result.output
+        errors = [i for i in _summary(result.output)["issues"] if i["severity"] == "error"]
+        assert [e["where"] for e in errors] == [f"{name}:{line}"], errors
     assert "not UTF-8" in errors[0]["message"] and "0xe9" in errors[0]["message"], errors
     assert _summary(result.output)["appended"] == 0
     with SqliteLog(tmp_path / "log" / "log.sqlite3") as log:

@@ -20,7 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from producers.importers.idp2020.text import decode_name, name_key, parse_count
-from producers.importers.issues import Issue, utf8_rows
+from producers.importers.issues import Issue, utf8_text
 
 __all__ = [
     "APPORTIONMENT", "DIRECTORY", "NYT_FEED",
@@ -50,12 +50,14 @@ def satellite_group_of(county: str) -> str | None:
 def _rows(path: Path, required: tuple[str, ...], issues: list[Issue]) -> Iterator[tuple[int, dict[str, str]]]:
     """Rows with stripped header names and values; a missing file or column is an error, not a crash."""
     try:
-        handle = path.open(newline="", encoding="utf-8-sig")
+        handle = utf8_text(path, path.name, issues)
     except OSError as exc:
         issues.append(Issue("error", path.name, f"cannot read: {exc}"))
         return
+    if handle is None:
+        return
     with handle:
-        reader = utf8_rows(csv.reader(handle), path.name, issues)
+        reader = csv.reader(handle)
         header = [h.strip() for h in next(reader, [])]
         lacking = [c for c in required if c not in header]
         if lacking:

@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from producers.importers.idp2020.text import decode_name, name_key, parse_count, parse_sde
-from producers.importers.issues import Issue, utf8_rows
+from producers.importers.issues import Issue, utf8_text
 
 __all__ = ["CANDIDATES", "Release", "RELEASES", "UnitNumbers", "ParsedRelease", "parse_release"]
 
@@ -80,15 +80,17 @@ def parse_release(path: Path, release: Release, candidates: Sequence[str] = CAND
     out = ParsedRelease(release)
     where = release.filename
     try:
-        handle = path.open(newline="", encoding="utf-8-sig")
+        handle = utf8_text(path, where, out.issues)
     except OSError as exc:
         out.issues.append(Issue("error", where, f"cannot read: {exc}"))
+        return out
+    if handle is None:
         return out
     known = set(candidates)
     raw: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
     names: dict[tuple[str, str], tuple[str, str]] = {}
     with handle:
-        reader = utf8_rows(csv.reader(handle), where, out.issues)
+        reader = csv.reader(handle)
         header = [h.strip() for h in next(reader, [])]
         if any(col not in header for col in COLUMNS):
             out.issues.append(Issue("error", where, f"header {header} lacks one of {list(COLUMNS)}"))

@@ -35,9 +35,9 @@ LATEST_SUFFIX = ".latest"
 
 
 
-_RESULTS_ROLE = ("results feed", "; the file may be truncated or damaged: it holds only what `caucus project` publishes, "
-                 "so move it aside and `caucus project` publishes "
-                 "every current tally again")
+_RESULTS_ROLE = ("results feed", "; the file may be truncated or damaged: it holds only what `caucus project` and "
+                 "`caucus checkpoint` publish, so move it aside: `caucus project` publishes every current tally "
+                 "again, and the next `caucus checkpoint` its checkpoint")
 
 class LogBackend(Protocol):
     """Where the event log and the results feed's log live, and what follows from it."""

@@ -176,7 +176,8 @@ def publish_public_key(key: SigningKey, data_dir: Path) -> str | None:
         return None
     other = other_public_key(key, data_dir)
     return None if other is None else (f"{other}; it was left as it is (auditors who trust it verify what that key "
-                                       "signed): after a key change, publish the new key yourself")
+                                       "signed): after a key change, give auditors both public keys (--public-key A "
+                                       "--public-key B, or CAUCUS_CHECKPOINT_PUBLIC_KEY=A:B)")
 
 
 def other_public_key(key: SigningKey, data_dir: Path) -> str | None:

@@ -15,7 +15,8 @@ TALLY_CODE = 5
 standing tosses a result does not use, ``tosses_unused``; 3: the 2016 leftover lot only for delegates
 past one more per group, RULES §5.5, so a tie at the first round's cut is a tie among those groups; 4: a
 pending realignment lot's reason says its winners are the groups that stay, as its seats count them;
-5: the threshold shown where the allocation cannot be computed, from T and D alone)."""
+5: the threshold shown where the allocation cannot be computed, from T and D alone: a report whose
+final total exceeds T, a unit opened but not reported yet, RULES §2.2)."""
 
 TALLIES_REVISION = f"tallies v{TALLY_CODE};{RULES_REVISION}"
 """What a stored or published tally was computed by: this code and every rule set's meaning. A store's

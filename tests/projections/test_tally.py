@@ -181,6 +181,8 @@ def test_the_threshold_is_shown_where_the_delegates_cannot_be_computed(support: 
     assert opened.cds_computed is None and (opened.attendance_source, opened.threshold) == ("opened", 5), "ceil(15% x 30)"
     unknown = _ctx(support, _election((UnitDefinition("u", "U", "c", 4),), (county,), rule_set="idp-1972"))
     assert compute_unit_tally(reported, unknown).threshold is None, "no rule set, no threshold"
+    only_opened = compute_unit_tally(apply_unit(None, support.ev(UnitOpened(40), unit_id="u")), ctx)
+    assert (only_opened.reporting, only_opened.threshold) == (False, 6), "announced once T is counted (RULES §2.2)"
     no_d = compute_unit_tally(reported, election_context(None, "e1"))
     assert no_d.threshold is None, "no definition, no D"
 

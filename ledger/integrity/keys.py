@@ -169,8 +169,8 @@ def write_public_key(key: SigningKey, path: Path) -> None:
 def publish_public_key(key: SigningKey, data_dir: Path) -> str | None:
     """Leave the public half in the data directory for auditors, unless one is there already. The file
     is what a verifier with no key home trusts: replacing it (with the key of whoever signs or writes
-    next, from another key home) would turn every record sealed before into a forgery in its eyes. A
-    key change is the operator's to publish. Returns a warning when the file holds another key."""
+    next, from another key home) would turn every record sealed before into a forgery in its eyes. After a
+    key change auditors are given both keys. Returns a warning when the file holds another key."""
     if not (data_dir / PUBLIC_KEY_FILE).exists():
         write_public_key(key, data_dir / PUBLIC_KEY_FILE)
         return None

@@ -35,8 +35,6 @@ def has_errors(issues: Iterable[Issue]) -> bool:
     return any(i.severity == "error" for i in issues)
 
 
-
-
 def utf8_text(path: Path, where: str, issues: list[Issue]) -> io.StringIO | None:
     """The file as text for ``csv.reader``, or None with an error naming the line of the first byte that
     is not UTF-8 (a file damaged or in another encoding cannot be half imported, so nothing is). Read

@@ -186,6 +186,13 @@ class CaucusSettings(BaseSettings):
 
         return normalise_options(value)
 
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():  # a Path of "" is ".": an empty setting must not mean here
+            raise ValueError("is empty: give a directory (`.` for this one)")
+        return value
+
     @field_validator("data_dir")
     @classmethod
     def _a_directory(cls, value: Path) -> Path:

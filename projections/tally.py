@@ -29,7 +29,7 @@ election's context is ``projections.election_context``. Their names are importab
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -268,10 +268,11 @@ def _status(state: UnitState, ctx: ElectionContext, after_certification: bool) -
     return state.status.value
 
 
-def _resolutions(state: UnitState, problems: list[str], pending_of: Any = None) -> tuple[TieResolution, ...]:
+def _resolutions(state: UnitState, problems: list[str], pending_of: Any = None, context: Hashable = None) -> tuple[TieResolution, ...]:
     out = []
+    standing = {t.key: t for t in state.ties}
     for t in state.ties:
-        if pending_of is not None and decided_nothing(t, state.ties, state.result, pending_of):
+        if pending_of is not None and decided_nothing(t, standing, state.result, pending_of, context):
             problems.append(f"coin toss {t.event_id} decides nothing: the result it was recorded against had no tie of "
                             f"{t.seats} seat(s) among {', '.join(t.contenders)} (RULES §6); such a tie of this result is pending")
             continue
@@ -453,7 +454,8 @@ def _computed_delegates(state: UnitState, ctx: ElectionContext, delegates: int |
         return rules.allocate(delegates=d, attendance=opened, first=first_then, final=dict(result.final_alignment), ties=ties).pending
 
     unit_def = ctx.units.get(state.unit_id)
-    ties = _resolutions(state, problems, pending_of)
+    satellite = unit_def is not None and unit_def.delegates is None
+    ties = _resolutions(state, problems, pending_of, (rules, None if satellite else delegates, state.attendance_opened))
     try:
         alloc = ctx.rules.allocate(delegates=delegates, attendance=known_t, first=first, final=final, ties=ties)
     except CaucusMathError as exc:

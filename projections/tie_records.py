@@ -8,7 +8,7 @@ nothing. The reducers apply it; the tallies, the trail and the audit read the re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,10 @@ from ledger.caucus_math import CaucusMathError, PendingTie, TieResolution, ties_
 from ledger.events import Event, Result, TieBroken
 
 __all__ = ["TossNote", "TieRecord", "tossed_ties", "decided_nothing"]
+
+TieKey = tuple[tuple[str, ...], int]
+Toss = tuple[tuple[str, ...], str] | None
+"""A standing toss as a resolution reads it (winners, method), or None where the tie has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,8 @@ class TieRecord:
     later: tuple[TossNote, ...] = ()
     recorded_against: Result | None = None  # the unit's result when the standing toss was recorded
     _checked: TieResolution | str | None = field(default=None, init=False, repr=False, compare=False)
+    _decided: tuple[Hashable, tuple[tuple[TieKey, Toss], ...], bool] | None = field(
+        default=None, init=False, repr=False, compare=False)  # ``decided_nothing``'s last answer, with what it read
 
     @property
     def key(self) -> tuple[tuple[str, ...], int]:
@@ -146,28 +152,48 @@ def tossed_ties(
 
 
 def decided_nothing(
-    tie: TieRecord, ties: Sequence[TieRecord], current: Result | None,
-    pending_of: Callable[[Result, tuple[TieResolution, ...]], Sequence[PendingTie]],
+    tie: TieRecord, standing: Mapping[TieKey, TieRecord], current: Result | None,
+    pending_of: Callable[[Result, tuple[TieResolution, ...]], Sequence[PendingTie]], context: Hashable = None,
 ) -> bool:
     """Whether the standing toss of ``tie`` was recorded against an earlier result that did not call
     for that tie (RULES §6: a toss decides a tie of the result it was tossed for). Such a toss decides
     nothing, and a tie that a later correction creates stays pending. ``pending_of(result, resolutions)``
-    is that result's pending ties under the unit's rules."""
+    is that result's pending ties under the unit's rules; ``standing``: the unit's tie records by key.
+
+    ``context``: what ``pending_of`` depends on besides its arguments (the rules, the unit's delegates),
+    or None. Given, the answer is kept on the record with the standing tosses it read, and reused while
+    they and the context are the same: a unit's tally is computed again whenever the unit changes, and
+    each recorded toss would otherwise allocate its old result again every time."""
     against = tie.recorded_against
     if against is None or current is None or _same_counts(against, current):
         return False  # before any result, or for the result that stands: the allocation itself decides
-    standing = {t.key: t.resolution() for t in ties}
+    kept = tie._decided
+    if kept is not None and context is not None and kept[0] == context and all(
+            _toss(standing.get(key)) == toss for key, toss in kept[1]):
+        return kept[2]
+    read: list[tuple[TieKey, Toss]] = []
 
-    def resolution(key: tuple[tuple[str, ...], int]) -> TieResolution | None:
-        found = standing.get(key)
+    def resolution(key: TieKey) -> TieResolution | None:
+        record = standing.get(key)
+        read.append((key, _toss(record)))
+        found = None if record is None else record.resolution()
         return found if isinstance(found, TieResolution) else None
 
     try:
-        return tie.key not in ties_called_for(lambda resolutions: pending_of(against, resolutions), resolution)
+        answer = tie.key not in ties_called_for(lambda resolutions: pending_of(against, resolutions), resolution)
     except CaucusMathError:
-        return True  # the numbers it was tossed for cannot even be allocated: it decided no tie
+        answer = True  # the numbers it was tossed for cannot even be allocated: it decided no tie
+    if context is not None:
+        object.__setattr__(tie, "_decided", (context, tuple(read), answer))
+    return answer
+
+
+def _toss(record: TieRecord | None) -> Toss:
+    return None if record is None else (record.winners, record.method)
 
 
 def _same_counts(a: Result, b: Result) -> bool:
+    if a is b:
+        return True
     return (dict(a.first_alignment), dict(a.final_alignment), a.attendance) == (
         dict(b.first_alignment), dict(b.final_alignment), b.attendance)

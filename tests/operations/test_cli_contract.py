@@ -151,6 +151,18 @@ def test_an_empty_data_dir_is_refused_not_taken_for_here(ops: ModuleType, env: d
         _no_traceback(code, out, err)
 
 
+def test_an_empty_data_dir_in_the_configuration_file_is_refused(ops: ModuleType, env: dict[str, str], tmp_path: Path) -> None:
+    """``data_dir = ""`` in the file meant the current directory, as the option did: the ledger then
+    looked for (and ``project`` wrote) its files wherever it was run."""
+    config = tmp_path / "caucus.toml"
+    env = {k: v for k, v in env.items() if k != "CAUCUS_DATA_DIR"}  # the variable would win over the file
+    for value in ('""', '" "'):
+        config.write_text(f"data_dir = {value}\n")
+        code, out, err = ops.in_process(["--config", str(config), "tally"], env)
+        assert code == 2 and out == "" and "data_dir" in err and "is empty" in err, err
+        _no_traceback(code, out, err)
+
+
 def test_a_configuration_file_that_is_not_utf8_is_named(ops: ModuleType, env: dict[str, str], tmp_path: Path) -> None:
     # TOML is UTF-8; a file in another encoding is the user's error (exit 2, the file named), not a bug.
     config = tmp_path / "caucus.toml"

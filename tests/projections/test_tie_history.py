@@ -162,3 +162,36 @@ def test_a_standing_toss_the_result_does_not_use_is_a_problem_and_a_finding(supp
     _, used = _reported_against_a_toss(support, toss_first=False, delegates=6, align=e10, reported=None,
                                        contenders=("Baker", "Clark"), winner="Clark")
     assert used.tosses_unused == () and not [p for p in used.problems if "matches no tie" in p]
+
+
+def test_a_kept_answer_is_used_only_while_the_tosses_it_read_still_stand() -> None:
+    """``decided_nothing`` keeps its answer on the toss's record; it must give it again only while the
+    standing tosses it read, and the context, are the same. Here the old result calls first for a tie of
+    B and C, and for the tie of A and D only once that tie is settled (a leftover after a lot)."""
+    from ledger.caucus_math import PendingTie
+    from projections.tie_records import decided_nothing
+
+    old, now = Result({"A": 9}, {"A": 9}, attendance=9), Result({"A": 8}, {"A": 8}, attendance=8)
+    calls: list[int] = []
+
+    def pending_of(result: Result, resolutions: tuple[Any, ...]) -> list[PendingTie]:
+        assert result is old
+        calls.append(len(resolutions))
+        return [PendingTie(("A", "D"), 1, "leftover")] if resolutions else [PendingTie(("B", "C"), 1, "tie")]
+
+    ad = TieRecord(("A", "D"), 1, ("A",), "coin", "toss-ad", recorded_against=old)
+    bc = TieRecord(("B", "C"), 1, ("B",), "coin", "toss-bc")
+    bc_other = TieRecord(("B", "C"), 1, ("C",), "coin", "toss-bc-redrawn")
+    rules = ("rules", 3, None)
+
+    assert decided_nothing(ad, {t.key: t for t in (ad, bc)}, now, pending_of, rules) is False  # B-C settled: A-D is called for
+    assert calls == [0, 1, 2]
+    assert decided_nothing(ad, {t.key: t for t in (ad, bc)}, now, pending_of, rules) is False
+    assert calls == [0, 1, 2]  # the kept answer: nothing allocated again
+    assert decided_nothing(ad, {ad.key: ad}, now, pending_of, rules) is True  # B-C no longer settled: A-D never called for
+    assert decided_nothing(ad, {t.key: t for t in (ad, bc_other)}, now, pending_of, rules) is False  # another toss of B-C: read again
+    assert calls == [0, 1, 2, 0, 0, 1, 2]
+    assert decided_nothing(ad, {t.key: t for t in (ad, bc_other)}, now, pending_of, ("rules", 4, None)) is False  # another context
+    assert calls == [0, 1, 2, 0, 0, 1, 2, 0, 1, 2]
+    assert decided_nothing(ad, {t.key: t for t in (ad, bc_other)}, now, pending_of) is False  # no context: nothing kept, nothing used
+    assert calls == [0, 1, 2, 0, 0, 1, 2, 0, 1, 2, 0, 1, 2]

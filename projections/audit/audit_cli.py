@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -133,8 +134,20 @@ def refused_unattributed(rows: list[EventRow]) -> list[EventRow]:
     return [r for r in rows if r.type != "CheckpointSigned"]
 
 
+def _unit_named(row: EventRow) -> str | None:
+    """The unit a refused submission named, if any (one naming none is keyed by its election slot)."""
+    return None if not row.unit_key or row.unit_key.startswith("election:") else row.unit_key
+
+
+def unattributed_in(rows: list[EventRow], units: Mapping[str, Any], unit_id: str | None, county_id: str | None) -> list[EventRow]:
+    """The refusals an audit filtered to a unit and/or a county shows: those naming that unit, in that
+    county (both filters hold, as for the findings). A refused submission names a unit at most."""
+    return [r for r in rows if (unit_id is None or r.unit_key == unit_id) and (
+        county_id is None or (r.unit_key in units and units[r.unit_key].county_id == county_id))]
+
+
 def unattributed_json(rows: list[EventRow]) -> list[dict[str, Any]]:
-    return [{"position": f"{r.partition}:{r.offset}", "event_id": r.event_id, "unit_id": r.unit_key, "type": r.type,
+    return [{"position": f"{r.partition}:{r.offset}", "event_id": r.event_id, "unit_id": _unit_named(r), "type": r.type,
              "recorded_at": r.recorded_at} for r in rows]
 
 
@@ -144,7 +157,7 @@ def print_unattributed(rows: list[EventRow]) -> None:
         return
     by_unit: dict[str, int] = {}
     for r in rows:
-        unit = "(no unit)" if not r.unit_key or r.unit_key.startswith("election:") else r.unit_key
+        unit = _unit_named(r) or "(no unit)"
         by_unit[unit] = by_unit.get(unit, 0) + 1
     typer.echo("")
     typer.echo(f"UNATTRIBUTED ({len(rows)}): events that name no election (submissions refused before they could be "
@@ -205,10 +218,7 @@ def audit_command(
     except (AsOfError, QueryError, StoreError, LogError, CaucusMathError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
     shown = report.filtered(severities, codes, county_id, unit_id)
-    if unit_id is not None or county_id is not None:  # a refused submission names a unit at most
-        units = getattr(context, "units", {})
-        loose = [r for r in loose if r.unit_key == unit_id or (
-            unit_id is None and r.unit_key in units and units[r.unit_key].county_id == county_id)]
+    loose = unattributed_in(loose, getattr(context, "units", {}), unit_id, county_id)
     unread = report.meta.get("unread_records", 0)
     if unread:  # an auditor signing off on this must know what it does not cover
         typer.echo(f"note: the log holds {unread} record(s) the projection has not read yet; whatever they change is "

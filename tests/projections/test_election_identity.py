@@ -340,3 +340,21 @@ def test_an_unknown_election_lists_the_defined_ones_not_ids_only_refusals_named(
     message = str(caught.value)
     assert "(defined: 'e1', 'e3'; 2 other id(s) are named only by refused submissions)" in message, message
     assert "\n" not in message and "e7" not in message
+
+
+def test_the_unattributed_list_follows_both_filters_and_names_no_unit_as_none() -> None:
+    from types import SimpleNamespace
+
+    from projections.audit.audit_cli import unattributed_in, unattributed_json
+    from projections.stores.port import EventRow
+
+    rows = [EventRow("e1", "200002", "", 0, 4, "SubmissionRejected", "2020-02-03T20:00:00+00:00"),
+            EventRow("e2", "election:", "", 0, 5, "SubmissionRejected", "2020-02-03T20:01:00+00:00")]
+    units = {"200002": SimpleNamespace(county_id="c"), "300001": SimpleNamespace(county_id="d")}
+    assert unattributed_in(rows, units, None, None) == rows
+    assert unattributed_in(rows, units, "200002", "c") == rows[:1]
+    assert unattributed_in(rows, units, "200002", "d") == []  # that unit is not in that county
+    assert unattributed_in(rows, units, None, "d") == []
+    assert unattributed_in(rows, units, "300001", None) == []
+    # The text reads "(no unit)" for a refusal that named none; the JSON says so with null, not a key.
+    assert [r["unit_id"] for r in unattributed_json(rows)] == ["200002", None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any, Optional
@@ -32,7 +32,7 @@ from projections.stores import open_store
 from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
 from projections.wiring import (DEFAULT_GROUP, check_source, existing_log_identity, open_existing_log, open_log_of, read_identity,
-                                source_for, unread_records)
+                                source_for, unread_events)
 
 __all__ = ["register"]
 
@@ -285,7 +285,7 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
     configured one is refused (exit 3), as ``project`` and ``audit`` refuse it. A log that cannot be
     read (a store copied or moved without it), or does not answer within ``LOG_ANSWER_SECONDS`` (a
     broker down: its client would wait for its own timeout), leaves the tally the store's, with a note."""
-    answer = _ask_the_log(settings)
+    answer = _ask_the_log(settings, view.positions)
     if answer is None:
         return f"the log did not answer within {LOG_ANSWER_SECONDS:g} s; this is the projection as of its last batch"
     if "error" in answer:
@@ -297,15 +297,18 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
             return f"the log cannot be read ({answer['error']}); this is the projection as of its last batch"
         raise answer["error"]
     check_source(view.set, store, settings, read_identity(answer["id"]))
-    behind = unread_records(answer["marks"], view.positions)
+    if "lost" in answer:
+        raise answer["lost"]
+    behind = answer["unread"]
     if behind:
         return (f"the log holds {behind} record(s) the projection has not read yet; whatever they change is not in "
                 "this tally: `caucus project` reads them (a runner left running keeps the tally current)")
     return None
 
 
-def _ask_the_log(settings: Settings) -> dict[str, Any] | None:
-    """The configured log's id and high watermarks (``id``, ``marks``), or why it cannot be read
+def _ask_the_log(settings: Settings, positions: Mapping[int, int] | None = None) -> dict[str, Any] | None:
+    """The configured log's id and high watermarks (``id``, ``marks``), with the records beyond
+    ``positions`` that are no checkpoint (``unread``, see ``unread_events``), or why it cannot be read
     (``error``); None if it does not answer within ``LOG_ANSWER_SECONDS``: a tally is not held up by a
     broker that is down, whose client would wait for its own timeout."""
     answer: dict[str, Any] = {}
@@ -315,6 +318,11 @@ def _ask_the_log(settings: Settings) -> dict[str, Any] | None:
             log = open_existing_log(settings)
             try:
                 answer["id"], answer["marks"] = log.log_id, log.high_watermarks()
+                if positions is not None:
+                    try:
+                        answer["unread"] = unread_events(log, positions, answer["marks"])
+                    except LogLostError as exc:  # raised by the command, after the log's identity is checked
+                        answer["lost"] = exc
             finally:
                 log.close()
         except Exception as exc:  # noqa: BLE001 -- handed to the command's thread
@@ -337,9 +345,9 @@ def _unread_hint(settings: Settings, store: ProjectionStore, projection: str) ->
             positions = {p: row.next_offset for p, row in reader.positions().items()}
     except StoreError:
         return ""
-    answer = _ask_the_log(settings)  # a log that cannot be read: the question's own error is the answer then
+    answer = _ask_the_log(settings, positions)  # a log that cannot be read: the question's own error is the answer then
     try:
-        behind = unread_records(answer["marks"], positions) if answer and "marks" in answer else 0
+        behind = answer["unread"] if answer and "unread" in answer else 0
     except LogError:
         return ""
     return (f"; the projection has not read {behind} record(s) of the log yet, and what is asked may be among them: "
@@ -375,7 +383,7 @@ def trail(
             try:
                 with store.reader(info.set_id) as reader:
                     result = unit_trail(log, reader, view.context.election_id, unit_id, rule_set=rule_set)
-                behind = unread_records(log.high_watermarks(), view.positions)
+                behind = unread_events(log, view.positions)
             finally:
                 log.close()
         except (QueryError, LogError, CodecError) as exc:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from ledger.backends import backends_for
 from ledger.config import Settings
-from ledger.log.port import EventLog, LogLostError, LogMissingError, LogReplacedError, LogVanishedError
+from ledger.log.port import EventLog, LogError, LogLostError, LogMissingError, LogReplacedError, LogVanishedError
 from projections.backends import group_source
 from projections.queries import DEFAULT_SET
 from projections.sources import Source
@@ -137,6 +137,34 @@ def unread_records(marks: Mapping[int, int], positions: Mapping[int, int]) -> in
         if marks.get(part, 0) < position:
             raise LogLostError(part, position, marks.get(part, 0))
     return sum(max(0, mark - positions.get(part, 0)) for part, mark in marks.items())
+
+
+UNREAD_LOOKED_AT = 1000
+"""How many unread records ``unread_events`` decodes to leave out the checkpoints; beyond that it counts all."""
+
+
+def unread_events(log: EventLog, positions: Mapping[int, int], marks: Mapping[int, int] | None = None) -> int:
+    """``unread_records`` less the signed checkpoints among them: a checkpoint is a statement about the
+    log that changes no tally, and ``caucus checkpoint`` right after ``caucus project`` would otherwise
+    leave every reader saying one record is not in what it shows. Only a short tail is decoded."""
+    from ledger.codec import CodecError, default_codec
+    from ledger.events import CheckpointSigned
+
+    marks = log.high_watermarks() if marks is None else marks
+    behind = unread_records(marks, positions)
+    if not behind or behind > UNREAD_LOOKED_AT:
+        return behind
+    codec, checkpoints = default_codec(), 0
+    try:
+        for record in log.read({p: positions.get(p, 0) for p in marks}, max_records=behind):
+            if record.position.offset < marks.get(record.position.partition, 0):
+                try:
+                    checkpoints += codec.decode(record.value).type == CheckpointSigned.TYPE
+                except CodecError:
+                    pass  # not a checkpoint: counted as unread
+    except LogError:
+        return behind  # the tail cannot be read now: every record of it is counted
+    return behind - checkpoints
 
 
 def existing_log_identity(settings: Settings, name: str = DEFAULT_SET) -> str:

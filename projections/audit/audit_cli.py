@@ -28,7 +28,7 @@ from projections.audit.record_checks import log_record_findings
 from projections.audit.codes import AUDIT_CODES
 from ledger.caucus_math import CaucusMathError
 from projections.queries import QueryError, find_county, find_unit_in, load_view
-from projections.wiring import open_log_of, unread_records
+from projections.wiring import open_log_of, unread_events
 from projections.stores.port import EventRow, StoreError
 from projections.tally import ElectionContext
 
@@ -110,7 +110,7 @@ def run_audit(
             loose = refused_unattributed(reader.unattributed())
         seals: dict[str, Any] = {}
         records = log_record_findings(read, view.context, trusted=_seal_keys(settings, seals))
-        unread = unread_records(read.high_watermarks(), view.positions)
+        unread = unread_events(read, view.positions)
     finally:
         if read is not None:
             read.close()

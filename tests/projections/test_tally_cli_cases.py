@@ -327,6 +327,24 @@ def test_a_unit_no_election_defines_is_named_as_such_when_the_log_holds_several(
         assert "choose one with --election" not in text
 
 
+def test_a_checkpoint_after_the_projection_is_no_record_it_has_not_read(caucus: Run, tmp_path: Path) -> None:
+    """``caucus checkpoint`` appends a signed statement about the log, which changes no tally: right
+    after ``caucus project`` the readers said "1 record(s) the projection has not read yet" for it."""
+    token = _define(caucus, tmp_path)
+    assert caucus("project", "--until-caught-up")[0] == 0
+    code, signed = caucus("checkpoint")
+    assert code == 0, signed
+    for command in (("tally",), ("audit",)):
+        code, text = caucus(*command)
+        assert code in (0, 1) and "has not read" not in text and "not projected" not in text, (command, text)
+    code, receipt = caucus("report", "--unit", "P4", "--attendance", "100", "--first", "A=60,B=40", "--final", "A=60,B=40",
+                           "--token", token, "--json")  # fmt: skip
+    assert code == 0 and receipt["status"] == "accepted", receipt
+    for command in (("tally",), ("audit",)):  # the report is counted, the checkpoint before it is not
+        code, text = caucus(*command)
+        assert code == 0 and "note: the log holds 1 record(s) the projection has not read yet" in text, (command, text)
+
+
 def test_an_audit_behind_the_log_says_so(caucus: Run, tmp_path: Path) -> None:
     """An auditor reads the projection: a correction accepted but not yet projected is not in what was
     audited, and the audit says so (stderr), as the tally does; once projected, no note."""

@@ -78,7 +78,9 @@ def sealer_for(checkpoint_key: Path | None, data_dir: Path) -> Sealer:
         if resolved.warning:
             log.warning("writer seals: %s", resolved.warning)
         if data_dir.is_dir():  # for auditors, as `caucus checkpoint` does; never replacing another key
-            publish_public_key(resolved.key, data_dir)
+            other = publish_public_key(resolved.key, data_dir)
+            if other:  # what this writer seals is FORGED_WRITER to a verifier trusting that file alone
+                log.warning("writer seals: %s; what this writer seals verifies only with this key's public half", other)
         return Sealer(resolved.key)
     except KeyFileError as exc:
         raise KeyFileError(f"the intake and the importer seal what they write with the ledger's signing key: {exc}") from exc

@@ -298,3 +298,30 @@ def test_the_recount_signer_is_the_key_checkpoints_use_or_none(tmp_path: Path, m
     own, _ = load_or_create_signing_key(data)  # a data directory's own key comes first, as for checkpoints
     held = held_signing_key(None, data)
     assert held is not None and held.key_id == own.key_id and (data / PRIVATE_KEY_FILE).exists()
+
+
+def test_a_writer_sealing_with_another_key_than_the_published_one_is_warned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The importer or intake of another key home seals with its own key while the data directory's
+    ``checkpoint-key.pub`` (what a verifier with no key home trusts) holds the first one: what it writes
+    is FORGED_WRITER to that verifier, and it said nothing."""
+    from ledger.integrity.keys import PUBLIC_KEY_FILE, load_or_create_signing_key, write_public_key
+    from ledger.integrity.writer_seals import sealer_for
+
+    data = tmp_path / "data"
+    data.mkdir()
+    first, _ = load_or_create_signing_key(tmp_path / "first-home")
+    write_public_key(first, data / PUBLIC_KEY_FILE)
+    published = (data / PUBLIC_KEY_FILE).read_bytes()
+    monkeypatch.setenv("CAUCUS_KEY_HOME", str(tmp_path / "second-home"))
+    monkeypatch.delenv("CAUCUS_CHECKPOINT_KEY", raising=False)
+    with caplog.at_level("WARNING"):
+        sealer = sealer_for(None, data)
+    assert sealer.key.key_id != first.key_id and (data / PUBLIC_KEY_FILE).read_bytes() == published
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert first.key_id in warned and sealer.key.key_id in warned and "both public keys" in warned, warned
+    caplog.clear()
+    monkeypatch.setenv("CAUCUS_KEY_HOME", str(tmp_path / "first-home"))
+    with caplog.at_level("WARNING"):
+        assert sealer_for(None, data).key.key_id == first.key_id
+    assert not [r for r in caplog.records if "writer seals" in r.getMessage()]

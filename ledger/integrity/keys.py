@@ -170,14 +170,29 @@ def publish_public_key(key: SigningKey, data_dir: Path) -> str | None:
     """Leave the public half in the data directory for auditors, unless one is there already. The file
     is what a verifier with no key home trusts: replacing it (with the key of whoever signs or writes
     next, from another key home) would turn every record sealed before into a forgery in its eyes. After a
-    key change auditors are given both keys. Returns a warning when the file holds another key."""
-    if not (data_dir / PUBLIC_KEY_FILE).exists():
-        write_public_key(key, data_dir / PUBLIC_KEY_FILE)
+    key change auditors are given both keys. Returns a warning when the file holds another key.
+
+    Written whole under a temporary name, then linked into place, which fails if the file is there: of
+    two first writers with two keys one publishes and the other is told, and no reader sees half a file."""
+    if not (data_dir / PUBLIC_KEY_FILE).exists() and _link_new(key.trusted.pem(), data_dir / PUBLIC_KEY_FILE):
         return None
     other = other_public_key(key, data_dir)
     return None if other is None else (f"{other}; it was left as it is (auditors who trust it verify what that key "
                                        "signed): after a key change, give auditors both public keys (--public-key A "
                                        "--public-key B, or CAUCUS_CHECKPOINT_PUBLIC_KEY=A:B)")
+
+
+def _link_new(content: bytes, path: Path) -> bool:
+    """Create ``path`` holding ``content`` if it does not exist (whole, atomically); False if it does."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    temporary.write_bytes(content)
+    try:
+        os.link(temporary, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def other_public_key(key: SigningKey, data_dir: Path) -> str | None:

@@ -325,3 +325,31 @@ def test_a_writer_sealing_with_another_key_than_the_published_one_is_warned(
     with caplog.at_level("WARNING"):
         assert sealer_for(None, data).key.key_id == first.key_id
     assert not [r for r in caplog.records if "writer seals" in r.getMessage()]
+
+
+def test_first_writers_with_different_keys_racing_publish_one_key_and_the_others_are_told(tmp_path: Path) -> None:
+    """Publishing was "if absent, write": two first writers could both find no file, both write, and the
+    one whose key was overwritten believed it published (no warning). Now exactly one publishes."""
+    import threading
+
+    from ledger.integrity.keys import PUBLIC_KEY_FILE, load_or_create_signing_key, load_trusted_key, publish_public_key
+
+    keys = [load_or_create_signing_key(tmp_path / f"home-{i}")[0] for i in range(12)]
+    data = tmp_path / "data"
+    data.mkdir()
+    start, answers = threading.Barrier(len(keys)), {}
+
+    def publish(i: int) -> None:
+        start.wait()
+        answers[i] = publish_public_key(keys[i], data)
+
+    threads = [threading.Thread(target=publish, args=(i,)) for i in range(len(keys))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    published = load_trusted_key(data / PUBLIC_KEY_FILE)
+    winners = [i for i, warning in answers.items() if warning is None]
+    assert len(winners) == 1 and keys[winners[0]].public_key == published.public_key, answers
+    assert all(published.key_id in (w or "") for i, w in answers.items() if i not in winners)
+    assert sorted(p.name for p in data.iterdir()) == [PUBLIC_KEY_FILE]  # no temporary file left

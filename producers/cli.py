@@ -280,10 +280,10 @@ def correct(
     ctx: typer.Context,
     source: Optional[str] = typer.Argument(None, help="The correction as JSON (a file, or - for stdin); or use the options."),
     unit: Optional[str] = UnitOption,
-    supersedes: Optional[str] = typer.Option(None, "--supersedes", help="Event id of the result being replaced."),
-    reason: Optional[str] = typer.Option(None, "--reason", help="Why the result changes."),
-    authority: Optional[str] = typer.Option(None, "--authority", help="Who decided the correction."),
-    stage: Optional[str] = typer.Option(None, "--stage", help="review, recanvass or recount."),
+    supersedes: Optional[str] = typer.Option(None, "--supersedes", help="Event id of the result being replaced (required)."),
+    reason: Optional[str] = typer.Option(None, "--reason", help="Why the result changes (required)."),
+    authority: Optional[str] = typer.Option(None, "--authority", help="Who decided the correction (required)."),
+    stage: Optional[str] = typer.Option(None, "--stage", help="review, recanvass or recount (required)."),
     first: Optional[list[str]] = FirstOption,
     final: Optional[list[str]] = FinalOption,
     attendance: Optional[int] = AttendanceOption,
@@ -305,6 +305,11 @@ def correct(
     text = _read_source(source) if source else None
     data = None
     if text is None:
+        needed = {"--supersedes": supersedes, "--reason": reason, "--authority": authority, "--stage": stage,
+                  "--first": first, "--final": final}
+        missing = [flag for flag, value in needed.items() if value is None]
+        if missing:  # a usage slip, not a submission: nothing is recorded (a refused command stays in the log)
+            raise fail(f"give the correction as JSON (FILE or -) or with {', '.join(needed)}: missing {', '.join(missing)}")
         data = {
             **_result_fields(first, final, attendance, delegates, worksheet, worksheet_digest),
             "supersedes": supersedes,

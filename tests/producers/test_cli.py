@@ -17,6 +17,16 @@ import ledger.cli
 import producers.cli
 
 
+def _records(data: Path) -> int:
+    from ledger.log.sqlite import SqliteLog
+
+    log = SqliteLog(data / "log.sqlite3", read_only=True)
+    try:
+        return sum(log.high_watermarks().values())
+    finally:
+        log.close()
+
+
 @pytest.fixture
 def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """``cli(*args, input=None, token=None) -> (exit code, parsed JSON or text)`` over a data dir in tmp."""
@@ -64,7 +74,8 @@ def test_define_twice_is_one_event(cli: Any, tokens: dict[str, str], defined: Pa
     assert code == 1 and chair_try["category"] == "forbidden"
 
 
-def test_report_from_stdin_options_and_errors(cli: Any, tokens: dict[str, str], defined: Path, fm5: dict[str, Any]) -> None:
+def test_report_from_stdin_options_and_errors(cli: Any, tokens: dict[str, str], defined: Path, fm5: dict[str, Any],
+                                              tmp_path: Path) -> None:
     code, opened = cli("open", "FM5", "--attendance", "91", "--json", token=tokens["chair"])
     assert code == 0 and opened["type"] == "UnitOpened"
     code, receipt = cli("report", "-", "--unit", "FM5", "--json", input=json.dumps(fm5), token=tokens["chair"])
@@ -91,6 +102,13 @@ def test_report_from_stdin_options_and_errors(cli: Any, tokens: dict[str, str], 
                       "--final", "Biden=25,Buttigieg=35,Sanders=31", "--delegates", "Biden=3,Buttigieg=5,Sanders=4",
                       "--json", token=tokens["official"])  # fmt: skip
     assert code == 0 and fixed["type"] == "ResultCorrected", fixed
+    # A correction given with options but missing some is a usage slip: exit 2, nothing recorded (it was
+    # judged and its refusal kept in the log for good).
+    before = _records(tmp_path / "data")
+    code, slip = cli("correct", "--unit", "FM5", "--supersedes", fixed["event_id"], "--first", "Biden=25",
+                     "--final", "Biden=25", token=tokens["official"])  # fmt: skip
+    assert code == 2 and "missing --reason, --authority, --stage" in str(slip), slip
+    assert _records(tmp_path / "data") == before
     code, tossed = cli("toss", "E10", "--contender", "Biden,Sanders", "--winner", "Sanders", "--caller", "captain",
                        "--witness", "secretary", "--json", token=tokens["official"])  # fmt: skip
     assert code == 0 and tossed["type"] == "TieBroken"

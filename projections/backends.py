@@ -20,9 +20,20 @@ __all__ = ["STORES", "GROUP_SOURCES", "open_store", "group_source", "has_groups"
 
 
 def _sqlite(settings: Settings, read_only: bool) -> ProjectionStore:
+    from projections.stores.port import StoreMissing
     from projections.stores.sqlite import SqliteStore
 
-    return SqliteStore(settings.store_path, read_only=read_only)
+    try:
+        return SqliteStore(settings.store_path, read_only=read_only)
+    except StoreMissing as exc:
+        if backends_for(settings).log_kind != "sqlite" or settings.log_path.exists():
+            raise
+        # neither a log nor a store: "run `caucus project`" would only meet "no event log" next
+        raise StoreMissing(
+            f"nothing has been recorded in {settings.data_dir} yet (no event log, no projection store): record events "
+            "first (`caucus demo`, `caucus import idp2020 --data DIR`, `caucus report`, or the intake), then `caucus "
+            "project` builds the tally; or --data-dir / CAUCUS_DATA_DIR points elsewhere"
+        ) from exc
 
 
 def _postgres(settings: Settings, read_only: bool) -> ProjectionStore:

@@ -126,7 +126,9 @@ def test_read_commands_in_an_empty_directory_create_nothing_and_exit_2(ops: Modu
         ops.ok(ops.run(args, cwd=tmp_path), 2)
         assert list(tmp_path.iterdir()) == [], f"`caucus {' '.join(args)}` created {list(tmp_path.iterdir())}"
     assert "no event log at caucus-data/log.sqlite3" in ops.run(["verify"], cwd=tmp_path).stderr
-    assert "no projection store at caucus-data/store.sqlite3" in ops.run(["tally"], cwd=tmp_path).stderr
+    # Nothing recorded: not "run `caucus project` first", which would only say "no event log" next.
+    told = ops.run(["tally"], cwd=tmp_path).stderr
+    assert "nothing has been recorded in caucus-data yet" in told and "caucus import" in told, told
 
 
 def test_a_truncated_log_is_reported_not_a_traceback(ops: ModuleType, workspace: Workspace, tmp_path: Path) -> None:

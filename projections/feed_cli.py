@@ -56,15 +56,15 @@ def _wanted(event: Event[Any], unit: str | None, county: str | None, election: s
     return False
 
 
-def _resolve(settings: Any, county: str | None, unit: str | None, election: str | None) -> tuple[str | None, str | None, str | None]:
-    """Check --county, --unit and --election against the serving projection's election (a name becomes
-    its id), so a typo stops at once instead of following a feed that never matches. Without a
-    projection store to ask (a subscriber on another machine), they are taken as given. A unit or
-    county is one election's: that election is followed (the only one defining the unit, unless
-    --election names it)."""
+def resolve_filter(settings: Any, county: str | None, unit: str | None, election: str | None) -> tuple[str | None, str | None, str | None]:
+    """Check a feed filter (county, unit, election) against the serving projection's election (a name
+    becomes its id), so a typo stops at once instead of following a feed that never matches
+    (``QueryError``). Without a projection store to ask (a subscriber on another machine), they are
+    taken as given. A unit or county is one election's: that election is followed (the only one
+    defining the unit, unless an election is named). ``subscribe`` and ``GET /api/feed`` both use it."""
     if county is None and unit is None and election is None:
         return county, unit, election
-    from projections.queries import QueryError, find_county, find_unit, load_view
+    from projections.queries import find_county, find_unit, load_view
     from projections.stores import open_store
     from projections.stores.port import StoreError
 
@@ -76,12 +76,19 @@ def _resolve(settings: Any, county: str | None, unit: str | None, election: str 
         view = load_view(store, election_id=election, unit=unit)
         return (find_county(view.context, county) if county else None, find_unit(view, unit) if unit else None,
                 view.context.election_id)
-    except QueryError as exc:
-        raise fail(str(exc)) from exc
     except StoreError:
         return county, unit, election
     finally:
         store.close()
+
+
+def _resolve(settings: Any, county: str | None, unit: str | None, election: str | None) -> tuple[str | None, str | None, str | None]:
+    from projections.queries import QueryError
+
+    try:
+        return resolve_filter(settings, county, unit, election)
+    except QueryError as exc:
+        raise fail(str(exc)) from exc
 
 
 def subscribe(

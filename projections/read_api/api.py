@@ -8,12 +8,14 @@ small query and a 304.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ledger.config import Settings
 from ledger.log.port import LogError
@@ -39,9 +41,14 @@ def respond(answer: Answer, max_age: int, media_type: str = "application/json") 
     return Response(answer.body, media_type=media_type, headers=headers)
 
 
-def _error(exc: ReadError) -> JSONResponse:
+def _error(exc: ReadError, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": str(exc), "status": exc.status}}, status_code=exc.status,
-                        headers={"Cache-Control": "no-store"})
+                        headers={**(headers or {}), "Cache-Control": "no-store"})
+
+
+def _invalid(exc: RequestValidationError) -> str:
+    """FastAPI's validation errors as one line: where (query a, path unit) and what."""
+    return "; ".join(f"{' '.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in exc.errors()) or "invalid request"
 
 
 def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -> FastAPI:
@@ -64,6 +71,15 @@ def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -
     @app.exception_handler(LogError)
     async def log_error(_request: Request, exc: LogError) -> JSONResponse:
         return _error(ReadError(hide(str(exc)), 503))
+
+    # Every error in one shape ({"error": {"message", "status"}}), the framework's own included.
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(ReadError(_invalid(exc), 422))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(ReadError(str(exc.detail), exc.status_code), exc.headers)
 
     _tally_routes(app, reader, max_age)
     _evidence_routes(app, reader, settings, max_age, hide)
@@ -171,11 +187,18 @@ def _feed_route(app: FastAPI, settings: Settings, hide: Callable[[str], str]) ->
              start: str | None = Query(None, alias="from", description="Feed positions to start from (an event's id); "
                                                                         "default: from now"),
              last_event_id: str | None = Header(None)) -> StreamingResponse:
+        from projections.feed_cli import resolve_filter
+        from projections.queries import QueryError
+
         try:
             resume = parse_resume(last_event_id) or parse_resume(start)
             check_resume(settings, resume)
         except ValueError as exc:
             raise ReadError(str(exc), 400) from exc
+        try:  # as `caucus subscribe` checks them: a typo is an answer, not a stream that never matches
+            county, unit, election = resolve_filter(settings, county, unit, election)
+        except QueryError as exc:
+            raise ReadError(str(exc), 404) from exc
         return StreamingResponse(sse_events(settings, resume, FeedFilter(election, county, unit), hide),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

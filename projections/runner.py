@@ -189,6 +189,7 @@ class ProjectionRunner:
         says it is caught up (``projections.log_continuity.SameLog``)."""
         self._same_log_due = False
         self._last_report = 0.0
+        self._last_said: tuple[Any, ...] | None = None  # what the last progress report said
         self.last_base: dict[int, int] = {}
         """Of the last batch committed, the stored position of each of its partitions as it found them
         under the lock: whoever follows the commits (the feed) can tell whether someone else's commits
@@ -277,7 +278,7 @@ and the rules' meanings) it was checked against, so a
                     self.progress.caught_up = True
                     self.progress.stopped = "caught up"
                     break
-            self._report(force=True)
+            self._report(force=True, final=True)
         finally:
             self.source.close()
         return self.progress
@@ -404,12 +405,17 @@ and the rules' meanings) it was checked against, so a
             stored = r.positions()
         return behind(targets, {p: max(self._known.get(p, 0), stored[p].next_offset) for p in targets if p in stored})
 
-    def _report(self, force: bool = False) -> None:
+    def _report(self, force: bool = False, *, final: bool = False) -> None:
+        """Progress for ``on_progress``, at most every ``progress_interval``; ``final``: the last, left
+        out when the one before said the same (a short run printed its only line twice)."""
         self.progress.positions = dict(self._next)
         self.progress.assigned = self.source.assigned()
         now = time.monotonic()
+        said = (self.progress.applied, self.progress.skipped, tuple(sorted(self.progress.positions.items())))
+        if final and said == self._last_said:
+            return
         if self.on_progress is not None and (force or now - self._last_report >= self.progress_interval):
-            self._last_report = now
+            self._last_report, self._last_said = now, said
             self.on_progress(self.progress)
 
     # -- one batch ----------------------------------------------------------------------------

@@ -64,6 +64,10 @@ def test_a_killed_replay_is_abandoned_and_a_second_replay_waits(support: ModuleT
     assert outcome["promoted"] and outcome["previous"]["version"] == 1 and outcome["previous"]["state"] == "retired"
     assert any(f"set {running['set_id']}" in note and "dropped" in note for note in outcome["notes"]), outcome["notes"]
     assert sorted(s["state"] for s in _sets(data)) == ["retired", "serving"]  # the abandoned set is gone
+    # A replay short enough to be done in one batch says its progress once, not its only line twice.
+    said = _run(data, "replay", "--no-feed")
+    lines = [line for line in said.stderr.splitlines() if line.startswith("replayed ")]
+    assert said.returncode == 0 and len(lines) == 1, said.stderr
 
 
 def test_a_log_edited_under_its_checkpoints_is_not_replayed_into_service(support: ModuleType, tmp_path: Path) -> None:

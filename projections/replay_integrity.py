@@ -12,6 +12,8 @@ checkpoints no longer verify although nothing was forged).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ledger.config import Settings
 from ledger.log.port import EventLog
 
@@ -29,7 +31,8 @@ def checkpoint_problem(settings: Settings, log: EventLog) -> str | None:
     store = open_checkpoint_store(settings, create=False)
     try:
         try:
-            _, report = verify_log(log, store, trusted_keys(settings, None))
+            trusted = trusted_keys(settings, None)
+            _, report = verify_log(log, store, trusted)
         except NoTrustedKey:
             return None
     finally:
@@ -40,4 +43,21 @@ def checkpoint_problem(settings: Settings, log: EventLog) -> str | None:
     first = report.findings[0]
     where = f" at {first.position}" if first.position is not None else ""
     more = f" (and {len(report.findings) - 1} more)" if len(report.findings) > 1 else ""
-    return f"the log does not match its signed checkpoints: {first.kind}{where}: {first.message}{more}"
+    return (f"the log does not match its signed checkpoints: {first.kind}{where}: {first.message}{more}"
+            f"{_published_untrusted(settings, trusted)}")
+
+
+def _published_untrusted(settings: Settings, trusted: list[Any]) -> str:
+    """A hint when the data directory publishes a key this command does not trust: the log was most
+    likely written under another key home (another operator, another machine), not forged."""
+    from ledger.integrity.keys import PUBLIC_KEY_FILE, KeyFileError, load_trusted_key
+
+    path = settings.data_dir / PUBLIC_KEY_FILE
+    try:
+        published = load_trusted_key(path) if path.exists() else None
+    except KeyFileError:
+        return ""
+    if published is None or any(t.public_key == published.public_key for t in trusted):
+        return ""
+    return (f"; the data directory's {path} holds key {published.key_id}, which is not trusted here: if the log was "
+            f"written under another key home, trust that key (CAUCUS_CHECKPOINT_PUBLIC_KEY={path}, or the key home's own)")

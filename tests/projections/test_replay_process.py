@@ -177,3 +177,26 @@ def test_a_damaged_results_feed_is_called_the_feed_with_what_to_do(support: Modu
     feed.rename(data / "damaged.sqlite3")
     assert _run(data, "project", "--until-caught-up", "-q").returncode == 0
     assert _run(data, "subscribe", "--latest").stdout.count("\n") > 0, "published again"
+
+
+def test_a_replay_under_another_key_home_names_the_published_key_to_trust(tmp_path: Path) -> None:
+    """A log written under one key home and replayed under another is refused (its seals are by a key
+    this command does not trust); the refusal said only FORGED_WRITER, where the data directory's
+    published key is the likely answer, named with how to trust it."""
+    data = tmp_path / "data"
+    first = {**_env(), "CAUCUS_KEY_HOME": str(tmp_path / "first-home")}
+    done = subprocess.run([CAUCUS, "--data-dir", str(data), "demo", "--units", "4"], env=first, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    other = {**_env(), "CAUCUS_KEY_HOME": str(tmp_path / "other-home")}
+    from ledger.integrity.keys import load_or_create_signing_key
+
+    load_or_create_signing_key(tmp_path / "other-home")  # the other operator's key home holds a key of its own
+    refused = subprocess.run([CAUCUS, "--data-dir", str(data), "replay", "-q"], env=other, capture_output=True, text=True,
+                             timeout=300)
+    published = data / "checkpoint-key.pub"
+    assert refused.returncode == 1 and "FORGED_WRITER" in refused.stderr, refused.stderr
+    assert f"CAUCUS_CHECKPOINT_PUBLIC_KEY={published}" in refused.stderr, refused.stderr
+    trusting = subprocess.run([CAUCUS, "--data-dir", str(data), "replay", "-q"], capture_output=True, text=True, timeout=300,
+                              env={**other, "CAUCUS_CHECKPOINT_PUBLIC_KEY": str(published)})
+    assert trusting.returncode == 0, trusting.stderr

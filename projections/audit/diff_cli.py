@@ -26,7 +26,7 @@ from projections.audit.diff import CandidateDelta, DiffResult, diff_snapshots, s
 from projections.audit.diff_sides import DiffError, SideSpec, Sources, load_snapshot, parse_side, resolve_sides, stored_set
 from ledger.caucus_math import display_sde
 from projections.stores.port import StoreError
-from projections.wiring import check_source, read_identity, unread_records
+from projections.wiring import check_source, read_identity, unread_events
 
 __all__ = ["register", "diff_command", "sources_for", "render_table", "write_csv", "CSV_FIELDS"]
 
@@ -77,7 +77,7 @@ def diff_command(
     try:
         side_a, side_b = resolve_sides(parse_side(a), parse_side(b))
         sources = sources_for(settings)
-        _of_this_log(settings, sources, (side_a, side_b))
+        behind = _of_this_log(settings, sources, (side_a, side_b))
         snap_a = load_snapshot(side_a, sources, election_id=election)
         snap_b = load_snapshot(side_b, sources, election_id=election)
     except (LogLostError, LogReplacedError):  # exit 3, as `tally` and `project` answer it (`ledger.cli.main`)
@@ -85,14 +85,16 @@ def diff_command(
     except (DiffError, StoreError, LogError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
     result = diff_snapshots(snap_a, snap_b)
+    for note in behind:  # the differences may be only what the projection has not read yet
+        typer.echo(f"note: {note}", err=True)
     if as_csv:
         write_csv(result, sys.stdout)
     else:
-        emit(result.to_json(), as_json, lambda: render_table(result, _console(), units_only=units_only))
+        emit({**result.to_json(), "notes": behind}, as_json, lambda: render_table(result, _console(), units_only=units_only))
     raise typer.Exit(EQUAL if result.equal else DIFFERENT)
 
 
-def _of_this_log(settings: Settings, sources: Sources, sides: tuple[SideSpec, ...]) -> None:
+def _of_this_log(settings: Settings, sources: Sources, sides: tuple[SideSpec, ...]) -> list[str]:
     """The serving projection (``live``) is one of the configured log, and the log still holds what it
     applied, or the diff compares two histories: a projection of a lost log beside the log refilled
     since said "EQUAL" or "400 of 400 units differ" where `tally` and `project` exit 3. A set named by
@@ -100,28 +102,42 @@ def _of_this_log(settings: Settings, sources: Sources, sides: tuple[SideSpec, ..
     --new-log`). Without a side of the log, a log out of reach leaves the stored sides to compare."""
     stored = [side for side in sides if side.source == "live"]
     if not stored:
-        return
+        return []
     store = sources.open_store()
+    notes: list[str] = []
     try:
         try:
             log = sources.open_log()
             try:
                 identity, marks = read_identity(log.log_id), log.high_watermarks()
-            finally:
+            except BaseException:
                 log.close()
+                raise
         except (LogLostError, LogReplacedError):
             raise
         except LogError:
             if any(side.source not in ("live", "set") for side in sides):
                 raise
-            return
-        for side in stored:
-            info = stored_set(store, side)
-            check_source(info, store, settings, identity)
-            with store.reader(info.set_id) as reader:
-                unread_records(marks, {p: row.next_offset for p, row in reader.positions().items()})
+            return []
+        try:
+            seen: set[int] = set()
+            for side in stored:
+                info = stored_set(store, side)
+                check_source(info, store, settings, identity)
+                if info.set_id in seen:
+                    continue
+                seen.add(info.set_id)
+                with store.reader(info.set_id) as reader:
+                    positions = {p: row.next_offset for p, row in reader.positions().items()}
+                unread = unread_events(log, positions, marks)
+                if unread:
+                    notes.append(f"the projection ({side.text}) has not read {unread} record(s) of the log yet; what "
+                                 "they change shows as a difference from the log: `caucus project` reads them")
+        finally:
+            log.close()
     finally:
         store.close()
+    return notes
 
 
 # -- rendering -------------------------------------------------------------------------------------------

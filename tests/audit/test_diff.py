@@ -103,6 +103,10 @@ def test_live_and_rebuilt_sets(store: str, caucus: Run, ledger: Any, aud: Module
     ledger.append([late])
     doc = _json(caucus("diff", "live", "log", "--json", env=env), 1)
     assert _units(doc) == {"silent"}
+    # ... and it says why: the projection has not read that record (it said "DIFFERENT" and nothing else).
+    assert len(doc["notes"]) == 1 and "has not read 1 record(s)" in doc["notes"][0], doc["notes"]
+    caught_up = _json(caucus("diff", "live", "live", "--json", env=env), 0)
+    assert caught_up["notes"] == [doc["notes"][0]]  # a live side behind the log is said whatever it is compared with
     # The recomputed-from-states path (a delegate basis) reads the same store.
     doc = _json(caucus("diff", "live/official", "live/reported", "--json", env=env), 1)
     assert {"left", "cut", "tie"} <= _units(doc)  # no delegates reported there: unknown under "reported"

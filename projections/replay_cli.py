@@ -39,7 +39,7 @@ def replay(
         None, "--as-of", help="Build the projection as it stood then, into a set that does not serve: a time "
         "(2020-02-08T06:28:00Z, events recorded at that time count) or log positions (3:120,5:88)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
-    print_only: bool = typer.Option(False, "--print-only", help="With --as-of: fold the log in memory and print the tally; store nothing."),
+    print_only: bool = typer.Option(False, "--print-only", help="With --as-of: print the tally as it stood then (from the projection's history where it has one, else folded from the log in memory); store nothing."),
     promote: bool = typer.Option(True, "--promote/--no-promote", help="Switch readers to the rebuilt set when it has caught up (default)."),
     rule_set: Optional[str] = typer.Option(None, "--rule-set", help="Rebuild under another rule set (default: the serving set's)."),
     batch_size: int = typer.Option(2000, "--batch-size", min=1, help="Events per poll of the log."),
@@ -173,7 +173,7 @@ def _print_state(view: TallyView, area: AreaTally, cut: str, log: str) -> None:
 
     console = human_console()
     if cut:
-        console.print(f"as of: {cut} (replayed from {log})", highlight=False)
+        console.print(f"as of: {cut} (log {log})", highlight=False)  # how it was computed: the projection line
     print_area(console, view, area, "statewide")
 
 

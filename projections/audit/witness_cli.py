@@ -142,7 +142,7 @@ def serve_command(
         None, "--public-key", help="The signer's public key: only checkpoints it signed are cosigned (required). "
         "Repeatable, or env CAUCUS_CHECKPOINT_PUBLIC_KEY."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8091, "--port", min=0, max=65535, help="Port to listen on (8090 is `caucus serve results`'s)."),
+    port: int = typer.Option(8091, "--port", min=0, max=65535, help="Port to listen on (0: any free port, printed at start; 8090 is `caucus serve results`'s)."),
 ) -> None:
     """Serve the witness in DIRECTORY over HTTP, for verifiers and signers elsewhere.
 

@@ -36,7 +36,7 @@ def results_app(settings: Settings, *, projection: str = DEFAULT_SET, max_age: i
 def serve_results(
     ctx: typer.Context,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0 for every interface)."),
-    port: int = typer.Option(8090, "--port", min=0, max=65535, help="Port to listen on."),
+    port: int = typer.Option(8090, "--port", min=0, max=65535, help="Port to listen on (0: any free port, printed at start)."),
     max_age: int = typer.Option(5, "--max-age", min=0, help="Seconds a CDN or browser may reuse a live answer before "
                                 "revalidating it (an ETag makes revalidation cheap)."),
     projection: str = typer.Option(DEFAULT_SET, "--projection", hidden=True),

@@ -57,6 +57,10 @@ def _store(settings: Settings, *, read_only: bool = False, missing_ok: bool = Fa
         store.close()
 
 
+_SIGNALLED: list[int] = []
+"""The signals that asked this process's runner to stop (the exit status of ``--until-caught-up`` says so)."""
+
+
 @contextmanager
 def _stop_on_signals() -> Iterator[threading.Event]:
     """SIGINT and SIGTERM ask the runner to stop between batches: a batch is committed whole or
@@ -64,6 +68,7 @@ def _stop_on_signals() -> Iterator[threading.Event]:
     stop = threading.Event()
 
     def handler(signum: int, _frame: FrameType | None) -> None:
+        _SIGNALLED.append(signum)
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -137,6 +142,8 @@ def project(
         emit(progress.to_json(), True)
     elif not quiet:
         typer.echo(f"stopped ({progress.stopped}); {progress_line(progress)}", err=True)
+    if until_caught_up and not progress.caught_up and _SIGNALLED:  # a script must not take it for caught up
+        raise typer.Exit(143 if _SIGNALLED[-1] == signal.SIGTERM else 130)
 
 
 def _project(settings: Settings, observer: RunnerObserver, *, until_caught_up: bool, group: str, batch_size: int, quiet: bool,

@@ -106,6 +106,34 @@ def test_sigterm_stops_cleanly_between_batches(support: ModuleType, tmp_path: Pa
     store.close()
 
 
+def test_an_interrupted_until_caught_up_exits_130(support: ModuleType, tmp_path: Path, database_url: str | None) -> None:
+    """``project --until-caught-up`` stopped by Ctrl-C before it caught up exited 0, as if it had: a script
+    waiting on it went on with a tally hundreds of events short. It exits 130 (SIGTERM: 143), as
+    ``caucus replay`` does; what it committed stands."""
+    import json
+
+    data = tmp_path / "data"
+    events = support.election_log(1500, corrections=2)
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(events)
+    store = _cli_store(data, database_url)
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        proc = subprocess.Popen(_cli(data, database_url, "project", "--until-caught-up", "--batch-size", "5",
+                                     "--catch-up-batch", "0", "--json", "-q"),
+                                env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        before = _applied(store)
+        support.wait_for(lambda: _applied(store) >= before + 50, 60, "50 more events")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+        summary = json.loads(out)
+        assert summary["stopped"] == "signal" and not summary["caught_up"] and proc.returncode == code, (sig, err)
+        assert _applied(store) < len(events)
+    done = subprocess.run(_cli(data, database_url, "project", "--until-caught-up", "--json", "-q"), env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and json.loads(done.stdout)["caught_up"], done.stderr
+    assert _applied(store) == len(events)
+    store.close()
+
+
 def _projected_then_restored_from_an_older_copy(support: ModuleType, tmp_path: Path) -> Path:
     """A data directory whose log (same id) was projected whole, then replaced by a copy taken after its
     first three records."""

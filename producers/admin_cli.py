@@ -14,7 +14,7 @@ import typer
 
 from ledger.cli_output import emit, fail, settings_of
 from ledger.config import Settings
-from ledger.log.port import LogError, LogLostError
+from ledger.log.port import LogError, LogLostError, LogMissingError
 from producers.credentials import CredentialError, CredentialStore
 from producers.intake import Intake
 from producers.spool import SpoolError
@@ -153,8 +153,23 @@ def cred_revoke(
     emit(cred.public(), as_json, lambda: typer.echo(f"revoked {cred.cred_id} ({cred.actor}) at {cred.revoked_at}"))
 
 
+def _embedded_log_there(settings: Settings) -> None:
+    """A data directory with neither an embedded log nor intake state holds nothing to report on: a
+    mistyped --data-dir was given a new, empty log (and intake state) by ``intake status``, which said
+    "reachable". A log that went missing beside the intake's state is reported (lost), not refused."""
+    from ledger.backends import backends_for
+
+    backends = backends_for(settings)
+    if backends.log_kind == "sqlite" and not settings.log_path.exists() and not (settings.data_dir / "intake").exists():
+        try:
+            backends.open_existing_log().close()  # raises the usual "no event log at ..."
+        except LogMissingError as exc:
+            raise fail(str(exc)) from exc
+
+
 def intake_status(ctx: typer.Context, as_json: bool = StatusJson) -> None:
     """Where the intake's state stands against the log, and the spool."""
+    _embedded_log_there(settings_of(ctx))
     try:
         with Intake.for_settings(settings_of(ctx), seal=None) as intake:  # reads only: no signing key needed
             data = intake.status()
@@ -182,6 +197,7 @@ def intake_rebuild(ctx: typer.Context, as_json: bool = RebuildJson) -> None:
 
     Events spooled while the log was lost wait for this: restore the log first (`caucus log append`
     from a copy), rebuild, then flush; they are checked again for conflicts with the log as it then is."""
+    _embedded_log_there(settings_of(ctx))
     intake = Intake.for_settings(settings_of(ctx), seal=None)  # writes no record: no signing key needed
     try:
         data = intake.rebuild()

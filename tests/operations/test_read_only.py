@@ -118,7 +118,8 @@ def test_the_copy_is_really_read_only_for_the_other_user(ops: ModuleType, copies
 
 def test_read_commands_in_an_empty_directory_create_nothing_and_exit_2(ops: ModuleType, tmp_path: Path) -> None:
     for args in (["verify"], ["tally"], ["trail", "1"], ["log", "info"], ["audit"], ["audit", "--log"], ["diff", "live", "log"],
-                 ["projections"], ["subscribe", "--max", "1"], ["prove", "x"], ["log", "tail"]):
+                 ["projections"], ["subscribe", "--max", "1"], ["prove", "x"], ["log", "tail"], ["intake", "status"],
+                 ["intake", "rebuild"]):
         done = ops.ok(ops.run(args, cwd=tmp_path), 2)
         assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, (args, done.stderr)
         assert list(tmp_path.iterdir()) == [], f"`caucus {' '.join(args)}` created {list(tmp_path.iterdir())}"

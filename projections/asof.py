@@ -241,7 +241,7 @@ def _start_offsets(cut: Cut, marks: Mapping[int, int], partitions: int) -> dict[
             if end > marks.get(p, 0):
                 raise AsOfError(
                     f"log position {p}:{end} lies beyond partition {p}, which holds {marks.get(p, 0)} records: "
-                    "that position belongs to another (or a lost) log"
+                    "past its end: a mistyped position, or one of another (or a lost) log"
                 )
         if cut.rest is not None:
             for p in range(partitions):

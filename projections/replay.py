@@ -168,7 +168,7 @@ def check_cut(cut: Cut, log: EventLog) -> None:
         if end > marks.get(p, 0):
             raise AsOfError(
                 f"log position {p}:{end} lies beyond partition {p}, which holds {marks.get(p, 0)} records: "
-                "that position belongs to another (or a lost) log"
+                "past its end: a mistyped position, or one of another (or a lost) log"
             )
     if cut.rest is not None:
         for p in range(log.partitions):

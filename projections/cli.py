@@ -381,11 +381,11 @@ def trail(
         try:
             info = resolve_set(store, projection)
             view = load_view(store, set_id=info.set_id, election_id=election, unit=unit)
-            defined = True
             try:
                 unit_id = find_unit(view, unit)
             except QueryError:
-                unit_id, defined = unit, False  # not in the definition: its refused submissions may still be in the log
+                unit_id = unit  # not in the definition: its refused submissions may still be in the log
+            defined = unit_id in view.context.units  # (a refusal's count gives an undefined unit a state)
             log = open_log_of(settings, info, store)
             try:
                 with store.reader(info.set_id) as reader:
@@ -401,7 +401,10 @@ def trail(
         what = "no event names it" if defined else "the election defines no such unit and no event names it"
         raise fail(f"no events for unit {unit_id!r} of election {result.election_id!r} in {settings.describe_log()}: "
                    f"{what} (give a unit id, or a name `caucus tally --county C` lists{lag})", code=2)
-    emit(result.to_json(), as_json, lambda: print_trail(cli_console(), result))
+    if not defined:  # shown for the refusals that named it; the heading alone read as a unit of the election
+        typer.echo(f"note: election {result.election_id} defines no unit {unit_id!r}; shown: what the log holds that "
+                   "names it", err=True)
+    emit({**result.to_json(), "defined": defined}, as_json, lambda: print_trail(cli_console(), result))
 
 
 def projections_list(

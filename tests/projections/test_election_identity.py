@@ -322,6 +322,15 @@ def test_a_sender_without_the_right_to_a_unit_cannot_file_refusals_under_it(work
     assert _tally(caucus, "--unit", "200002")["unit"]["rejected"] == 0
     code, trail = caucus("trail", "200002", "--json")
     assert code == 0 and trail["events"] == [] and len(trail["unattributed"]) == 2, trail
+    assert trail["defined"] is True
+    # A unit the election does not define, named by a refused report: its trail shows the refusal and says
+    # the unit is not the election's (the heading alone read as one of its units).
+    code, refused = caucus("report", "--unit", "NOPE", "--election", "e2020", "--attendance", "30",
+                           "--first", "Adams=20,Baker=10", "--final", "Adams=20,Baker=10", "--token", official, "--json")
+    assert code == 1 and refused["errors"], refused
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    code, trail = caucus("trail", "NOPE", "--json")
+    assert code == 0 and trail["defined"] is False and len(trail["events"]) + len(trail["unattributed"]) == 1, trail
 
 
 def test_an_unknown_election_lists_the_defined_ones_not_ids_only_refusals_named() -> None:

@@ -160,7 +160,7 @@ def _embedded_log_there(settings: Settings) -> None:
     from ledger.backends import backends_for
 
     backends = backends_for(settings)
-    if backends.log_kind == "sqlite" and not settings.log_path.exists() and not (settings.data_dir / "intake").exists():
+    if backends.log_kind == "sqlite" and not settings.log_path.exists() and not backends.intake_dir().exists():
         try:
             backends.open_existing_log().close()  # raises the usual "no event log at ..."
         except LogMissingError as exc:

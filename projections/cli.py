@@ -32,7 +32,7 @@ from projections.stores import open_store
 from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
 from projections.wiring import (DEFAULT_GROUP, check_source, existing_log_identity, open_existing_log, open_log_of, read_identity,
-                                source_for, unread_events)
+                                source_for, unread_events, unread_records)
 
 __all__ = ["register"]
 
@@ -66,6 +66,7 @@ def _stop_on_signals() -> Iterator[threading.Event]:
     """SIGINT and SIGTERM ask the runner to stop between batches: a batch is committed whole or
     not at all, never half."""
     stop = threading.Event()
+    _SIGNALLED.clear()  # this run's signals only (a process may run several commands: the tests do)
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         _SIGNALLED.append(signum)
@@ -142,7 +143,7 @@ def project(
         emit(progress.to_json(), True)
     elif not quiet:
         typer.echo(f"stopped ({progress.stopped}); {progress_line(progress)}", err=True)
-    if until_caught_up and not progress.caught_up and _SIGNALLED:  # a script must not take it for caught up
+    if until_caught_up and not progress.caught_up and progress.stopped == "signal" and _SIGNALLED:  # not caught up
         raise typer.Exit(143 if _SIGNALLED[-1] == signal.SIGTERM else 130)
 
 
@@ -338,7 +339,16 @@ def _ask_the_log(settings: Settings, positions: Mapping[int, int] | None = None)
     asking = threading.Thread(target=ask, name="caucus-tally-log", daemon=True)
     asking.start()
     asking.join(LOG_ANSWER_SECONDS)
-    return None if asking.is_alive() else answer
+    if not asking.is_alive():
+        return answer
+    got = dict(answer)  # the thread may still be reading the unread tail: what it had answered by then
+    if "marks" not in got or positions is None or "unread" in got or "lost" in got:
+        return got if "marks" in got else None
+    try:  # the log answered; only telling checkpoints apart took long: count every unread record
+        got["unread"] = unread_records(got["marks"], positions)
+    except LogLostError as exc:
+        got["lost"] = exc
+    return got
 
 
 def _unread_hint(settings: Settings, store: ProjectionStore, projection: str) -> str:

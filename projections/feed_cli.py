@@ -61,7 +61,7 @@ def resolve_filter(settings: Any, county: str | None, unit: str | None, election
     becomes its id), so a typo stops at once instead of following a feed that never matches
     (``QueryError``). Without a projection store to ask (a subscriber on another machine), they are
     taken as given. A unit or county is one election's: that election is followed (the only one
-    defining the unit, unless an election is named). ``subscribe`` and ``GET /api/feed`` both use it."""
+    defining the unit, unless an election is named)."""
     if county is None and unit is None and election is None:
         return county, unit, election
     from projections.queries import find_county, find_unit, load_view

@@ -411,7 +411,8 @@ and the rules' meanings) it was checked against, so a
         self.progress.positions = dict(self._next)
         self.progress.assigned = self.source.assigned()
         now = time.monotonic()
-        said = (self.progress.applied, self.progress.skipped, tuple(sorted(self.progress.positions.items())))
+        p = self.progress
+        said = (p.applied, p.skipped, tuple(sorted(p.positions.items())), tuple(sorted(p.assigned or ())), p.lag_events)
         if final and said == self._last_said:
             return
         if self.on_progress is not None and (force or now - self._last_report >= self.progress_interval):

@@ -191,6 +191,13 @@ def _link_new(content: bytes, path: Path) -> bool:
         return True
     except FileExistsError:
         return False
+    except OSError:  # a file system without hard links (vfat, some network mounts): exclusive create
+        try:
+            with open(path, "xb") as out:
+                out.write(content)
+            return True
+        except FileExistsError:
+            return False
     finally:
         temporary.unlink(missing_ok=True)
 

@@ -103,6 +103,7 @@ def _of_this_log(settings: Settings, sources: Sources, sides: tuple[SideSpec, ..
     stored = [side for side in sides if side.source == "live"]
     if not stored:
         return []
+    of_log = any(side.source not in ("live", "set") for side in sides)  # a side read from the log itself
     store = sources.open_store()
     notes: list[str] = []
     try:
@@ -131,8 +132,10 @@ def _of_this_log(settings: Settings, sources: Sources, sides: tuple[SideSpec, ..
                     positions = {p: row.next_offset for p, row in reader.positions().items()}
                 unread = unread_events(log, positions, marks)
                 if unread:
-                    notes.append(f"the projection ({side.text}) has not read {unread} record(s) of the log yet; what "
-                                 "they change shows as a difference from the log: `caucus project` reads them")
+                    notes.append(f"the projection ({side.text}) has not read {unread} record(s) of the log yet; "
+                                 + ("what they change shows as a difference from the log" if of_log else
+                                    "neither side holds what they change")
+                                 + ": `caucus project` reads them")
         finally:
             log.close()
     finally:

@@ -8,6 +8,7 @@ small query and a 304.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -83,7 +84,7 @@ def create_app(reader: ResultsReader, settings: Settings, *, max_age: int = 5) -
 
     _tally_routes(app, reader, max_age)
     _evidence_routes(app, reader, settings, max_age, hide)
-    _feed_route(app, settings, hide)
+    _feed_route(app, reader, settings, hide)
     return app
 
 
@@ -174,7 +175,7 @@ def feed_schemas() -> dict[str, Any]:
             "types": [{"name": n, "version": v, "schema": schema} for (n, v), schema in sorted(load_catalogue(FEED_TYPES).items())]}
 
 
-def _feed_route(app: FastAPI, settings: Settings, hide: Callable[[str], str]) -> None:
+def _feed_route(app: FastAPI, reader: ResultsReader, settings: Settings, hide: Callable[[str], str]) -> None:
     schemas = dumps(feed_schemas())
 
     @app.get("/api/feed/schemas", summary="The Avro schemas of the results feed's records (shared types expanded)")
@@ -187,18 +188,15 @@ def _feed_route(app: FastAPI, settings: Settings, hide: Callable[[str], str]) ->
              start: str | None = Query(None, alias="from", description="Feed positions to start from (an event's id); "
                                                                         "default: from now"),
              last_event_id: str | None = Header(None)) -> StreamingResponse:
-        from projections.feed_cli import resolve_filter
-        from projections.queries import QueryError
-
         try:
             resume = parse_resume(last_event_id) or parse_resume(start)
             check_resume(settings, resume)
         except ValueError as exc:
             raise ReadError(str(exc), 400) from exc
-        try:  # as `caucus subscribe` checks them: a typo is an answer, not a stream that never matches
-            county, unit, election = resolve_filter(settings, county, unit, election)
-        except QueryError as exc:
-            raise ReadError(str(exc), 404) from exc
+        if election is not None:  # a typo is an answer, not a stream that never matches (the list is cached)
+            known = json.loads(reader.plain("elections", None, lambda: {"elections": reader.elections()}).body or b"{}")
+            if election not in {e["election_id"] for e in known.get("elections", ())}:
+                raise ReadError(f"no election {election!r} in the serving projection (GET /api/elections lists them)", 404)
         return StreamingResponse(sse_events(settings, resume, FeedFilter(election, county, unit), hide),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

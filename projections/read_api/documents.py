@@ -68,7 +68,7 @@ def trail(reader: ResultsReader, view: TallyView, text: str) -> dict[str, Any]:
         result = unit_trail(log, r, view.context.election_id, uid)
     if not result.entries and not result.unattributed:
         raise ReadError(f"no events for unit {uid!r} of election {result.election_id!r}", 404)
-    return result.to_json()
+    return {**result.to_json(), "defined": uid in view.context.units}  # as `caucus trail --json` says it
 
 
 def audit_report(view: TallyView, unit_id: str | None = None) -> AuditReport:

@@ -353,3 +353,25 @@ def test_first_writers_with_different_keys_racing_publish_one_key_and_the_others
     assert len(winners) == 1 and keys[winners[0]].public_key == published.public_key, answers
     assert all(published.key_id in (w or "") for i, w in answers.items() if i not in winners)
     assert sorted(p.name for p in data.iterdir()) == [PUBLIC_KEY_FILE]  # no temporary file left
+
+
+def test_publishing_works_where_the_file_system_has_no_hard_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key is linked into place; a file system without hard links (vfat, some network mounts) answers
+    the link with EPERM: the file is then created exclusively, still never replacing another key."""
+    import errno
+    import os as os_module
+
+    from ledger.integrity.keys import PUBLIC_KEY_FILE, load_or_create_signing_key, load_trusted_key, publish_public_key
+
+    def no_links(*_args: object, **_kw: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os_module, "link", no_links)
+    data = tmp_path / "data"
+    data.mkdir()
+    first, _ = load_or_create_signing_key(tmp_path / "first")
+    second, _ = load_or_create_signing_key(tmp_path / "second")
+    assert publish_public_key(first, data) is None
+    assert first.key_id in (publish_public_key(second, data) or "")
+    assert load_trusted_key(data / PUBLIC_KEY_FILE).public_key == first.public_key
+    assert sorted(p.name for p in data.iterdir()) == [PUBLIC_KEY_FILE]

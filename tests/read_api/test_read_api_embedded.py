@@ -77,10 +77,9 @@ def test_conditional_get_as_of_and_errors(client: TestClient) -> None:
     assert page.status_code == 404 and page.headers["content-type"].startswith("text/html") and "nope" in page.text
     assert client.get("/static/live.js").status_code == 200
     # Every error in one shape, the framework's own too (a route that is not there, a missing parameter),
-    # and a feed filter naming nothing the projection holds is refused, as `caucus subscribe` refuses it.
+    # and a feed of an election the projection does not hold is refused, as `caucus subscribe` refuses it.
     for path, params, status, said in (("/api/nonexistent", {}, 404, "Not Found"), (f"/api/elections/{e}/diff", {}, 422, "query a"),
-                                       ("/api/feed", {"election": "nope"}, 404, "nope"),
-                                       ("/api/feed", {"unit": "nope"}, 404, "nope")):  # fmt: skip
+                                       ("/api/feed", {"election": "nope"}, 404, "nope")):  # fmt: skip
         answer = client.get(path, params=params)
         assert answer.status_code == status and answer.json()["error"]["status"] == status, (path, answer.text)
         assert said in answer.json()["error"]["message"], (path, answer.text)

@@ -145,12 +145,15 @@ def cred_revoke(
 ) -> None:
     """Revoke a credential; its token stops working at once. Exit 2 if there is no such credential."""
     try:
-        cred = credential_store(settings_of(ctx), credentials).revoke(cred_id)
+        store = credential_store(settings_of(ctx), credentials)
+        already = any(c.cred_id == cred_id and c.revoked_at is not None for c in store.list())
+        cred = store.revoke(cred_id)
     except KeyError:
         raise fail(f"no credential {cred_id!r} (`caucus credentials list` shows their ids)") from None
     except CredentialError as exc:
         raise fail(str(exc)) from exc
-    emit(cred.public(), as_json, lambda: typer.echo(f"revoked {cred.cred_id} ({cred.actor}) at {cred.revoked_at}"))
+    emit(cred.public(), as_json, lambda: typer.echo(
+        f"{'already revoked' if already else 'revoked'} {cred.cred_id} ({cred.actor}) at {cred.revoked_at}"))
 
 
 def _embedded_log_there(settings: Settings) -> None:

@@ -147,6 +147,8 @@ def test_credentials_list_and_revoke(cli: Any, tokens: dict[str, str], defined: 
     chair_id = next(c["id"] for c in listed if c["role"] == "chair")
     code, revoked = cli("credentials", "revoke", chair_id, "--json")
     assert code == 0 and revoked["revoked_at"]
+    code, again = cli("credentials", "revoke", chair_id)  # it said "revoked ... at" as if revoked just now
+    assert code == 0 and str(again).startswith(f"already revoked {chair_id}") and revoked["revoked_at"] in again, again
     code, refused = cli("open", "FM5", "--json", token=tokens["chair"])
     assert code == 1 and refused["errors"][0]["code"] == "REVOKED"
     code, _ = cli("credentials", "issue", "--unit", "FM5", "--official", "x")

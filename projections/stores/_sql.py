@@ -231,20 +231,23 @@ class SqlReader:
         if keys is None:
             rows = self._q(self._sql(base), params)
         else:
-            rows = self._keyed(base, params, keys)
+            rows = self._keyed(base, params, keys, probe=False)
         return {(r[1], r[0]): TallyRow(*r) for r in rows}
 
-    def _keyed(self, base: str, params: list[Any], keys: Iterable[UnitKey]) -> list[tuple[Any, ...]]:
+    def _keyed(self, base: str, params: list[Any], keys: Iterable[UnitKey], *, probe: bool = True) -> list[tuple[Any, ...]]:
         """Rows of the given (election, unit) keys: one election at a time, matched by unit id in the
         database (the list adapters take is of single values). Naming the election lets the primary
-        key (set, election, unit) find each row; without it every chunk of ids scanned the whole set."""
+        key (set, election, unit) find each row; without it every chunk of ids scanned the whole set.
+        ``probe=False``: the table has another index led by (set, election), which a planner without
+        statistics takes as readily as the primary key for a single unit; ``q_in`` is asked to match
+        the list in one statement (an empty column name) rather than key by key."""
         by_election: dict[str, set[str]] = {}
         for election_id, unit_id in keys:
             by_election.setdefault(election_id, set()).add(unit_id)
         rows: list[tuple[Any, ...]] = []
         sql = self._sql(base + " AND election_id = ? AND unit_id {in}")
         for election_id, ids in sorted(by_election.items()):
-            rows.extend(self._q_in(sql, [*params, election_id], sorted(ids), "unit_id"))
+            rows.extend(self._q_in(sql, [*params, election_id], sorted(ids), "unit_id" if probe else ""))
         return rows
 
     def processed(self, event_ids: Sequence[str]) -> set[str]:

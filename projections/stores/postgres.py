@@ -64,6 +64,14 @@ _MOVE_STAGED = (
 )
 
 
+# Rows of a list of keys, one index probe per key. ``col = ANY(%s)`` leaves the choice to the planner, and
+# on a set it has no statistics for (a table filled since the last ANALYZE: every rebuild, every new
+# set) it takes the keys' leading columns (set, election) for a handful of rows and filters the list
+# over all of them: every unit state of the set read per batch, a rebuild quadratic in units. The
+# lateral subquery (kept apart by OFFSET 0) is probed by the whole primary key, whatever the statistics.
+_PROBE = "SELECT t.* FROM unnest(%s::text[]) AS k(v) CROSS JOIN LATERAL ({query} OFFSET 0) AS t"
+
+
 class _Tx(SqlReader):
     def __init__(self, set_id: int, conn: psycopg.Connection[Any], io: ThreadPoolExecutor) -> None:
         self._conn = conn
@@ -74,8 +82,12 @@ class _Tx(SqlReader):
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return self._conn.execute(sql, tuple(params)).fetchall()
 
-    def _query_in(self, sql: str, params: Sequence[Any], values: Sequence[str], _col: str) -> list[tuple[Any, ...]]:
-        return self._conn.execute(sql.replace("{in}", "= ANY(%s)"), (*params, list(values))).fetchall()
+    def _query_in(self, sql: str, params: Sequence[Any], values: Sequence[str], col: str) -> list[tuple[Any, ...]]:
+        """``sql`` (``SELECT ... WHERE ... AND col {in}``) for each value by itself (``_PROBE``); where no
+        column is named, the list in one ``= ANY`` (see ``SqlReader._keyed``)."""
+        if not col:
+            return self._conn.execute(sql.replace("{in}", "= ANY(%s)"), (*params, list(values))).fetchall()
+        return self._conn.execute(_PROBE.format(query=sql.replace("{in}", "= k.v")), (list(dict.fromkeys(values)), *params)).fetchall()
 
     def write(self, changes: Changes) -> None:
         rows = change_rows(self.set_id, changes)

@@ -1,0 +1,96 @@
+"""PostgreSQL reads a list of keys by probing each key, whatever its statistics say.
+
+Why: a batch reads the stored states and tallies of the units it touches, and the index of the
+event ids it holds. A set filled since the last ANALYZE (every rebuild, every new set) has no
+statistics, and the planner, asked for ``unit_id = ANY(list)``, took the leading key columns (set,
+election) as a handful of rows and filtered the list over all of them: each batch read every unit
+state of the set, and a rebuild grew with the square of its units. These tests count the rows the
+database reads for the statements the store sends, on tables it has never analysed.
+
+Tallies by key are not probed: their county index, led by (set, election) too, ties with the primary
+key for such a planner, which then scans the county index once per key (``SqlReader._keyed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from projections.stores.port import Changes, EventRow, PositionRow, TallyRow, UnitRow
+
+pytestmark = pytest.mark.usefixtures("pg_dsn")
+
+UNITS = 3000
+ASKED = 40
+
+
+class _Recording:
+    """The reader's connection, keeping each statement it is sent."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.sent: list[tuple[str, Any]] = []
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        self.sent.append((sql, params))
+        return self.conn.execute(sql, params)
+
+
+def _plan_rows(plan: dict[str, Any], relation: str) -> int:
+    """Rows the plan's scans of ``relation`` read: those they returned and those their filters removed."""
+    loops = plan.get("Actual Loops", 1)
+    read = 0
+    if plan.get("Relation Name") == relation:
+        read += (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)
+                 + plan.get("Rows Removed by Index Recheck", 0)) * loops
+    return read + sum(_plan_rows(child, relation) for child in plan.get("Plans", ()))
+
+
+@pytest.fixture
+def filled(pg_dsn: str) -> Iterator[tuple[Any, int]]:
+    from projections.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn)
+    set_id = store.create_set("tally", source="test").set_id
+    ch = Changes()
+    for i in range(UNITS):
+        ch.units.append(UnitRow(f"u{i}", "e1", i % 8, f'{{"u":{i}}}'))
+        ch.tallies.append(TallyRow(f"u{i}", "e1", f"c{i % 99}", "reported", "ctx", f'{{"t":{i}}}'))
+        ch.events.append(EventRow(f"ev-{i}", f"u{i}", "e1", i % 8, i, "ResultReported", "2020-02-03T19:00:00+00:00"))
+    ch.positions.append(PositionRow(0, UNITS, "2020-02-03T19:00:00+00:00"))
+    with store.transaction(set_id) as tx:
+        tx.write(ch)
+    try:
+        yield store, set_id
+    finally:
+        store.close()
+
+
+def _rows_read(store: Any, set_id: int, relation: str, ask: Any) -> tuple[int, Any]:
+    with store.reader(set_id) as tx:
+        real = tx._conn
+        tx._conn = recording = _Recording(real)
+        answer = ask(tx)
+        tx._conn = real
+        (sql, params), = [(s, p) for s, p in recording.sent if relation in s]
+        (plan,), = real.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+    return _plan_rows(plan["Plan"], relation), answer
+
+
+def test_a_batch_s_unit_states_are_read_by_key_on_a_set_never_analysed(filled: tuple[Any, int]) -> None:
+    store, set_id = filled
+    relation = "proj_unit_states"
+    keys = [("e1", f"u{i}") for i in range(0, UNITS, UNITS // ASKED)] + [("e1", "no-such-unit")]
+    read, answer = _rows_read(store, set_id, relation, lambda tx: tx.unit_states(keys))
+    assert set(answer) == set(keys[:-1])
+    assert read <= 2 * len(keys), f"{read} rows of {relation} read for {len(keys)} keys (the set holds {UNITS})"
+
+
+def test_held_event_ids_are_read_by_key_on_a_set_never_analysed(filled: tuple[Any, int]) -> None:
+    store, set_id = filled
+    ids = [f"ev-{i}" for i in range(0, UNITS, UNITS // ASKED)] + ["ev-none", "ev-0"]  # a repeat asks once
+    read, answer = _rows_read(store, set_id, "proj_events", lambda tx: tx.processed(ids))
+    assert answer == set(ids) - {"ev-none"}
+    assert read <= 2 * len(ids), f"{read} rows of proj_events read for {len(ids)} ids (the set holds {UNITS})"

@@ -69,6 +69,8 @@ _MOVE_STAGED = (
 # set) it takes the keys' leading columns (set, election) for a handful of rows and filters the list
 # over all of them: every unit state of the set read per batch, a rebuild quadratic in units. The
 # lateral subquery (kept apart by OFFSET 0) is probed by the whole primary key, whatever the statistics.
+_STATISTICS = "ANALYZE proj_unit_states, proj_unit_tallies, proj_events"
+_FIRST_STATISTICS = 1_000
 _PROBE = "SELECT t.* FROM unnest(%s::text[]) AS k(v) CROSS JOIN LATERAL ({query} OFFSET 0) AS t"
 
 
@@ -77,6 +79,7 @@ class _Tx(SqlReader):
         self._conn = conn
         self._io = io
         self._staged = False
+        self.written = 0  # unit, tally and index rows (``PostgresStore._gather_statistics``)
         super().__init__(set_id, self._query, self._query_in, "%s")
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -91,6 +94,7 @@ class _Tx(SqlReader):
 
     def write(self, changes: Changes) -> None:
         rows = change_rows(self.set_id, changes)
+        self.written += len(rows["units"]) + len(rows["tallies"])
         with self._conn.cursor() as cur:
             for kind in ("elections", "units", "tallies", "events", "positions"):
                 if rows[kind]:
@@ -109,6 +113,7 @@ class _Tx(SqlReader):
         if not rows:
             return set
         sid = self.set_id
+        self.written += len(rows)
         with self._conn.cursor() as cur:
             if not self._staged:
                 cur.execute(_STAGING)  # a temporary table lives as long as the connection
@@ -139,6 +144,7 @@ class PostgresStore:
             raise StoreError(f"cannot connect to the projection store database: {exc}") from exc
         self._lock = threading.RLock()
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caucus-pg-io")
+        self._written = self._analysed_at = 0  # rows written by this store's batches, and when last analysed
         with self._conn.transaction():
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             meta, rest = schema_statements()
@@ -278,10 +284,27 @@ class PostgresStore:
 
     @contextmanager
     def transaction(self, set_id: int) -> Iterator[_Tx]:
-        with self._guarded() as conn, conn.transaction():
-            if conn.execute("SELECT set_id FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone() is None:
-                raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
-            yield _Tx(set_id, conn, self._io)
+        with self._guarded() as conn:
+            with conn.transaction():
+                if conn.execute("SELECT set_id FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone() is None:
+                    raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
+                tx = _Tx(set_id, conn, self._io)
+                yield tx
+            self._gather_statistics(conn, tx.written)
+
+    def _gather_statistics(self, conn: psycopg.Connection[Any], written: int) -> None:
+        """ANALYZE the tables a batch writes each time what this store has written doubles (from
+        ``_FIRST_STATISTICS`` rows on). A rebuild is a bulk load, and autovacuum gathers statistics
+        a minute or more after it has begun: until then the planner takes the set's key columns
+        (set, election) for a handful of rows, and reads a list of keys by filtering them over every
+        row of the set (``SqlReader._keyed``: tallies by key, for the results feed, each batch)."""
+        self._written += written
+        if self._written >= max(_FIRST_STATISTICS, 2 * self._analysed_at):
+            self._analysed_at = self._written
+            try:
+                conn.execute(_STATISTICS)
+            except psycopg.Error:
+                pass  # the batch has committed; statistics only speed up later reads (and autovacuum gathers them too)
 
     @contextmanager
     def feed_fence(self, set_id: int) -> Iterator[SqlFeedFence]:

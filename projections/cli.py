@@ -421,8 +421,9 @@ def projections_list(
     ctx: typer.Context,
     as_json: bool = JsonOption,
 ) -> None:
-    """Projection sets in the store: name, version, state (building / serving / retired, or abandoned: left
-    building by a replay that is gone), the log it was built from."""
+    """Projection sets in the store: name, version, state (building / serving / retired; built: a
+    --no-promote or as-of set built to its end; abandoned: left building by a replay that is gone), the
+    log it was built from."""
     from projections.set_builders import shown_state
 
     settings = settings_of(ctx)

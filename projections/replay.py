@@ -34,7 +34,7 @@ from ledger.log.port import EventLog, StoredRecord
 from projections.asof import AsOfError, Cut
 from projections.queries import DEFAULT_SET
 from projections.runner import Progress, ProjectionRunner, RunnerError
-from projections.set_builders import builder_gone, builder_of, builder_params, describe_builder
+from projections.set_builders import builder_gone, builder_of, builder_params, describe_builder, shown_state
 from projections.sources import AssignmentListener, Source
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreUnavailable
 from projections.wiring import DEFAULT_GROUP, check_source, log_identity, serving_set, source_for
@@ -77,7 +77,7 @@ class ReplayOutcome:
         def brief(s: SetInfo | None) -> dict[str, Any] | None:
             if s is None:
                 return None
-            return {"set_id": s.set_id, "name": s.name, "version": s.version, "state": s.state, "rule_set": s.rule_set}
+            return {"set_id": s.set_id, "name": s.name, "version": s.version, "state": shown_state(s), "rule_set": s.rule_set}
 
         return {
             "previous": brief(self.previous),
@@ -321,7 +321,9 @@ def rebuild(
     outcome = ReplayOutcome(previous, store.get_set(built.set_id), progress, promoted=False, notes=notes)
     if not progress.caught_up:
         outcome.notes.append(f"stopped ({progress.stopped}) before catching up: set {built.set_id} left building, not promoted")
-    elif promote:
+    elif not promote:
+        outcome.built = store.finish_set(built.set_id)
+    else:
         outcome.built = store.promote(built.set_id)
         outcome.promoted = True
         log.info("projection %s v%d (set %d) now serves, built from %s", name, built.version, built.set_id, identity)
@@ -367,5 +369,7 @@ def build_as_of(
     outcome.notes.append(f"{cut_source.outside} records outside the cut were read and left out")
     if not progress.caught_up:
         outcome.notes.append(f"stopped ({progress.stopped}) before the whole log was read: set {built.set_id} is incomplete")
+    else:
+        outcome.built = store.finish_set(built.set_id)
     outcome.seconds = time.monotonic() - began
     return outcome

@@ -122,6 +122,8 @@ def replay(
         store.close()
 
     def human() -> None:
+        from projections.set_builders import shown_state
+
         b, p = outcome.built, outcome.progress
         typer.echo(f"built projection {b.name} v{b.version} (set {b.set_id}) from {settings.describe_log()}: "
                    f"{p.applied:,} events in {outcome.seconds:,.2f} s "
@@ -130,7 +132,7 @@ def replay(
             prev = outcome.previous
             typer.echo(f"now serving: {b.name} v{b.version}" + (f"; v{prev.version} (set {prev.set_id}) retired and kept" if prev else ""))
         elif cut is None:
-            typer.echo(f"not promoted: {b.name} v{b.version} is {b.state}")
+            typer.echo(f"not promoted: {b.name} v{b.version} is {shown_state(b)}")
         for note in outcome.notes:
             typer.echo(note)
         if built_view is not None:

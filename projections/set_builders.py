@@ -5,7 +5,7 @@ killed outright (``kill -9``, a machine that lost power) cannot say it stopped, 
 ``building`` forever and looked like work in progress; and two replays of one projection at once each
 retired the set the other had just promoted, each reporting the same set retired. So a replay records
 its host, process id and process start time in the set's params (``builder``; only a replay that is
-to promote its set: a ``--no-promote`` or as-of set stays building when it is done); a building set whose
+to promote its set: a ``--no-promote`` or as-of set is marked built when it is done, ``built``); a building set whose
 builder is gone is ``abandoned`` (``caucus projections``), and the next replay drops it. A replay
 whose builder is alive on this host, or on a host this one cannot look at, holds the projection:
 another replay refuses to start beside it, and of two that started at the same moment the one with
@@ -22,7 +22,7 @@ from typing import Any
 
 from projections.stores.port import SetInfo
 
-__all__ = ["builder_params", "builder_of", "builder_gone", "shown_state", "describe_builder"]
+__all__ = ["builder_params", "builder_of", "builder_gone", "built_at", "shown_state", "describe_builder"]
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -89,8 +89,21 @@ def builder_gone(info: SetInfo) -> bool:
     return started is not None and now is not None and now != started
 
 
+def built_at(info: SetInfo) -> str | None:
+    """When a set that is not to serve was built to its end (``ProjectionStore.finish_set``), or None."""
+    try:
+        params = json.loads(info.params or "{}")
+    except ValueError:
+        return None
+    at = params.get("built_at") if isinstance(params, dict) else None
+    return at if isinstance(at, str) else None
+
+
 def shown_state(info: SetInfo) -> str:
-    """The state to show: ``abandoned`` for a building set whose builder is gone, else the stored state."""
+    """The state to show: ``abandoned`` for a building set whose builder is gone, ``built`` for one
+    that is not to serve and was built to its end, else the stored state."""
+    if info.state == "building" and built_at(info) is not None:
+        return "built"
     return "abandoned" if builder_gone(info) else info.state
 
 

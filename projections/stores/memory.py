@@ -35,6 +35,8 @@ from projections.stores.port import (
     UnitKey,
     UnitRow,
     admitted,
+    finished_params,
+    not_building,
 )
 
 __all__ = ["MemoryStore", "forget"]
@@ -279,6 +281,15 @@ class MemoryStore:
         db.sets[set_id] = promoted = replace(info, state="serving", promoted_at=_now())
         db.serving[info.name] = set_id
         return promoted
+
+    def finish_set(self, set_id: int) -> SetInfo:
+        with self._write():
+            info = self.get_set(set_id)
+            if info.state != "building":
+                raise not_building(info)
+            with self._db.lock:
+                self._db.sets[set_id] = finished = replace(info, params=finished_params(info.params, _now()))
+            return finished
 
     def drop_set(self, set_id: int) -> None:
         with self._write():

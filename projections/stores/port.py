@@ -23,12 +23,15 @@ identified by (election id, unit id) everywhere: one log may hold elections whos
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 __all__ = [
+    "finished_params",
+    "not_building",
     "StoreError",
     "StoreUnavailable",
     "SetNotFound",
@@ -293,6 +296,13 @@ class ProjectionStore(Protocol):
         """Delete a set's rows. Refuses the serving set."""
         ...
 
+    def finish_set(self, set_id: int) -> SetInfo:
+        """Record that a set that is not to serve (a ``--no-promote`` rebuild, an as-of set) was built
+        to its end: ``built_at`` in its params (``finished_params``). Its state stays ``building``, the
+        only one a set that never served has; it is shown ``built`` (``set_builders.shown_state``).
+        Refuses a set that is not building."""
+        ...
+
     def transaction(self, set_id: int) -> AbstractContextManager[StoreTx]:
         """A write transaction holding the set's lock until commit (or rollback on error)."""
         ...
@@ -317,3 +327,21 @@ def chunks(items: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
 
 def as_mapping(rows: Iterable[tuple[int, int, str | None]]) -> Mapping[int, PositionRow]:
     return {p: PositionRow(p, o, r) for p, o, r in rows}
+
+
+def finished_params(params: str, at: str) -> str:
+    """A set's params text with ``built_at`` set to ``at`` (``ProjectionStore.finish_set``); params that are
+    not a JSON object are kept under ``params``."""
+    try:
+        doc = json.loads(params or "{}")
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        doc = {"params": params}
+    doc["built_at"] = at
+    return json.dumps(doc, sort_keys=True)
+
+
+def not_building(info: SetInfo) -> StoreError:
+    return StoreError(f"projection set {info.set_id} ({info.name} v{info.version}) is {info.state}, not building: "
+                      "only a set being built can be marked built")

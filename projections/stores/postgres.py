@@ -40,7 +40,16 @@ from projections.stores._sql import (
     version_mismatch,
 )
 from projections.stores.bi_views import BI_VIEWS_VERSION, bi_view_statements
-from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, StoreError, StoreUnavailable
+from projections.stores.port import (
+    Changes,
+    EventRow,
+    SetInfo,
+    SetNotFound,
+    StoreError,
+    StoreUnavailable,
+    finished_params,
+    not_building,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -270,6 +279,17 @@ class PostgresStore:
             "INSERT INTO proj_serving (name, set_id) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE SET set_id = excluded.set_id",
             (name, set_id),
         )
+
+    def finish_set(self, set_id: int) -> SetInfo:
+        with self._lock, self._conn.transaction():
+            row = self._conn.execute(f"SELECT {SET_COLUMNS} FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone()
+            if row is None:
+                raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
+            info = set_info(row)
+            if info.state != "building":
+                raise not_building(info)
+            self._conn.execute("UPDATE proj_sets SET params = %s WHERE set_id = %s", (finished_params(info.params, now_text()), set_id))
+        return self.get_set(set_id)
 
     def drop_set(self, set_id: int) -> None:
         with self._lock, self._conn.transaction():

@@ -52,7 +52,17 @@ from projections.stores._sql import (
     upsert_statements,
     version_mismatch,
 )
-from projections.stores.port import Changes, EventRow, SetInfo, SetNotFound, StoreError, StoreMissing, chunks
+from projections.stores.port import (
+    Changes,
+    EventRow,
+    SetInfo,
+    SetNotFound,
+    StoreError,
+    StoreMissing,
+    chunks,
+    finished_params,
+    not_building,
+)
 
 __all__ = ["SqliteStore"]
 
@@ -266,6 +276,20 @@ class SqliteStore:
             "INSERT INTO proj_serving (name, set_id) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET set_id = excluded.set_id",
             (name, set_id),
         )
+
+    def finish_set(self, set_id: int) -> SetInfo:
+        with self._write() as conn:
+            info = self._set_in(conn, set_id)
+            if info.state != "building":
+                raise not_building(info)
+            conn.execute("UPDATE proj_sets SET params = ? WHERE set_id = ?", (finished_params(info.params, now_text()), set_id))
+        return self.get_set(set_id)
+
+    def _set_in(self, conn: sqlite3.Connection, set_id: int) -> SetInfo:
+        row = conn.execute(f"SELECT {SET_COLUMNS} FROM proj_sets WHERE set_id = ?", (set_id,)).fetchone()
+        if row is None:
+            raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
+        return set_info(row)
 
     def drop_set(self, set_id: int) -> None:
         with self._write() as conn:

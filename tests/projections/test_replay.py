@@ -20,6 +20,7 @@ from ledger.log.sqlite import SqliteLog
 from projections.asof import Cut, tally_as_of
 from projections.queries import load_view
 from projections.replay import build_as_of, rebuild
+from projections.set_builders import shown_state
 from projections.runner import ProjectionRunner
 from projections.sources import EmbeddedSource
 from projections.stores.port import ProjectionStore
@@ -144,8 +145,26 @@ def test_a_stopped_rebuild_is_not_promoted(support: ModuleType, open_store: Open
                       on_commit=lambda c, p: batches.append(1), stop=lambda: len(batches) >= 2, poll_timeout=0.01,
                       catch_up_batch=0)
     assert not outcome.promoted and outcome.built.state == "building"
+    assert shown_state(store.get_set(outcome.built.set_id)) != "built", "stopped: not built to its end"
     assert store.serving("tally").set_id == old.set_id  # type: ignore[union-attr]
     assert any("not promoted" in n for n in outcome.notes)
+
+
+def test_a_rebuild_not_to_be_promoted_is_marked_built_when_done(support: ModuleType, open_store: Open, tmp_path: Path) -> None:
+    """It stayed ``building`` for good, which read as a replay still at work (or one that died)."""
+    data = tmp_path / "data"
+    log = SqliteLog(data / "log.sqlite3", partitions=8)
+    Journal(log).append_batch(support.election_log(20))
+    settings = Settings(data_dir=data)
+    store = open_store()
+    old = serving_set(store, settings)
+    _project(store, old.set_id, log.path)
+    outcome = rebuild(store, settings, batch_size=10, source=lambda: EmbeddedSource(SqliteLog(log.path)), poll_timeout=0.01,
+                      promote=False)
+    assert not outcome.promoted and outcome.progress.caught_up
+    assert shown_state(outcome.built) == shown_state(store.get_set(outcome.built.set_id)) == "built"
+    assert outcome.to_json()["built"]["state"] == "built"
+    assert store.serving("tally").set_id == old.set_id  # type: ignore[union-attr]
 
 
 def test_as_of_builds_a_set_that_never_serves(
@@ -164,6 +183,7 @@ def test_as_of_builds_a_set_that_never_serves(
     outcome = build_as_of(store, settings, Cut(at=night), batch_size=30, log=log,
                           source=lambda: EmbeddedSource(SqliteLog(log.path)), poll_timeout=0.01)
     assert outcome.built.name == "tally-as-of" and outcome.built.state == "building" and not outcome.promoted
+    assert shown_state(store.get_set(outcome.built.set_id)) == "built"
     assert store.serving("tally").set_id == live.set_id  # type: ignore[union-attr]
     assert support.snapshot(store, live.set_id) == live_before
     expected = tally_as_of(SqliteLog(log.path), Cut(at=night))

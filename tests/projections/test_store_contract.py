@@ -75,6 +75,29 @@ def test_a_version_is_never_given_twice_even_after_its_set_is_dropped(open_store
     assert store.create_set("audit", source="s").version == 1, "versions count per name"
 
 
+def test_a_set_that_is_not_to_serve_is_marked_built_and_shown_so(open_store: Open) -> None:
+    """A ``--no-promote`` or as-of set stayed ``building`` when done, shown as work in progress for good."""
+    import json
+
+    from projections.set_builders import built_at, shown_state
+
+    store = open_store()
+    serving = store.ensure_serving("tally", source="s")
+    spare = store.create_set("tally", source="s", params='{"kind": "rebuild"}')
+    assert shown_state(spare) == "building" and built_at(spare) is None
+    done = store.finish_set(spare.set_id)
+    again = open_store().get_set(spare.set_id)  # kept in the store
+    assert done == again
+    assert again.state == "building" and shown_state(again) == "built"
+    params = json.loads(again.params)
+    assert params["kind"] == "rebuild" and params["built_at"] == built_at(again)
+    with pytest.raises(StoreError, match="serving, not building"):
+        store.finish_set(serving.set_id)
+    with pytest.raises(SetNotFound):
+        store.finish_set(9999)
+    assert shown_state(store.get_set(serving.set_id)) == "serving"
+
+
 def test_ensure_serving_creates_once(open_store: Open) -> None:
     a, b = open_store(), open_store()
     s1 = a.ensure_serving("tally", source="s")

@@ -193,7 +193,9 @@ def _toss(record: TieRecord | None) -> Toss:
 
 
 def _same_counts(a: Result, b: Result) -> bool:
+    """Mappings compare as dicts do, whatever their order and type (a Result's are read-only views):
+    no copies, for every recorded toss of every tally."""
     if a is b:
         return True
-    return (dict(a.first_alignment), dict(a.final_alignment), a.attendance) == (
-        dict(b.first_alignment), dict(b.final_alignment), b.attendance)
+    return (a.attendance == b.attendance and a.first_alignment == b.first_alignment
+            and a.final_alignment == b.final_alignment)

@@ -132,14 +132,20 @@ def test_records_appended_during_a_rebuild_reach_the_new_set_after_the_switch(
     assert support.snapshot(store, outcome.built.set_id) == support.snapshot(store, ref)
 
 
-def test_a_stopped_rebuild_is_not_promoted(support: ModuleType, open_store: Open, tmp_path: Path) -> None:
+def _served(support: ModuleType, open_store: Open, tmp_path: Path, units: int) -> tuple[SqliteLog, Settings, Any, Any]:
+    """An embedded log of ``units`` units and the store's serving set projected from it."""
     data = tmp_path / "data"
     log = SqliteLog(data / "log.sqlite3", partitions=8)
-    Journal(log).append_batch(support.election_log(40))
+    Journal(log).append_batch(support.election_log(units))
     settings = Settings(data_dir=data)
     store = open_store()
     old = serving_set(store, settings)
     _project(store, old.set_id, log.path)
+    return log, settings, store, old
+
+
+def test_a_stopped_rebuild_is_not_promoted(support: ModuleType, open_store: Open, tmp_path: Path) -> None:
+    log, settings, store, old = _served(support, open_store, tmp_path, 40)
     batches: list[int] = []
     outcome = rebuild(store, settings, batch_size=10, source=lambda: EmbeddedSource(SqliteLog(log.path)),
                       on_commit=lambda c, p: batches.append(1), stop=lambda: len(batches) >= 2, poll_timeout=0.01,
@@ -152,13 +158,7 @@ def test_a_stopped_rebuild_is_not_promoted(support: ModuleType, open_store: Open
 
 def test_a_rebuild_not_to_be_promoted_is_marked_built_when_done(support: ModuleType, open_store: Open, tmp_path: Path) -> None:
     """It stayed ``building`` for good, which read as a replay still at work (or one that died)."""
-    data = tmp_path / "data"
-    log = SqliteLog(data / "log.sqlite3", partitions=8)
-    Journal(log).append_batch(support.election_log(20))
-    settings = Settings(data_dir=data)
-    store = open_store()
-    old = serving_set(store, settings)
-    _project(store, old.set_id, log.path)
+    log, settings, store, old = _served(support, open_store, tmp_path, 20)
     outcome = rebuild(store, settings, batch_size=10, source=lambda: EmbeddedSource(SqliteLog(log.path)), poll_timeout=0.01,
                       promote=False)
     assert not outcome.promoted and outcome.progress.caught_up

@@ -424,7 +424,7 @@ def projections_list(
     """Projection sets in the store: name, version, state (building / serving / retired; built: a
     --no-promote or as-of set built to its end; abandoned: left building by a replay that is gone), the
     log it was built from."""
-    from projections.set_builders import shown_state
+    from projections.set_builders import built_at, shown_state
 
     settings = settings_of(ctx)
     with _store(settings, read_only=True) as store:
@@ -435,7 +435,7 @@ def projections_list(
                 counts[s.set_id] = (r.event_count(), {p: row.next_offset for p, row in r.positions().items()})
     data = [
         {"set_id": s.set_id, "name": s.name, "version": s.version, "state": shown_state(s), "source": s.source,
-         "rule_set": s.rule_set, "created_at": s.created_at, "promoted_at": s.promoted_at,
+         "rule_set": s.rule_set, "created_at": s.created_at, "promoted_at": s.promoted_at, "built_at": built_at(s),
          "events": counts[s.set_id][0], "positions": counts[s.set_id][1]}
         for s in sets
     ]

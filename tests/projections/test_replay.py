@@ -20,7 +20,7 @@ from ledger.log.sqlite import SqliteLog
 from projections.asof import Cut, tally_as_of
 from projections.queries import load_view
 from projections.replay import build_as_of, rebuild
-from projections.set_builders import shown_state
+from projections.set_builders import built_at, shown_state
 from projections.runner import ProjectionRunner
 from projections.sources import EmbeddedSource
 from projections.stores.port import ProjectionStore
@@ -164,6 +164,7 @@ def test_a_rebuild_not_to_be_promoted_is_marked_built_when_done(support: ModuleT
     assert not outcome.promoted and outcome.progress.caught_up
     assert shown_state(outcome.built) == shown_state(store.get_set(outcome.built.set_id)) == "built"
     assert outcome.to_json()["built"]["state"] == "built"
+    assert built_at(outcome.built) is not None and built_at(store.get_set(old.set_id)) is None
     assert store.serving("tally").set_id == old.set_id  # type: ignore[union-attr]
 
 

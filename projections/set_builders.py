@@ -59,13 +59,18 @@ def builder_params() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": pid, "start": _start_ticks(pid)}
 
 
-def builder_of(info: SetInfo) -> dict[str, Any] | None:
-    """The builder a set's params name, or None (sets made before builders were recorded, or by ``caucus project``)."""
+def _params(info: SetInfo) -> dict[str, Any]:
+    """A set's params as an object; empty where they are not one (or not JSON)."""
     try:
         params = json.loads(info.params or "{}")
     except ValueError:
-        return None
-    builder = params.get("builder") if isinstance(params, dict) else None
+        return {}
+    return params if isinstance(params, dict) else {}
+
+
+def builder_of(info: SetInfo) -> dict[str, Any] | None:
+    """The builder a set's params name, or None (sets made before builders were recorded, or by ``caucus project``)."""
+    builder = _params(info).get("builder")
     return builder if isinstance(builder, dict) and isinstance(builder.get("pid"), int) else None
 
 
@@ -91,11 +96,7 @@ def builder_gone(info: SetInfo) -> bool:
 
 def built_at(info: SetInfo) -> str | None:
     """When a set that is not to serve was built to its end (``ProjectionStore.finish_set``), or None."""
-    try:
-        params = json.loads(info.params or "{}")
-    except ValueError:
-        return None
-    at = params.get("built_at") if isinstance(params, dict) else None
+    at = _params(info).get("built_at")
     return at if isinstance(at, str) else None
 
 

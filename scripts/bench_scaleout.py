@@ -88,8 +88,8 @@ def run_round(data: Path, base: list[str], server: str, runners: int, total: int
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         busy = machine_busy()
         began = time.perf_counter()
-        procs = [subprocess.Popen(cmd, env=_env()) for _ in range(runners)]
         poll = psycopg.connect(dsn, autocommit=True)
+        procs = [subprocess.Popen(cmd, env=_env()) for _ in range(runners)]
         try:
             while (done := applied(poll)) < total:
                 if any(p.poll() is not None for p in procs):

@@ -73,13 +73,16 @@ _MOVE_STAGED = (
 )
 
 
+# The tables a batch writes, and the rows written before statistics are first gathered
+# (``PostgresStore._gather_statistics``).
+_STATISTICS = "ANALYZE proj_unit_states, proj_unit_tallies, proj_events"
+_FIRST_STATISTICS = 1_000
+
 # Rows of a list of keys, one index probe per key. ``col = ANY(%s)`` leaves the choice to the planner, and
 # on a set it has no statistics for (a table filled since the last ANALYZE: every rebuild, every new
 # set) it takes the keys' leading columns (set, election) for a handful of rows and filters the list
 # over all of them: every unit state of the set read per batch, a rebuild quadratic in units. The
 # lateral subquery (kept apart by OFFSET 0) is probed by the whole primary key, whatever the statistics.
-_STATISTICS = "ANALYZE proj_unit_states, proj_unit_tallies, proj_events"
-_FIRST_STATISTICS = 1_000
 _PROBE = "SELECT t.* FROM unnest(%s::text[]) AS k(v) CROSS JOIN LATERAL ({query} OFFSET 0) AS t"
 
 

@@ -219,10 +219,7 @@ class SqliteStore:
 
     def get_set(self, set_id: int) -> SetInfo:
         with self._connection():
-            row = self._conn.execute(f"SELECT {SET_COLUMNS} FROM proj_sets WHERE set_id = ?", (set_id,)).fetchone()
-        if row is None:
-            raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
-        return set_info(row)
+            return self._set_in(self._conn, set_id)
 
     def create_set(self, name: str, *, source: str, rule_set: str | None = None, params: str = "{}") -> SetInfo:
         with self._write() as conn:

@@ -25,6 +25,7 @@ from ledger.log.port import EventLog
 from projections.asof import AsOfError, Cut, select_election, tally_as_of
 from projections.asof_store import history_tally
 from projections.reducers import ElectionState, UnitState
+from projections.set_builders import shown_state
 from projections.stores.port import ProjectionStore, SetInfo, StoreReader
 from projections.tally import (
     AreaTally,
@@ -107,7 +108,7 @@ class TallyView:
             "election_id": self.context.election_id,
             "election": defn.name if defn else None,
             "rule_set": self.context.rule_set_name,
-            "projection_set": {"id": self.set.set_id, "name": self.set.name, "version": self.set.version, "state": self.set.state},
+            "projection_set": {"id": self.set.set_id, "name": self.set.name, "version": self.set.version, "state": shown_state(self.set)},
             "log_positions": {str(p): o for p, o in sorted(self.positions.items())},
             "certified": self.context.certified,
             "as_of": None if self.as_of is None else self.as_of.isoformat(),

@@ -34,6 +34,7 @@ from projections.asof import AsOfError, Cut, inside, parse_positions, parse_time
 from ledger.caucus_math import CaucusMathError, get_rule_set
 from projections.queries import DEFAULT_SET, QueryError, choose_election, load_view
 from projections.reducers import ElectionState, UnitState
+from projections.set_builders import shown_state
 from projections.stores.port import ProjectionStore, SetInfo, StoreError
 from projections.tally import ElectionContext, UnitTally, compute_unit_tally, election_context
 
@@ -256,8 +257,9 @@ def stored_set(store: ProjectionStore, spec: SideSpec) -> SetInfo:
 
 def _store_snapshot(store: ProjectionStore, spec: SideSpec, election_id: str | None) -> Snapshot:
     info = stored_set(store, spec)
-    meta = {"projection_set": {"id": info.set_id, "name": info.name, "version": info.version, "state": info.state}}
-    where = f"projection {info.name} v{info.version} ({info.state}) in {store.describe()}"
+    state = shown_state(info)
+    meta = {"projection_set": {"id": info.set_id, "name": info.name, "version": info.version, "state": state}}
+    where = f"projection {info.name} v{info.version} ({state}) in {store.describe()}"
     if spec.rule_set is None and spec.basis == "official":
         view = load_view(store, set_id=info.set_id, election_id=election_id)
         meta["log_positions"] = {str(p): o for p, o in sorted(view.positions.items())}

@@ -165,6 +165,7 @@ def test_a_rebuild_not_to_be_promoted_is_marked_built_when_done(support: ModuleT
     assert shown_state(outcome.built) == shown_state(store.get_set(outcome.built.set_id)) == "built"
     assert outcome.to_json()["built"]["state"] == "built"
     assert built_at(outcome.built) is not None and built_at(store.get_set(old.set_id)) is None
+    assert load_view(store, set_id=outcome.built.set_id).meta()["projection_set"]["state"] == "built", "tally --json, diff"
     assert store.serving("tally").set_id == old.set_id  # type: ignore[union-attr]
 
 

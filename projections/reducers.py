@@ -88,8 +88,9 @@ def canonical_json(data: Any) -> str:
     stores hold; orjson writes the same text in a seventh of the time for every value states and
     tallies are made of (a property test holds the two equal). What orjson does not take (an int
     beyond 64 bits, a key that is not a string, a dataclass or datetime left unconverted) goes to
-    ``json``, which spells it or refuses it as before. Floats are spelt otherwise by the two (``1e-07``
-    against ``1e-7``), and none is in this text: counts are ints and exact values fractions' text."""
+    ``json``, which spells it or refuses it as before. The two differ on values none of this text
+    holds: floats (``1e-07`` against ``1e-7``; NaN as ``null``), and a plain Enum or a UUID, which
+    orjson spells and json refuses. Counts are ints and exact values fractions' text."""
     try:
         return orjson.dumps(data, option=_CANONICAL).decode()
     except TypeError:

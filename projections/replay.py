@@ -36,6 +36,7 @@ from projections.queries import DEFAULT_SET
 from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.set_builders import builder_gone, builder_of, builder_params, describe_builder, shown_state
 from projections.sources import AssignmentListener, Source
+from projections.store_outage import STORE_RETRY_SECONDS, StoreOutage
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreUnavailable
 from projections.wiring import DEFAULT_GROUP, check_source, log_identity, serving_set, source_for
 
@@ -246,6 +247,25 @@ def _run(
     return runner.run(until_caught_up=True, stop=stop)
 
 
+def _waiting_out(step: Callable[[], SetInfo], retry_seconds: float = STORE_RETRY_SECONDS,
+                 sleep: Callable[[float], None] = time.sleep) -> SetInfo:
+    """A replay's last step (promote, finish_set, reading the set back), retried through a store
+    outage within the bound a batch has (``projections.store_outage``). A connection lost just then
+    would otherwise end a replay that had built its whole set, leaving it ``building`` with no
+    builder: not promoted, and never marked built. Each step may be run again: promoting a set
+    that serves, or marking a built set built, changes nothing a reader relies on."""
+    outage = StoreOutage(retry_seconds)
+    while True:
+        try:
+            return step()
+        except StoreUnavailable:
+            wait = outage.failed()
+            if wait is None:
+                raise
+            log.warning("projection store unreachable at the replay's last step; retrying in %.1f s", wait)
+            sleep(wait)
+
+
 class ReplayBusy(RunnerError):
     """Another replay of the projection is building a set now: two at once would each retire the
     set the other promoted."""
@@ -318,17 +338,18 @@ def rebuild(
     )
     progress = _run(store, built, src, batch_size=batch_size, on_commit=on_commit, on_progress=on_progress, stop=stop,
                     poll_timeout=poll_timeout, catch_up_batch=catch_up_batch)
-    outcome = ReplayOutcome(previous, store.get_set(built.set_id), progress, promoted=False, notes=notes)
+    outcome = ReplayOutcome(previous, built, progress, promoted=False, notes=notes)
     if not progress.caught_up:
         outcome.notes.append(f"stopped ({progress.stopped}) before catching up: set {built.set_id} left building, not promoted")
+        outcome.built = _waiting_out(lambda: store.get_set(built.set_id))
     elif not promote:
-        outcome.built = store.finish_set(built.set_id)
+        outcome.built = _waiting_out(lambda: store.finish_set(built.set_id))
     else:
-        outcome.built = store.promote(built.set_id)
+        outcome.built = _waiting_out(lambda: store.promote(built.set_id))
         outcome.promoted = True
         log.info("projection %s v%d (set %d) now serves, built from %s", name, built.version, built.set_id, identity)
         if previous is not None:
-            outcome.previous = store.get_set(previous.set_id)
+            outcome.previous = _waiting_out(lambda: store.get_set(previous.set_id))
     outcome.seconds = time.monotonic() - began
     return outcome
 
@@ -365,11 +386,12 @@ def build_as_of(
     cut_source = CutSource(inner, cut)
     progress = _run(store, built, cut_source, batch_size=batch_size, on_commit=None, on_progress=on_progress, stop=stop,
                     poll_timeout=poll_timeout, catch_up_batch=catch_up_batch)
-    outcome = ReplayOutcome(serving, store.get_set(built.set_id), progress, promoted=False, cut=cut)
+    outcome = ReplayOutcome(serving, built, progress, promoted=False, cut=cut)
     outcome.notes.append(f"{cut_source.outside} records outside the cut were read and left out")
     if not progress.caught_up:
         outcome.notes.append(f"stopped ({progress.stopped}) before the whole log was read: set {built.set_id} is incomplete")
+        outcome.built = _waiting_out(lambda: store.get_set(built.set_id))
     else:
-        outcome.built = store.finish_set(built.set_id)
+        outcome.built = _waiting_out(lambda: store.finish_set(built.set_id))
     outcome.seconds = time.monotonic() - began
     return outcome

@@ -31,7 +31,7 @@ from projections.early_fold import BaseMoved, EarlyFold, fold_early
 from projections.exactly_once import Claim, claim, start_positions
 from projections.sources import Source
 from projections.stores.port import Changes, ProjectionStore, StoreUnavailable
-from projections.store_outage import StoreOutage
+from projections.store_outage import STORE_RETRY_SECONDS, StoreOutage
 from projections.whole_log import OthersStalled, OthersWatch, behind
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class ProjectionRunner:
         on_commit: Callable[[Changes, dict[int, int]], None] | None = None,
         catch_up_batch: int = 0,
         catch_up_seconds: float = 5.0,
-        store_retry_seconds: float = 300.0,
+        store_retry_seconds: float = STORE_RETRY_SECONDS,
         others_timeout: float = 60.0,
         early_fold: bool | None = None,
         built_from: str | None = None,

@@ -12,8 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["StoreOutage"]
+__all__ = ["STORE_RETRY_SECONDS", "StoreOutage"]
 
+STORE_RETRY_SECONDS = 300.0
+"""How long an outage is waited out by default (a PostgreSQL restart or failover takes seconds to minutes)."""
 FIRST_DELAY = 0.2
 LONGEST_DELAY = 5.0
 

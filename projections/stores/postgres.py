@@ -218,8 +218,8 @@ class PostgresStore:
         return [set_info(r) for r in rows]
 
     def get_set(self, set_id: int) -> SetInfo:
-        with self._lock:
-            row = self._conn.execute(f"SELECT {SET_COLUMNS} FROM proj_sets WHERE set_id = %s", (set_id,)).fetchone()
+        with self._guarded() as conn:  # a replay's last steps wait out an outage (``replay._waiting_out``)
+            row = conn.execute(f"SELECT {SET_COLUMNS} FROM proj_sets WHERE set_id = %s", (set_id,)).fetchone()
         if row is None:
             raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
         return set_info(row)
@@ -265,7 +265,7 @@ class PostgresStore:
         return None if row is None else set_info(row)
 
     def promote(self, set_id: int) -> SetInfo:
-        with self._lock, self._conn.transaction():
+        with self._guarded() as conn, conn.transaction():
             self._promote(set_id)
         return self.get_set(set_id)
 
@@ -284,14 +284,14 @@ class PostgresStore:
         )
 
     def finish_set(self, set_id: int) -> SetInfo:
-        with self._lock, self._conn.transaction():
-            row = self._conn.execute(f"SELECT {SET_COLUMNS} FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone()
+        with self._guarded() as conn, conn.transaction():
+            row = conn.execute(f"SELECT {SET_COLUMNS} FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone()
             if row is None:
                 raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
             info = set_info(row)
             if info.state != "building":
                 raise not_building(info)
-            self._conn.execute("UPDATE proj_sets SET params = %s WHERE set_id = %s", (finished_params(info.params, now_text()), set_id))
+            conn.execute("UPDATE proj_sets SET params = %s WHERE set_id = %s", (finished_params(info.params, now_text()), set_id))
         return self.get_set(set_id)
 
     def drop_set(self, set_id: int) -> None:

@@ -77,6 +77,9 @@ _MOVE_STAGED = (
 # (``PostgresStore._gather_statistics``).
 _STATISTICS = "ANALYZE proj_unit_states, proj_unit_tallies, proj_events"
 _FIRST_STATISTICS = 1_000
+# ANALYZE waits for a lock another ANALYZE or a VACUUM holds (another runner's statistics, an
+# anti-wraparound vacuum) while this store's lock is held: the runner's next batch would wait with it.
+_STATISTICS_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '1s'"
 
 # Rows of a list of keys, one index probe per key. ``col = ANY(%s)`` leaves the choice to the planner, and
 # on a set it has no statistics for (a table filled since the last ANALYZE: every rebuild, every new
@@ -325,7 +328,9 @@ class PostgresStore:
         if self._written >= max(_FIRST_STATISTICS, 2 * self._analysed_at):
             self._analysed_at = self._written
             try:
-                conn.execute(_STATISTICS)
+                with conn.transaction():
+                    conn.execute(_STATISTICS_LOCK_TIMEOUT)
+                    conn.execute(_STATISTICS)
             except psycopg.Error:
                 pass  # the batch has committed; statistics only speed up later reads (and autovacuum gathers them too)
 

@@ -14,6 +14,7 @@ them the store gathers statistics after a bulk write (``PostgresStore._gather_st
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -120,3 +121,34 @@ def test_tallies_by_key_after_the_store_s_own_bulk_write(filled: tuple[Any, int,
     assert set(answer) == set(keys[:-1])
     if by_store:
         assert read <= 2 * len(keys), f"{read} rows of {relation} read for {len(keys)} keys (the set holds {UNITS})"
+
+
+def test_gathering_statistics_does_not_wait_on_a_held_lock(pg_dsn: str) -> None:
+    """ANALYZE waits for a lock that another ANALYZE or a VACUUM holds (another runner's statistics,
+    an anti-wraparound vacuum), and did so with the store's lock held: the batch did not return, nor
+    could the runner's next one start, until the other let go. It now gives up after its lock timeout
+    (the batch has committed; statistics are gathered at the next doubling)."""
+    from projections.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn)
+    set_id = store.create_set("tally", source="test").set_id
+    returned = threading.Event()
+
+    def batch() -> None:
+        with store.transaction(set_id) as tx:
+            tx.write(_rows())
+        returned.set()
+
+    try:
+        with psycopg.connect(pg_dsn) as holder:  # not autocommit: the lock is held until the rollback
+            holder.execute("LOCK TABLE proj_unit_tallies IN SHARE UPDATE EXCLUSIVE MODE")  # as ANALYZE or VACUUM take
+            writer = threading.Thread(target=batch)
+            writer.start()
+            while_held = returned.wait(timeout=60)
+            holder.rollback()
+        writer.join()
+        assert while_held, "the batch waited for the lock ANALYZE wanted"
+        with store.reader(set_id) as tx:
+            assert len(tx.unit_states([("e1", "u0"), ("e1", f"u{UNITS - 1}")])) == 2, "the batch committed"
+    finally:
+        store.close()

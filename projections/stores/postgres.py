@@ -4,7 +4,8 @@ A batch transaction first locks its set's row in ``proj_sets`` (``SELECT ... FOR
 of one set, on any machine, commit one after another, and because PostgreSQL's READ COMMITTED gives
 every later statement a fresh snapshot, the positions, processed ids and election definitions a
 batch reads under that lock are the latest committed ones. New event-index rows go in with
-``COPY`` through a temporary table (``index_new``); upserts with ``executemany`` (pipelined by
+``COPY`` through a temporary table (``index_new``), and so do unit states, tallies and history rows
+(``pg_bulk``: the lock is held for less time); the few other rows with ``executemany`` (pipelined by
 psycopg); only changed rows are sent.
 """
 
@@ -30,8 +31,6 @@ from projections.stores._sql import (
     SqlFeedFence,
     SqlReader,
     change_rows,
-    history_insert,
-    history_params,
     next_version,
     now_text,
     schema_statements,
@@ -40,6 +39,8 @@ from projections.stores._sql import (
     version_mismatch,
 )
 from projections.stores.bi_views import BI_VIEWS_VERSION, bi_view_statements
+from projections.stores.pg_bulk import STAGING as BULK_STAGING
+from projections.stores.pg_bulk import write_rows
 from projections.stores.port import (
     Changes,
     EventRow,
@@ -54,7 +55,6 @@ from projections.stores.port import (
 __all__ = ["PostgresStore"]
 
 _UPSERTS = upsert_statements("%s")
-_HISTORY = history_insert("%s", "GREATEST")
 _REBUILD = "drop its proj_* tables (or point --database at a new database) and run `caucus project --until-caught-up`"
 _CREATED = re.compile(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", re.IGNORECASE)
 _SCHEMA_LOCK = 0x0CA0C05  # advisory lock key: two processes creating the schema at once
@@ -93,7 +93,7 @@ class _Tx(SqlReader):
     def __init__(self, set_id: int, conn: psycopg.Connection[Any], io: ThreadPoolExecutor) -> None:
         self._conn = conn
         self._io = io
-        self._staged = False
+        self._staged = self._bulk_staged = False
         self.written = 0  # unit, tally and index rows (``PostgresStore._gather_statistics``)
         super().__init__(set_id, self._query, self._query_in, "%s")
 
@@ -108,14 +108,19 @@ class _Tx(SqlReader):
         return self._conn.execute(_PROBE.format(query=sql.replace("{in}", "= k.v")), (list(dict.fromkeys(values)), *params)).fetchall()
 
     def write(self, changes: Changes) -> None:
+        """The few rows of elections, positions and (folded under the lock) events row by row; unit
+        states, tallies and history as sets (``pg_bulk``)."""
         rows = change_rows(self.set_id, changes)
         self.written += len(rows["units"]) + len(rows["tallies"])
         with self._conn.cursor() as cur:
-            for kind in ("elections", "units", "tallies", "events", "positions"):
+            for kind in ("elections", "events", "positions"):
                 if rows[kind]:
                     cur.executemany(_UPSERTS[kind], rows[kind])
-            if changes.history:
-                cur.executemany(_HISTORY, history_params(self.set_id, changes))
+            if rows["units"] or rows["tallies"] or changes.history:
+                if not self._bulk_staged:
+                    cur.execute(BULK_STAGING)  # temporary tables live as long as the connection
+                    self._bulk_staged = True
+                write_rows(cur, self.set_id, changes, rows)
 
     def index_new(self, rows: Sequence[EventRow]) -> set[str]:
         return self.index_begin(rows)()

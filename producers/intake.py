@@ -98,7 +98,7 @@ class Intake:
         self._thread_lock = self._lock.thread_lock
         self._queue = Queue()
         self._saved_applied, self._seen_noted, self.retry_after = -1, -1, retry_after
-        self._down_until = 0.0
+        self._down_until, self._no_refusals = 0.0, None  # _no_refusals: see _refresh
         self._verified = self._has_read = False  # _has_read: the state is a read of this log (see _refresh)
         self.log_lost: str | None = None
         self._lost_stamp: tuple[int, int, int] | None = None
@@ -385,6 +385,7 @@ class Intake:
         if not online and not self._has_read:  # judged against nothing, a valid report would be refused
             raise LogUnavailableError(f"{self.last_log_error or 'the log is out of reach'}; this intake has not read that log yet "
                                       "(it has no snapshot of it), so it cannot judge a command: nothing was recorded")
+        self._no_refusals = None if online else self._snapshot.unseen(self.state.positions, self._generation, self.last_log_error)
         if online and self.spool.pending():
             self._forward()
 
@@ -411,7 +412,7 @@ class Intake:
         """One turn: one catch-up (unless shared) for the group, its judgments, one append."""
         try:
             self._refresh(max(slot.arrived for slot in group))
-            commit_group(group, self._view(), self._clock, self._write_all)
+            commit_group(group, self._view(), self._clock, self._write_all, self._no_refusals)
         except Exception as exc:  # noqa: BLE001 - every waiting command hears it, as each would alone
             for slot in group:
                 slot.fail(exc)
@@ -419,7 +420,7 @@ class Intake:
     def _submit(self, sub: Submission) -> Outcome:
         """Decide one command now (the lock held, the state caught up by the caller): a group of one."""
         slot = Slot(sub, time.monotonic())
-        commit_group([slot], self._view(), self._clock, self._write_all)
+        commit_group([slot], self._view(), self._clock, self._write_all, self._no_refusals)
         return slot.result()
 
     # -- queries -------------------------------------------------------------------------------------------

@@ -99,10 +99,14 @@ def commit_group(
     view: IntakeView,
     now: Callable[[], datetime],
     write: Callable[[list[Event[Any]]], Wrote],
+    no_refusals: Exception | None = None,
 ) -> None:
     """Judge ``slots`` in turn against ``view``, ``write`` their events at once, then settle each slot.
     A slot whose judgment failed hears its own error; one judged after an event that could not be
-    written hears that error (its judgment assumed the event was kept)."""
+    written hears that error (its judgment assumed the event was kept). ``no_refusals``: ``view`` is
+    known to lack events of the log, so a refusal may rest on what it has not seen; a command it
+    would refuse hears that error instead, and nothing of it is recorded (an accepted one is checked
+    again when the spool forwards it)."""
     group = IntakeState()
     judged: list[tuple[Slot, Judgment]] = []
     for slot in slots:
@@ -110,6 +114,9 @@ def commit_group(
             judgment = judge(slot.submission, Layered(view, group) if group.applied else view, now)
         except Exception as exc:  # noqa: BLE001 - that command's own failure, as it would be alone
             slot.fail(exc)
+            continue
+        if judgment.refused and no_refusals is not None:
+            slot.fail(no_refusals)
             continue
         if judgment.event is not None:
             group.apply(judgment.event, None)

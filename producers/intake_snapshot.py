@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.files import create_private
+from ledger.log.port import LogUnavailableError
 from producers.intake_lock import DirectoryLock
 from producers.intake_state import IntakeState
 
@@ -121,6 +122,20 @@ class SnapshotFile:
             return {int(p): (int(pos), str(eid)) for p, (pos, eid) in data["seen"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
+
+    def unseen(self, positions: dict[int, int], generation: int, why: str | None) -> LogUnavailableError | None:
+        """With the log out of reach (``why``): the error a command the intake would refuse hears
+        (``intake_group.commit_group``) when an intake of this directory saw events of the log
+        (``load_seen``) beyond ``positions`` (the state's, from an older snapshot); None when the state
+        holds all that was seen. A refusal judged on such a state was recorded for good: a report of a
+        unit of an election defined after the snapshot was refused as an unknown unit."""
+        unseen = sum(max(0, end - positions.get(p, 0)) for p, (end, _) in self.load_seen(generation).items())
+        if not unseen:
+            return None
+        return LogUnavailableError(
+            f"{why or 'the log is out of reach'}; this intake's state lacks {unseen} event(s) of the log that were read "
+            "before (its snapshot is older), so it cannot refuse a command now: the refusal could rest on what it has "
+            "not seen. Nothing was recorded; send it again once the log is back")
 
     def _replace(self, path: Path, body: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -361,3 +361,52 @@ def test_a_flush_from_a_snapshot_older_than_the_spool_does_not_forward_into_an_e
         Intake(connect, tmp_path / "intake", name="t").start()
     assert list(SqliteLog(path).read()) == []
     flusher.close()
+
+
+def test_an_intake_whose_snapshot_lags_what_was_read_does_not_refuse_while_the_log_is_down(
+    tmp_path: Path, official: Credential, election: dict[str, Any]
+) -> None:
+    """A CLI run saves its snapshot only every SNAPSHOT_EVERY events, and notes what it read of the log
+    beside it. A later run started while the log was down judged against that older snapshot: a report
+    for a unit of an election defined after it was refused as UNKNOWN_UNIT, and that false refusal was
+    spooled and forwarded into the log for good. Now such a run refuses nothing (nothing is recorded,
+    the sender hears why); what it accepts is spooled and checked again when forwarded."""
+    from ledger.log.sqlite import SqliteLog
+    from producers.intake import SNAPSHOT_EVERY
+
+    down = {"now": False}
+
+    def connect() -> SqliteLog:
+        if down["now"]:
+            raise LogUnavailableError("test: the log is down")
+        return SqliteLog(tmp_path / "log.sqlite3", partitions=4)
+
+    def submit(intake: Intake, kind: CommandKind, data: dict[str, Any], unit: str | None, key: str) -> Outcome:
+        return intake.submit(Submission(kind, json.dumps(data), official, unit_id=unit, idempotency_key=key))
+
+    first = Intake(connect, tmp_path / "intake", name="t").start()
+    assert submit(first, CommandKind.DEFINE, election, None, "define-ia-test").accepted
+    first.close()  # a snapshot holding the first election
+    second_election = {**election, "election_id": "ia-later", "idempotency_key": "define-2",
+                       "units": [{**u, "unit_id": f"L-{u['unit_id']}"} for u in election["units"]]}
+    later = Intake(connect, tmp_path / "intake", name="t").start()
+    assert submit(later, CommandKind.DEFINE, second_election, None, "define-2").accepted
+    later.close(snapshot_after=SNAPSHOT_EVERY)  # as a CLI run: the snapshot is not saved, what was read is noted
+    down["now"] = True
+    offline = Intake(connect, tmp_path / "intake", name="t").start()
+    with pytest.raises(LogUnavailableError, match="cannot refuse a command now"):
+        submit(offline, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")
+    with pytest.raises(LogUnavailableError, match="lacks 1 event"):
+        submit(offline, CommandKind.OPEN, {"attendance": 5}, "NOPE", "open-nope")
+    spooled = submit(offline, CommandKind.OPEN, {"attendance": 5}, "E01", "open-first")
+    assert isinstance(spooled, Receipt) and spooled.status == "spooled", "what it accepts is still spooled"
+    assert len(offline.spool) == 1, "no refusal was spooled"
+    offline.close()
+    down["now"] = False
+    back = Intake(connect, tmp_path / "intake", name="t").start()
+    opened = submit(back, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")
+    assert isinstance(opened, Receipt) and opened.accepted, opened
+    back.close()
+    events = [le.event for le in Journal(SqliteLog(tmp_path / "log.sqlite3")).read()]
+    assert not [e for e in events if isinstance(e.payload, SubmissionRejected)], "no refusal reached the log"
+    assert [e.unit_id for e in events if isinstance(e.payload, UnitOpened)] == ["E01", "L-E01"]

@@ -41,8 +41,8 @@ _CHANNELS = ("app", "phone", "paper")
 TokenOption = typer.Option(None, "--token", envvar="CAUCUS_TOKEN", help="Your credential (env CAUCUS_TOKEN).", show_default=False)
 KeyOption = typer.Option(None, "--key", help="Idempotency key (default: derived from the command and the sender).")
 ChannelOption = typer.Option("phone", "--channel", help="How the command reached you: app, phone or paper.")
-ElectionOption = typer.Option(None, "--election", help="Election id (default: the election holding the unit).")
-OccurredOption = typer.Option(None, "--occurred-at", help="When it happened at the caucus, ISO 8601 with offset.")
+ElectionOption = typer.Option(None, "--election", help="Election id (default: the election holding the unit); given as JSON, the election_id field.")
+OccurredOption = typer.Option(None, "--occurred-at", help="When it happened at the caucus, ISO 8601 with offset; given as JSON, the occurred_at field.")
 JsonOption = typer.Option(False, "--json", help="Print the receipt or the errors as JSON.")
 UnitOption = typer.Option(None, "--unit", help="The reporting unit id.")
 FirstOption = typer.Option(None, "--first", help="First alignment: CANDIDATE=N (repeat, or comma-separate).")
@@ -166,6 +166,16 @@ def _submit(
         raise typer.Exit(1)
 
 
+def _json_or_options(what: str, source: str | None, options: dict[str, Any]) -> None:
+    """A command given as JSON takes its fields from the JSON alone: an option beside it (``--election``,
+    ``--occurred-at``) was silently left out, and the report went to the JSON's election, or was
+    refused as naming none. ``--unit``, ``--key``, ``--channel`` and ``--token`` go with either."""
+    given = [flag for flag, value in options.items() if value is not None]
+    if source and given:
+        raise fail(f"give the {what} either as JSON (FILE or -) or with options, not both: {', '.join(given)} "
+                   "given beside the JSON (put those fields in the JSON instead)")
+
+
 def _result_fields(
     first: list[str] | None,
     final: list[str] | None,
@@ -259,8 +269,9 @@ def report(
 
     Only unit_id and the two alignments are required. A refused report is kept in the log with its
     problems (exit 1); an accepted one is in the tally once `caucus project` has read it."""
-    if source and any(v is not None for v in (first, final, attendance, delegates, worksheet, worksheet_digest, reporter)):
-        raise fail("give the report either as JSON (FILE or -) or with options, not both")
+    _json_or_options("report", source, {"--first": first, "--final": final, "--attendance": attendance, "--delegates": delegates,
+                                        "--worksheet": worksheet, "--worksheet-digest": worksheet_digest, "--reporter": reporter,
+                                        "--election": election, "--occurred-at": occurred_at})
     text = _read_source(source) if source else None
     data = None
     if text is None:
@@ -299,9 +310,10 @@ def correct(
     as_json: bool = JsonOption,
 ) -> None:
     """Replace a unit's current result (needs an official): names the event it supersedes, why and on whose authority."""
-    options = (supersedes, reason, authority, stage, first, final, attendance, delegates, worksheet, worksheet_digest)
-    if source and any(v is not None for v in options):
-        raise fail("give the correction either as JSON (FILE or -) or with options, not both")
+    _json_or_options("correction", source, {
+        "--supersedes": supersedes, "--reason": reason, "--authority": authority, "--stage": stage, "--first": first,
+        "--final": final, "--attendance": attendance, "--delegates": delegates, "--worksheet": worksheet,
+        "--worksheet-digest": worksheet_digest, "--election": election, "--occurred-at": occurred_at})
     text = _read_source(source) if source else None
     data = None
     if text is None:

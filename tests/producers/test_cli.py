@@ -225,3 +225,22 @@ def test_a_candidate_name_holding_an_equals_sign_can_be_given_in_the_options() -
     assert _counts(["A=x"], "--first") == {"A": "x"}  # not a count: passed on for the intake to refuse and record
     with pytest.raises(typer.BadParameter):
         _counts(["=5"], "--first")
+
+
+@pytest.mark.parametrize("extra", [["--election", "other"], ["--occurred-at", "2020-02-03T19:30:00-06:00"]],
+                         ids=["election", "occurred-at"])
+def test_an_option_beside_a_json_command_is_refused_not_left_out(cli: Any, tokens: dict[str, str], defined: Path,
+                                                                 fm5: dict[str, Any], tmp_path: Path,
+                                                                 extra: list[str]) -> None:
+    """``caucus report FILE --election E`` sent the report to the JSON's election (or refused it as naming
+    none) and ``--occurred-at`` beside a file was dropped: the event said "now". Both are a usage error
+    now, naming the option; nothing is recorded."""
+    report = tmp_path / "fm5.json"
+    report.write_text(json.dumps({**fm5, "unit_id": "FM5"}))
+    before = _records(tmp_path / "data")
+    for command in ("report", "correct"):
+        code, out = cli(command, str(report), *extra, token=tokens["official"])
+        assert code == 2 and extra[0] in out and "not both" in out, out
+    assert _records(tmp_path / "data") == before, "nothing recorded"
+    code, receipt = cli("report", str(report), "--json", token=tokens["official"])
+    assert code == 0 and receipt["status"] == "accepted", receipt

@@ -29,7 +29,7 @@ from producers.simulator.stream import command_stream
 
 __all__ = ["register", "simulate_app"]
 
-simulate_app = typer.Typer(help="Simulate an election from a seed: print, write or send it.", no_args_is_help=True)
+simulate_app = typer.Typer(help="Simulate an election from a seed: stream it (as JSON lines), write it to the log, or send it to an intake.", no_args_is_help=True)
 
 _SEED = typer.Option(1, "--seed", help="Same seed, same election.")
 _UNITS = typer.Option(200, "--units", min=1, help="Reporting units (about 5 % satellites).")

@@ -13,7 +13,7 @@ from typing import Any
 from ledger.events import PAYLOAD_TYPES, Channel, Envelope, Event
 from ledger.journal import LoggedEvent
 
-__all__ = ["event_to_json", "event_from_json", "event_summary"]
+__all__ = ["event_to_json", "event_from_json", "event_summary", "unknown_fields"]
 
 _BYTES_FIELDS = {
     "CheckpointSigned": ("root_hash", "public_key", "signature", "partition_roots", "column_roots", "column_signature"),
@@ -72,6 +72,21 @@ def event_from_json(data: Mapping[str, Any]) -> Event[Any]:
         idempotency_key=data["idempotency_key"],
     )
     return Event(envelope, PAYLOAD_TYPES[type_name].from_avro(_with_defaults(type_name, payload)))
+
+
+def unknown_fields(given: Any, known: Any, path: str = "") -> list[str]:
+    """The fields of ``given`` (an event's JSON as read) that ``known`` (the same event rendered again
+    by ``event_to_json``) does not have, as dotted paths. ``event_from_json`` reads the fields it knows
+    and ignores the rest: a misspelt ``delegates_reportd`` was dropped, and the event written without it."""
+    if isinstance(given, Mapping) and isinstance(known, Mapping):
+        out: list[str] = []
+        for key, value in given.items():
+            where = f"{path}.{key}" if path else str(key)
+            out.extend([where] if key not in known else unknown_fields(value, known[key], where))
+        return out
+    if isinstance(given, list) and isinstance(known, list):
+        return [f for i, (g, k) in enumerate(zip(given, known)) for f in unknown_fields(g, k, f"{path}[{i}]")]
+    return []
 
 
 def _with_defaults(type_name: str, payload: dict[str, Any]) -> dict[str, Any]:

@@ -400,3 +400,23 @@ def test_a_definition_the_intake_once_took_with_a_precincts_sde_weight_still_res
     done = _append(data, token, tmp_path, older)
     assert done.returncode == 0, done.stderr
     _restore(data, tmp_path)
+
+
+@pytest.mark.parametrize("where", ["result", "payload", "envelope"])
+def test_a_field_the_event_does_not_have_is_refused_not_dropped(reported: tuple[Path, str], tmp_path: Path, where: str) -> None:
+    """A misspelt ``delegates_reportd`` was read past and the result appended without the delegates, exit 0;
+    a copy of a logged event with a field added passed as "already in the log". Both name the field now."""
+    data, token = reported
+    before = _log_size(data)
+    line = _forged("P4", "typo", datetime.now(UTC))
+    target = {"result": line["payload"]["result"], "payload": line["payload"], "envelope": line}[where]
+    target["delegates_reportd"] = {"A": 3}
+    done = _append(data, token, tmp_path, line)
+    named = {"result": "payload.result.delegates_reportd", "payload": "payload.delegates_reportd",
+             "envelope": "delegates_reportd"}[where]
+    assert done.returncode == 2 and f"unknown field {named}" in done.stderr, done.stdout + done.stderr
+    assert _log_size(data) == before
+    logged = json.loads(_caucus(data, "log", "tail", "-n", "1", "--json").stdout)
+    logged["payload"]["extra"] = 1
+    again = _append(data, token, tmp_path, logged)
+    assert again.returncode == 2 and "unknown field payload.extra" in again.stderr, again.stdout + again.stderr

@@ -207,6 +207,27 @@ def test_spool_file_rules(tmp_path: Path) -> None:
         Spool(spool.path).pending()
 
 
+def _switchable_log(tmp_path: Path) -> tuple[dict[str, bool], Callable[[], EventLog]]:
+    """An embedded log whose opening fails while ``down["now"]`` (as a locked file or a gone broker does)."""
+    from ledger.log.sqlite import SqliteLog
+
+    down = {"now": False}
+
+    def connect() -> EventLog:
+        if down["now"]:
+            raise LogUnavailableError("test: the log is down")
+        return SqliteLog(tmp_path / "log.sqlite3", partitions=4)
+
+    return down, connect
+
+
+def _submitter(sender: Credential) -> Callable[[Intake, CommandKind, dict[str, Any], str | None, str], Outcome]:
+    def submit(intake: Intake, kind: CommandKind, data: dict[str, Any], unit: str | None, key: str) -> Outcome:
+        return intake.submit(Submission(kind, json.dumps(data), sender, unit_id=unit, idempotency_key=key))
+
+    return submit
+
+
 def test_an_intake_started_while_the_log_is_down_works_from_snapshot_and_spool(
     tmp_path: Path, official: Credential, election: dict[str, Any]
 ) -> None:
@@ -214,15 +235,8 @@ def test_an_intake_started_while_the_log_is_down_works_from_snapshot_and_spool(
     run left, spools, and a later run (or flush) forwards."""
     from ledger.log.sqlite import SqliteLog
 
-    down = {"now": False}
-
-    def connect() -> SqliteLog:
-        if down["now"]:
-            raise LogUnavailableError("test: the log is down")
-        return SqliteLog(tmp_path / "log.sqlite3", partitions=4)
-
-    def submit(intake: Intake, kind: CommandKind, data: dict[str, Any], unit: str | None, key: str) -> Outcome:
-        return intake.submit(Submission(kind, json.dumps(data), official, unit_id=unit, idempotency_key=key))
+    down, connect = _switchable_log(tmp_path)
+    submit = _submitter(official)
 
     first = Intake(connect, tmp_path / "intake", name="t").start()
     assert submit(first, CommandKind.DEFINE, election, None, "define-ia-test").accepted
@@ -371,18 +385,12 @@ def test_an_intake_whose_snapshot_lags_what_was_read_does_not_refuse_while_the_l
     for a unit of an election defined after it was refused as UNKNOWN_UNIT, and that false refusal was
     spooled and forwarded into the log for good. Now such a run refuses nothing (nothing is recorded,
     the sender hears why); what it accepts is spooled and checked again when forwarded."""
-    from ledger.log.sqlite import SqliteLog
     from producers.intake import SNAPSHOT_EVERY
 
-    down = {"now": False}
+    from ledger.log.sqlite import SqliteLog
 
-    def connect() -> SqliteLog:
-        if down["now"]:
-            raise LogUnavailableError("test: the log is down")
-        return SqliteLog(tmp_path / "log.sqlite3", partitions=4)
-
-    def submit(intake: Intake, kind: CommandKind, data: dict[str, Any], unit: str | None, key: str) -> Outcome:
-        return intake.submit(Submission(kind, json.dumps(data), official, unit_id=unit, idempotency_key=key))
+    down, connect = _switchable_log(tmp_path)
+    submit = _submitter(official)
 
     first = Intake(connect, tmp_path / "intake", name="t").start()
     assert submit(first, CommandKind.DEFINE, election, None, "define-ia-test").accepted

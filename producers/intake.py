@@ -97,8 +97,8 @@ class Intake:
         self._lock = DirectoryLock(self.workdir)
         self._thread_lock = self._lock.thread_lock
         self._queue = Queue()
-        self._saved_applied, self._seen_noted, self.retry_after = -1, -1, retry_after
-        self._down_until, self._no_refusals = 0.0, None  # _no_refusals: see _refresh
+        self._saved_applied, self._seen_noted, self.retry_after, self._down_until = -1, -1, retry_after, 0.0
+        self._no_refusals: LogUnavailableError | None = None  # see _refresh
         self._verified = self._has_read = False  # _has_read: the state is a read of this log (see _refresh)
         self.log_lost: str | None = None
         self._lost_stamp: tuple[int, int, int] | None = None

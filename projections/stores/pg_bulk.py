@@ -7,7 +7,9 @@ row (``executemany``, pipelined), each row is its own bind, execute and index lo
 copied (``COPY``) into a temporary table of the connection, and one statement moves the rows into
 their table: PostgreSQL loops over them itself.
 
-The staging tables have no keys; a batch writes each unit once (its rows come from dicts keyed by
+The staging tables are emptied at each commit (``ON COMMIT DELETE ROWS``): the moves' DELETE leaves
+dead rows, which PostgreSQL never vacuums in a temporary table, so a table kept for a connection's
+life grew by every row staged, and each move scanned them all. They have no keys; a batch writes each unit once (its rows come from dicts keyed by
 unit), so a key met twice would be a fault of the fold, and PostgreSQL refuses it (``ON CONFLICT DO
 UPDATE`` cannot change a row twice; the history's primary key). A history row's ``high_at`` and
 ``in_order`` look at the unit's newest earlier row as the row-by-row insert did (``history_insert``):
@@ -27,16 +29,16 @@ __all__ = ["STAGING", "write_rows"]
 STAGING = """
 CREATE TEMP TABLE IF NOT EXISTS proj_unit_states_in (
     set_id BIGINT NOT NULL, unit_id TEXT NOT NULL, election_id TEXT NOT NULL, part INTEGER NOT NULL, state TEXT NOT NULL
-);
+) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS proj_unit_tallies_in (
     set_id BIGINT NOT NULL, unit_id TEXT NOT NULL, election_id TEXT NOT NULL, county_id TEXT, status TEXT NOT NULL,
     context TEXT NOT NULL, tally TEXT NOT NULL
-);
+) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS proj_unit_history_in (
     set_id BIGINT NOT NULL, election_id TEXT NOT NULL, unit_id TEXT NOT NULL, part INTEGER NOT NULL,
     first_offset BIGINT NOT NULL, last_offset BIGINT NOT NULL, low_at TEXT NOT NULL, high_at TEXT NOT NULL,
     sorted INTEGER NOT NULL, state TEXT NOT NULL
-)"""
+) ON COMMIT DELETE ROWS"""
 
 _UNITS = "set_id, unit_id, election_id, part, state"
 _TALLIES = "set_id, unit_id, election_id, county_id, status, context, tally"

@@ -64,7 +64,7 @@ _FEED_LOCK = 0x0CAFEED << 32  # plus the set id: the advisory lock of a set's fe
 _STAGING = """CREATE TEMP TABLE IF NOT EXISTS proj_events_in (
     set_id BIGINT NOT NULL, event_id TEXT NOT NULL, unit_key TEXT NOT NULL, election_id TEXT NOT NULL,
     part INTEGER NOT NULL, log_offset BIGINT NOT NULL, type TEXT NOT NULL, recorded_at TEXT NOT NULL
-)"""
+) ON COMMIT DELETE ROWS"""  # emptied at each commit, as pg_bulk's staging tables are
 _COPY_STAGED = f"COPY proj_events_in ({EVENT_COLUMNS}) FROM STDIN"
 _MOVE_STAGED = (
     f"WITH moved AS (DELETE FROM proj_events_in RETURNING {EVENT_COLUMNS}) "

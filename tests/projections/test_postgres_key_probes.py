@@ -152,3 +152,23 @@ def test_gathering_statistics_does_not_wait_on_a_held_lock(pg_dsn: str) -> None:
             assert len(tx.unit_states([("e1", "u0"), ("e1", f"u{UNITS - 1}")])) == 2, "the batch committed"
     finally:
         store.close()
+
+
+def test_the_staging_tables_do_not_grow_with_the_batches(pg_dsn: str) -> None:
+    """A batch's rows go through temporary tables of the connection (``pg_bulk``, the event index's
+    staging). Emptied by DELETE, they kept every dead row (PostgreSQL never vacuums a temporary table)
+    and grew for the connection's life, each move scanning them all; they are emptied at each commit."""
+    from projections.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn)
+    try:
+        set_id = store.create_set("tally", source="test").set_id
+        with store.transaction(set_id) as tx:
+            tx.index_new(_rows().events[:2000])
+            tx.write(Changes(units=_rows().units[:2000], tallies=_rows().tallies[:2000]))
+        with store._guarded() as conn:
+            sizes = {t: conn.execute("SELECT pg_relation_size(%s)", (t,)).fetchone()[0]
+                     for t in ("proj_events_in", "proj_unit_states_in", "proj_unit_tallies_in")}
+        assert sizes == dict.fromkeys(sizes, 0), sizes
+    finally:
+        store.close()

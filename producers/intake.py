@@ -99,12 +99,11 @@ class Intake:
         self._queue = Queue()
         self._saved_applied, self._seen_noted, self.retry_after, self._down_until = -1, -1, retry_after, 0.0
         self._no_refusals: LogUnavailableError | None = None  # see _refresh
-        self._verified = self._has_read = False  # _has_read: the state is a read of this log (see _refresh)
+        self._verified = self._has_read = self.started = False  # _has_read: the state is a read of this log (see _refresh)
         self.log_lost: str | None = None
         self._lost_stamp: tuple[int, int, int] | None = None
         self._generation = 0  # of the snapshot this state continues (``SnapshotFile.generation``)
         self.last_log_error: str | None = None
-        self.started = False
         self._snapshot = SnapshotFile(self.workdir / "state.json", name)
 
     @classmethod
@@ -385,7 +384,8 @@ class Intake:
         if not online and not self._has_read:  # judged against nothing, a valid report would be refused
             raise LogUnavailableError(f"{self.last_log_error or 'the log is out of reach'}; this intake has not read that log yet "
                                       "(it has no snapshot of it), so it cannot judge a command: nothing was recorded")
-        self._no_refusals = None if online else self._snapshot.unseen(self.state.positions, self._generation, self.last_log_error)
+        self._no_refusals = None if online else self._snapshot.unseen(self.state.positions, self._generation, self._lock,
+                                                                      self.last_log_error)
         if online and self.spool.pending():
             self._forward()
 

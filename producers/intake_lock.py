@@ -73,6 +73,17 @@ class DirectoryLock:
         self.wrote()
         self._read_from = float("-inf")
 
+    @property
+    def last_seen(self) -> bytes:
+        """The mark as this intake last read the log or wrote to it (empty: it has done neither)."""
+        return self._seen
+
+    def moved(self, started_from: bytes) -> bool:
+        """Whether anyone (another intake, a direct writer) wrote since this intake last read the log or
+        wrote to it; where it has done neither, since the state it started from (``started_from``, the
+        mark kept with the seen file: ``intake_snapshot``)."""
+        return os.pread(self._mark_file(), _MARK_BYTES, 0) != (self._seen or started_from)
+
     def covers(self, arrived: float) -> bool:
         """Whether a command that ``arrived`` (monotonic) may decide without catching up again."""
         return self._read_from >= arrived and os.pread(self._mark_file(), _MARK_BYTES, 0) == self._seen

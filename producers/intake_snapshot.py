@@ -85,7 +85,9 @@ class SnapshotFile:
                 position = state.positions.get(part, 0)
                 if position > seen.get(part, (0, ""))[0]:
                     seen[part] = (position, event_id)
-            body = {"log": self.log_name, "generation": generation, "seen": {str(p): list(v) for p, v in seen.items()}}
+            mark = (lock.last_seen or self.load_mark(generation)).hex()  # one that never read keeps what it started from
+            body = {"log": self.log_name, "generation": generation, "seen": {str(p): list(v) for p, v in seen.items()},
+                    "mark": mark}
             self._replace(self.seen_path, json.dumps(body))
 
     def forget_seen(self) -> None:
@@ -123,19 +125,33 @@ class SnapshotFile:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
 
-    def unseen(self, positions: dict[int, int], generation: int, why: str | None) -> LogUnavailableError | None:
+    def load_mark(self, generation: int) -> bytes:
+        """The lock's mark (``DirectoryLock.moved``) as the intakes that wrote the seen file last read the
+        log; empty where there is none (a file from before marks: then any write counts as moved)."""
+        try:
+            data = json.loads(self.seen_path.read_text(encoding="utf-8"))
+            return bytes.fromhex(data["mark"]) if data.get("generation") == generation else b""
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return b""
+
+    def unseen(self, positions: dict[int, int], generation: int, lock: DirectoryLock,
+               why: str | None) -> LogUnavailableError | None:
         """With the log out of reach (``why``): the error a command the intake would refuse hears
-        (``intake_group.commit_group``) when an intake of this directory saw events of the log
-        (``load_seen``) beyond ``positions`` (the state's, from an older snapshot); None when the state
-        holds all that was seen. A refusal judged on such a state was recorded for good: a report of a
-        unit of an election defined after the snapshot was refused as an unknown unit."""
+        (``intake_group.commit_group``) when its state lacks events of the log: an intake of this directory
+        saw events (``load_seen``) beyond ``positions`` (the state's, from an older snapshot), or someone
+        wrote since (``DirectoryLock.moved``: another intake, ``caucus log append``, the importer). None
+        when neither. A refusal judged on such a state was recorded for good: a report of a unit of an
+        election defined after the snapshot, or appended directly, was refused as an unknown unit."""
         unseen = sum(max(0, end - positions.get(p, 0)) for p, (end, _) in self.load_seen(generation).items())
-        if not unseen:
+        if unseen:
+            lacks = f"lacks {unseen} event(s) of the log that were read before (its snapshot is older)"
+        elif lock.moved(self.load_mark(generation)):
+            lacks = "may lack events of the log: it was written since this intake last read it"
+        else:
             return None
         return LogUnavailableError(
-            f"{why or 'the log is out of reach'}; this intake's state lacks {unseen} event(s) of the log that were read "
-            "before (its snapshot is older), so it cannot refuse a command now: the refusal could rest on what it has "
-            "not seen. Nothing was recorded; send it again once the log is back")
+            f"{why or 'the log is out of reach'}; this intake's state {lacks}, so it cannot refuse a command now: "
+            "the refusal could rest on what it has not seen. Nothing was recorded; send it again once the log is back")
 
     def _replace(self, path: Path, body: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

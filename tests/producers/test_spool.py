@@ -418,3 +418,49 @@ def test_an_intake_whose_snapshot_lags_what_was_read_does_not_refuse_while_the_l
     events = [le.event for le in Journal(SqliteLog(tmp_path / "log.sqlite3")).read()]
     assert not [e for e in events if isinstance(e.payload, SubmissionRejected)], "no refusal reached the log"
     assert [e.unit_id for e in events if isinstance(e.payload, UnitOpened)] == ["E01", "L-E01"]
+
+
+@pytest.mark.parametrize("running", [True, False], ids=["running intake", "intake started while down"])
+def test_an_intake_does_not_refuse_after_a_direct_write_it_has_not_read(
+    tmp_path: Path, official: Credential, election: dict[str, Any], running: bool
+) -> None:
+    """``caucus log append`` (or the importer) defined a second election after the intake's last read;
+    then the log went out of reach. A report for a unit of that election was refused UNKNOWN_UNIT and
+    the refusal forwarded into the log for good. The direct write leaves the lock's mark, and an intake
+    whose mark moved since its last read (or since the state it started from) refuses nothing."""
+    from ledger.events import ElectionDefined
+    from ledger.log.sqlite import SqliteLog
+    from producers.intake_lock import DirectoryLock
+
+    down, connect = _switchable_log(tmp_path)
+    submit = _submitter(official)
+    intake = Intake(connect, tmp_path / "intake", name="t").start()
+    assert submit(intake, CommandKind.DEFINE, election, None, "define-ia-test").accepted
+    if not running:
+        intake.close()
+    lock = DirectoryLock(tmp_path / "intake")
+    with lock.held():  # as producers.direct_writes.intake_turn: append under the intake's lock, then mark
+        first = next(le.event for le in Journal(SqliteLog(tmp_path / "log.sqlite3")).read())
+        avro = first.payload.to_avro()
+        avro["units"] = [{**u, "unit_id": f"L-{u['unit_id']}"} for u in avro["units"]]
+        defined = new_event(ElectionDefined.from_avro(avro), election_id="ia-later", actor="official:direct",
+                            channel=first.envelope.channel)
+        Journal(SqliteLog(tmp_path / "log.sqlite3")).append(defined)
+        lock.wrote()
+    lock.close()
+    down["now"] = True
+    if running:  # its open log goes out of reach too, as a broker gone would (connect() now fails)
+        assert intake._journal is not None
+        intake._journal.close()
+        intake._journal = None
+    offline = intake if running else Intake(connect, tmp_path / "intake", name="t").start()
+    with pytest.raises(LogUnavailableError, match="written since this intake last read it"):
+        submit(offline, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")
+    assert len(offline.spool) == 0
+    offline.close()
+    down["now"] = False
+    back = Intake(connect, tmp_path / "intake", name="t").start()
+    opened = submit(back, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")
+    assert isinstance(opened, Receipt) and opened.accepted, opened
+    back.close()
+    assert not [le for le in Journal(SqliteLog(tmp_path / "log.sqlite3")).read() if isinstance(le.event.payload, SubmissionRejected)]

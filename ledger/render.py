@@ -13,7 +13,7 @@ from typing import Any
 from ledger.events import PAYLOAD_TYPES, Channel, Envelope, Event
 from ledger.journal import LoggedEvent
 
-__all__ = ["event_to_json", "event_from_json", "event_summary", "unknown_fields"]
+__all__ = ["event_to_json", "event_from_json", "event_as_given", "event_summary", "unknown_fields"]
 
 _BYTES_FIELDS = {
     "CheckpointSigned": ("root_hash", "public_key", "signature", "partition_roots", "column_roots", "column_signature"),
@@ -72,6 +72,18 @@ def event_from_json(data: Mapping[str, Any]) -> Event[Any]:
         idempotency_key=data["idempotency_key"],
     )
     return Event(envelope, PAYLOAD_TYPES[type_name].from_avro(_with_defaults(type_name, payload)))
+
+
+def event_as_given(data: Mapping[str, Any]) -> Event[Any]:
+    """``event_from_json`` for a line that must be written as given (``caucus log append``): a field the
+    event does not have is a ValueError naming it, not left out. ``position`` and ``record_headers``
+    (``log tail --json`` prints them) are where the log puts the event, not part of it."""
+    event = event_from_json(data)
+    extra = unknown_fields({k: v for k, v in data.items() if k not in ("position", "record_headers")}, event_to_json(event))
+    if extra:
+        raise ValueError(f"unknown field {', '.join(extra)} (it would be left out; `caucus log tail --json` shows an "
+                         "event's fields)")
+    return event
 
 
 def unknown_fields(given: Any, known: Any, path: str = "") -> list[str]:

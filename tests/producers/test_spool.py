@@ -228,6 +228,19 @@ def _submitter(sender: Credential) -> Callable[[Intake, CommandKind, dict[str, A
     return submit
 
 
+def _opened_once_back(tmp_path: Path, down: dict[str, bool], connect: Callable[[], EventLog],
+                      submit: Callable[..., Outcome]) -> list[Any]:
+    """The log back: the unit L-E01 that could not be judged while it was down is opened; the log's events."""
+    from ledger.log.sqlite import SqliteLog
+
+    down["now"] = False
+    back = Intake(connect, tmp_path / "intake", name="t").start()
+    opened = submit(back, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")
+    assert isinstance(opened, Receipt) and opened.accepted, opened
+    back.close()
+    return [le.event for le in Journal(SqliteLog(tmp_path / "log.sqlite3")).read()]
+
+
 def test_an_intake_started_while_the_log_is_down_works_from_snapshot_and_spool(
     tmp_path: Path, official: Credential, election: dict[str, Any]
 ) -> None:
@@ -387,8 +400,6 @@ def test_an_intake_whose_snapshot_lags_what_was_read_does_not_refuse_while_the_l
     the sender hears why); what it accepts is spooled and checked again when forwarded."""
     from producers.intake import SNAPSHOT_EVERY
 
-    from ledger.log.sqlite import SqliteLog
-
     down, connect = _switchable_log(tmp_path)
     submit = _submitter(official)
 
@@ -410,12 +421,7 @@ def test_an_intake_whose_snapshot_lags_what_was_read_does_not_refuse_while_the_l
     assert isinstance(spooled, Receipt) and spooled.status == "spooled", "what it accepts is still spooled"
     assert len(offline.spool) == 1, "no refusal was spooled"
     offline.close()
-    down["now"] = False
-    back = Intake(connect, tmp_path / "intake", name="t").start()
-    opened = submit(back, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")
-    assert isinstance(opened, Receipt) and opened.accepted, opened
-    back.close()
-    events = [le.event for le in Journal(SqliteLog(tmp_path / "log.sqlite3")).read()]
+    events = _opened_once_back(tmp_path, down, connect, submit)
     assert not [e for e in events if isinstance(e.payload, SubmissionRejected)], "no refusal reached the log"
     assert [e.unit_id for e in events if isinstance(e.payload, UnitOpened)] == ["E01", "L-E01"]
 
@@ -458,9 +464,5 @@ def test_an_intake_does_not_refuse_after_a_direct_write_it_has_not_read(
         submit(offline, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")
     assert len(offline.spool) == 0
     offline.close()
-    down["now"] = False
-    back = Intake(connect, tmp_path / "intake", name="t").start()
-    opened = submit(back, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")
-    assert isinstance(opened, Receipt) and opened.accepted, opened
-    back.close()
-    assert not [le for le in Journal(SqliteLog(tmp_path / "log.sqlite3")).read() if isinstance(le.event.payload, SubmissionRejected)]
+    events = _opened_once_back(tmp_path, down, connect, submit)
+    assert not [e for e in events if isinstance(e.payload, SubmissionRejected)]

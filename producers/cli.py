@@ -14,6 +14,7 @@ command twice records it once; pass ``--key`` to choose one (e.g. the worksheet 
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import re
@@ -45,15 +46,25 @@ ElectionOption = typer.Option(None, "--election", help="Election id (default: th
 OccurredOption = typer.Option(None, "--occurred-at", help="When it happened at the caucus, ISO 8601 with offset; given as JSON, the occurred_at field.")
 JsonOption = typer.Option(False, "--json", help="Print the receipt or the errors as JSON.")
 UnitOption = typer.Option(None, "--unit", help="The reporting unit id.")
-FirstOption = typer.Option(None, "--first", help="First alignment: CANDIDATE=N (repeat, or comma-separate).")
-FinalOption = typer.Option(None, "--final", help="Final alignment: CANDIDATE=N.")
+FirstOption = typer.Option(None, "--first", help='First alignment: CANDIDATE=N (repeat, or comma-separate; a name holding a comma in double quotes: \'"Smith, J"=3\').')
+FinalOption = typer.Option(None, "--final", help="Final alignment: CANDIDATE=N (as --first).")
 AttendanceOption = typer.Option(None, "--attendance", help="T, the attendees counted at the start (if not given at opening).")
-DelegatesOption = typer.Option(None, "--delegates", help="County delegates awarded: CANDIDATE=N.")
+DelegatesOption = typer.Option(None, "--delegates", help="County delegates awarded: CANDIDATE=N (as --first).")
 WorksheetOption = typer.Option(None, "--worksheet", help="Photo of the signed worksheet: its SHA-256 is recorded.")
 DigestOption = typer.Option(None, "--worksheet-digest", help="sha256:<hex> of the worksheet photo.")
 
 
 # -- helpers --------------------------------------------------------------------------------------------
+
+
+def _items(value: str, option: str) -> list[str]:
+    """One option value's comma-separated items, read as a CSV line: a candidate name may hold a comma
+    (the JSON form takes any name), so such a name is given in double quotes, ``"Smith, J"=3``, a quote
+    inside it doubled. A quote left open is refused, not read up to the end of the value."""
+    if value.count('"') % 2:
+        raise typer.BadParameter(f"{value!r}: a double quote is not closed (a quote inside a quoted name is doubled)", param_hint=option)
+    # skipinitialspace: "A=5, B=3", spaces after a comma only separate
+    return next(csv.reader([value], skipinitialspace=True), [])
 
 
 def _counts(values: list[str] | None, option: str) -> dict[str, Any] | None:
@@ -63,9 +74,8 @@ def _counts(values: list[str] | None, option: str) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {}
     for value in values:
-        for item in value.split(","):
-            item = item.strip()  # "A=5, B=3": spaces after a comma only separate
-            if not item:  # "A=1,,B=2": a count left out, not a separator to skip
+        for item in _items(value, option):
+            if not item.strip():  # "A=1,,B=2": a count left out, not a separator to skip
                 raise typer.BadParameter(f"{value!r}: an empty item between commas; give CANDIDATE=COUNT,...", param_hint=option)
             name, sep, count = item.rpartition("=")  # the count is after the last "=": a name may hold one
             if not sep or not name.strip():
@@ -82,8 +92,8 @@ def _counts(values: list[str] | None, option: str) -> dict[str, Any] | None:
     return out
 
 
-def _names(values: list[str] | None) -> list[str]:
-    return [n.strip() for v in values or [] for n in v.split(",") if n.strip()]
+def _names(values: list[str] | None, option: str) -> list[str]:
+    return [n.strip() for v in values or [] for n in _items(v, option) if n.strip()]
 
 
 def _read_source(source: str) -> bytes:
@@ -338,7 +348,7 @@ def correct(
 def toss(
     ctx: typer.Context,
     unit: str = typer.Argument(..., help="The reporting unit id."),
-    contenders: list[str] = typer.Option(..., "--contender", help="A tied group (repeat, or comma-separate)."),
+    contenders: list[str] = typer.Option(..., "--contender", help="A tied group (repeat, or comma-separate; a name holding a comma in double quotes)."),
     seats: int = typer.Option(1, "--seats", help="How many seats were contested."),
     winners: list[str] = typer.Option(..., "--winner", help="A group that won a seat (repeat, or comma-separate)."),
     method: str = typer.Option("coin", "--method", help="coin (two groups) or lots (three or more)."),
@@ -361,12 +371,12 @@ def toss(
     A tie is tossed once: a second toss for the same contenders and seats is refused
     (TIE_ALREADY_SETTLED), unless it redraws the standing toss with --supersedes and --reason."""
     data = {
-        "contenders": _names(contenders),
+        "contenders": _names(contenders, "--contender"),
         "seats": seats,
-        "winners": _names(winners),
+        "winners": _names(winners, "--winner"),
         "method": method,
         "caller": caller,
-        "witnesses": _names(witnesses),
+        "witnesses": _names(witnesses, "--witness"),
         "reason": reason,
         "supersedes": supersedes,
         "election_id": election,

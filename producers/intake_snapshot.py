@@ -117,22 +117,27 @@ class SnapshotFile:
         """partition -> (next offset, id of the event just before it), as the last intake to stop saw
         them; nothing when there is no such file, or it is of another log or generation, or unreadable
         (then the snapshot's anchors are all there is to check)."""
-        try:
-            data = json.loads(self.seen_path.read_text(encoding="utf-8"))
-            if data.get("log") != self.log_name or data.get("generation") != generation:
-                return {}
-            return {int(p): (int(pos), str(eid)) for p, (pos, eid) in data["seen"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return {}
+        return self._read_seen(generation)[0]
 
     def load_mark(self, generation: int) -> bytes:
         """The lock's mark (``DirectoryLock.moved``) as the intakes that wrote the seen file last read the
         log; empty where there is none (a file from before marks: then any write counts as moved)."""
+        return self._read_seen(generation)[1]
+
+    def _read_seen(self, generation: int) -> tuple[dict[int, tuple[int, str]], bytes]:
+        """The seen file's positions and mark in one read, both judged by the same rule: a file of
+        another log or generation, or one that cannot be read, holds neither."""
         try:
             data = json.loads(self.seen_path.read_text(encoding="utf-8"))
-            return bytes.fromhex(data["mark"]) if data.get("generation") == generation else b""
+            if data.get("log") != self.log_name or data.get("generation") != generation:
+                return {}, b""
+            seen = {int(p): (int(pos), str(eid)) for p, (pos, eid) in data["seen"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return b""
+            return {}, b""
+        try:
+            return seen, bytes.fromhex(data["mark"])
+        except (ValueError, KeyError, TypeError):
+            return seen, b""  # a file from before marks
 
     def unseen(self, positions: dict[int, int], generation: int, lock: DirectoryLock,
                why: str | None) -> LogUnavailableError | None:
@@ -142,10 +147,11 @@ class SnapshotFile:
         wrote since (``DirectoryLock.moved``: another intake, ``caucus log append``, the importer). None
         when neither. A refusal judged on such a state was recorded for good: a report of a unit of an
         election defined after the snapshot, or appended directly, was refused as an unknown unit."""
-        unseen = sum(max(0, end - positions.get(p, 0)) for p, (end, _) in self.load_seen(generation).items())
+        seen, mark = self._read_seen(generation)
+        unseen = sum(max(0, end - positions.get(p, 0)) for p, (end, _) in seen.items())
         if unseen:
             lacks = f"lacks {unseen} event(s) of the log that were read before (its snapshot is older)"
-        elif lock.moved(self.load_mark(generation)):
+        elif lock.moved(mark):
             lacks = "may lack events of the log: it was written since this intake last read it"
         else:
             return None

@@ -466,3 +466,28 @@ def test_an_intake_does_not_refuse_after_a_direct_write_it_has_not_read(
     offline.close()
     events = _opened_once_back(tmp_path, down, connect, submit)
     assert not [e for e in events if isinstance(e.payload, SubmissionRejected)]
+
+
+def test_the_seen_file_of_another_log_gives_neither_its_positions_nor_its_mark(tmp_path: Path) -> None:
+    """An offline intake judges whether its log was written since it last read it by the mark kept in the
+    seen file. The mark was taken from a seen file of another log (the positions were not), so a data
+    directory moved to another log compared that log's lock with the old log's mark."""
+    import json
+
+    from producers.intake_lock import DirectoryLock
+    from producers.intake_snapshot import SnapshotFile
+
+    lock = DirectoryLock(tmp_path)
+    with lock.held():
+        lock.wrote()  # the mark this intake last left
+    mark = lock.last_seen
+    old = SnapshotFile(tmp_path / "state.json", "log-a")
+    old.seen_path.write_text(json.dumps({"log": "log-a", "generation": 0, "seen": {"0": [3, "e3"]}, "mark": mark.hex()}))
+    assert old.load_seen(0) == {0: (3, "e3")} and old.load_mark(0) == mark
+    other = SnapshotFile(tmp_path / "state.json", "log-b")
+    assert other.load_seen(0) == {} and other.load_mark(0) == b""
+    started = DirectoryLock(tmp_path)  # an intake of log-b that has not read it: any mark counts as moved
+    assert other.unseen({}, 0, started, "down") is not None
+    assert old.unseen({0: 3}, 0, started, "down") is None
+    lock.close()
+    started.close()

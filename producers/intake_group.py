@@ -106,7 +106,8 @@ def commit_group(
     written hears that error (its judgment assumed the event was kept). ``no_refusals``: ``view`` is
     known to lack events of the log, so a refusal may rest on what it has not seen; a command it
     would refuse hears that error instead, and nothing of it is recorded (an accepted one is checked
-    again when the spool forwards it)."""
+    again when the spool forwards it). A refusal that rests on the sender's credential alone
+    (``Judgment.sender_only``) is given as ever."""
     group = IntakeState()
     judged: list[tuple[Slot, Judgment]] = []
     for slot in slots:
@@ -115,7 +116,7 @@ def commit_group(
         except Exception as exc:  # noqa: BLE001 - that command's own failure, as it would be alone
             slot.fail(exc)
             continue
-        if judgment.refused and no_refusals is not None:
+        if judgment.refused and no_refusals is not None and not judgment.sender_only:
             slot.fail(no_refusals)
             continue
         if judgment.event is not None:

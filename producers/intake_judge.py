@@ -49,6 +49,9 @@ class Judgment:
     kind: str = ""
     sender: str = ""
     key: str = ""
+    sender_only: bool = False
+    """A refusal that rests on the sender's credential alone (no valid token, another unit's chair), not on
+    the log: it holds whatever the log holds, so an intake whose state lags the log may still give it."""
 
     def answer(self, status: Written, position: Position | None) -> Outcome:
         """The sender's answer once the event was written (``status``) at ``position``."""
@@ -111,7 +114,7 @@ def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Jud
         chair) is kept out of every unit's state and trail count, whatever election the body names."""
         filed_under = (election_id or parsed.election_id) if filed else ""
         event = submission_refused(sub, errors, sender, filed_under, unit_id, key, now())
-        return Judgment(event, refused=True, kind=sub.kind.value, sender=sender, key=key)
+        return Judgment(event, refused=True, kind=sub.kind.value, sender=sender, key=key, sender_only=not filed)
 
     if isinstance(sub.sender, AuthFailure):
         return refuse((sub.sender.problem,), sub.sender.claimed, filed=False)

@@ -19,7 +19,7 @@ from ledger.events import Channel, ResultCorrected, ResultReported, SubmissionRe
 from ledger.journal import Journal, LoggedEvent
 from ledger.log.port import EventLog, LogError, LogLostError, LogUnavailableError
 from producers.commands import CommandKind
-from producers.credentials import Credential
+from producers.credentials import Credential, CredentialStore
 from producers.intake import Intake, Outcome, Receipt, Refusal, Submission
 from producers.spool import Spool, SpoolError
 
@@ -424,6 +424,40 @@ def test_an_intake_whose_snapshot_lags_what_was_read_does_not_refuse_while_the_l
     events = _opened_once_back(tmp_path, down, connect, submit)
     assert not [e for e in events if isinstance(e.payload, SubmissionRejected)], "no refusal reached the log"
     assert [e.unit_id for e in events if isinstance(e.payload, UnitOpened)] == ["E01", "L-E01"]
+
+
+def test_an_intake_whose_state_lags_still_refuses_what_rests_on_the_sender_alone(
+    tmp_path: Path, official: Credential, chair: Credential, store: CredentialStore, election: dict[str, Any]
+) -> None:
+    """An intake whose state lags the log (its log out of reach) refuses nothing that could rest on events it
+    has not seen. A bad token or another unit's chair is refused whatever the log holds: such a command was
+    answered "send it again once the log is back" (exit 2 / 503), and its sender met the refusal only then.
+    Now it is refused at once, the refusal spooled and forwarded as any offline refusal."""
+    down, connect = _switchable_log(tmp_path)
+    submit = _submitter(official)
+    first = Intake(connect, tmp_path / "intake", name="t").start()
+    assert submit(first, CommandKind.DEFINE, election, None, "define-ia-test").accepted
+    first.close()
+    later = Intake(connect, tmp_path / "intake", name="t").start()
+    second = {**election, "election_id": "ia-later", "idempotency_key": "define-2",
+              "units": [{**u, "unit_id": f"L-{u['unit_id']}"} for u in election["units"]]}
+    assert submit(later, CommandKind.DEFINE, second, None, "define-2").accepted
+    later.close(snapshot_after=10**9)  # as a CLI run: the snapshot is not saved, what was read is noted
+    down["now"] = True
+    offline = Intake(connect, tmp_path / "intake", name="t").start()
+    with pytest.raises(LogUnavailableError, match="cannot refuse a command now"):
+        submit(offline, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")  # the state does lag
+    forged = store.authenticate("ckl_nobody_secret")
+    bad_token = offline.submit(Submission(CommandKind.OPEN, json.dumps({"attendance": 5}), forged, unit_id="E01",
+                                          idempotency_key="open-forged"))
+    assert isinstance(bad_token, Refusal) and bad_token.category == "unauthenticated", bad_token
+    wrong_unit = _submitter(chair)(offline, CommandKind.OPEN, {"attendance": 5}, "E01", "open-wrong")
+    assert isinstance(wrong_unit, Refusal) and wrong_unit.category == "forbidden", wrong_unit
+    assert bad_token.recorded == wrong_unit.recorded == "spool" and len(offline.spool) == 2
+    offline.close()
+    events = _opened_once_back(tmp_path, down, connect, submit)
+    refused = [e.payload for e in events if isinstance(e.payload, SubmissionRejected)]
+    assert sorted(p.errors[0].code for p in refused) == ["UNAUTHENTICATED", "WRONG_UNIT"], refused
 
 
 @pytest.mark.parametrize("running", [True, False], ids=["running intake", "intake started while down"])

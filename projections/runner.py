@@ -30,7 +30,7 @@ from projections.tally_revision import TALLIES_REVISION
 from projections.early_fold import BaseMoved, EarlyFold, fold_early
 from projections.exactly_once import Claim, claim, start_positions
 from projections.sources import Source
-from projections.stores.port import Changes, ProjectionStore, StoreUnavailable
+from projections.stores.port import Changes, ProjectionStore, Staged, StoreUnavailable
 from projections.store_outage import STORE_RETRY_SECONDS, StoreOutage
 from projections.whole_log import OthersStalled, OthersWatch, behind
 
@@ -455,7 +455,8 @@ and the rules' meanings) it was checked against, so a
                       early: EarlyFold | None) -> tuple[Claim, Changes, FoldedBatch]:
         """The batch's transaction (``ONE_TRANSACTION``): an early fold whose base still holds
         (``SAME_BASE_UNDER_LOCK``), or the claim and the fold under the lock."""
-        with self.store.transaction(self.set_id) as tx:
+        staged = Staged(early.changes, early.rows) if early is not None else None
+        with self.store.transaction(self.set_id, staged) as tx:
             stored = tx.positions()
             if early is not None:
                 early.settle(tx, stored, by_part, self._next)

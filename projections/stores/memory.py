@@ -29,6 +29,7 @@ from projections.stores.port import (
     PositionRow,
     SetInfo,
     SetNotFound,
+    Staged,
     StoreError,
     StoreMissing,
     TallyRow,
@@ -310,7 +311,8 @@ class MemoryStore:
             yield
 
     @contextmanager
-    def transaction(self, set_id: int) -> Iterator[_Tx]:
+    def transaction(self, set_id: int, staged: Staged | None = None) -> Iterator[_Tx]:
+        """``staged`` is not used: nothing here is loaded apart from the writes."""
         with self._write():
             with self._db.lock:
                 committed = self._db.tables.get(set_id)

@@ -24,7 +24,7 @@ import psycopg
 
 from projections.stores.port import Changes
 
-__all__ = ["STAGING", "write_rows"]
+__all__ = ["STAGING", "copy_rows", "move_rows"]
 
 STAGING = """
 CREATE TEMP TABLE IF NOT EXISTS proj_unit_states_in (
@@ -67,19 +67,26 @@ _MOVE_HISTORY = (
 )
 
 
-def write_rows(cur: psycopg.Cursor[Any], set_id: int, changes: Changes, rows: dict[str, list[tuple[Any, ...]]]) -> None:
-    """Copy and move the batch's unit states, tallies and history rows (``rows``: ``change_rows``).
-    The staging tables must exist (``STAGING``); they are empty again after each move."""
+def copy_rows(cur: psycopg.Cursor[Any], set_id: int, changes: Changes, rows: dict[str, list[tuple[Any, ...]]]) -> None:
+    """Copy the batch's unit states, tallies and history rows (``rows``: ``change_rows``) into the
+    staging tables (``STAGING``, which must exist). Needs no lock: the tables are the connection's."""
     if rows["units"]:
         _copy(cur, f"COPY proj_unit_states_in ({_UNITS}) FROM STDIN", rows["units"])
-        cur.execute(_MOVE_UNITS)
     if rows["tallies"]:
         _copy(cur, f"COPY proj_unit_tallies_in ({_TALLIES}) FROM STDIN", rows["tallies"])
-        cur.execute(_MOVE_TALLIES)
     if changes.history:
         _copy(cur, f"COPY proj_unit_history_in ({_HISTORY}) FROM STDIN",
               [(set_id, h.election_id, h.unit_id, h.partition, h.first_offset, h.last_offset, h.low_at, h.high_at,
                 int(h.sorted), h.state) for h in changes.history])
+
+
+def move_rows(cur: psycopg.Cursor[Any], changes: Changes, rows: dict[str, list[tuple[Any, ...]]]) -> None:
+    """Move what ``copy_rows`` staged into the set's tables; the staging tables are empty again after."""
+    if rows["units"]:
+        cur.execute(_MOVE_UNITS)
+    if rows["tallies"]:
+        cur.execute(_MOVE_TALLIES)
+    if changes.history:
         cur.execute(_MOVE_HISTORY)
 
 

@@ -172,6 +172,16 @@ class Changes:
         return bool(self.units or self.tallies or self.elections or self.events or self.positions)
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A batch's writes folded before the set's lock (``early_fold``): its changes and its event index
+    rows. Why: runners of one set take its lock in turn, and the time one holds it bounds what another
+    can add; loading the rows is the part of the writes that needs no lock."""
+
+    changes: Changes
+    index_rows: Sequence[EventRow]
+
+
 class StoreReader(Protocol):
     """Reads within one projection set, from one consistent snapshot."""
 
@@ -303,8 +313,10 @@ class ProjectionStore(Protocol):
         Refuses a set that is not building."""
         ...
 
-    def transaction(self, set_id: int) -> AbstractContextManager[StoreTx]:
-        """A write transaction holding the set's lock until commit (or rollback on error)."""
+    def transaction(self, set_id: int, staged: Staged | None = None) -> AbstractContextManager[StoreTx]:
+        """A write transaction holding the set's lock until commit (or rollback on error). ``staged``:
+        what the block will write (``write``, ``index_begin``: the same objects), known before the lock
+        is taken, so a store may load it meanwhile; one that cannot takes it as a hint and does nothing."""
         ...
 
     def reader(self, set_id: int) -> AbstractContextManager[StoreReader]:

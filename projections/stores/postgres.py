@@ -40,12 +40,13 @@ from projections.stores._sql import (
 )
 from projections.stores.bi_views import BI_VIEWS_VERSION, bi_view_statements
 from projections.stores.pg_bulk import STAGING as BULK_STAGING
-from projections.stores.pg_bulk import write_rows
+from projections.stores.pg_bulk import copy_rows, move_rows
 from projections.stores.port import (
     Changes,
     EventRow,
     SetInfo,
     SetNotFound,
+    Staged,
     StoreError,
     StoreUnavailable,
     finished_params,
@@ -93,7 +94,10 @@ class _Tx(SqlReader):
     def __init__(self, set_id: int, conn: psycopg.Connection[Any], io: ThreadPoolExecutor) -> None:
         self._conn = conn
         self._io = io
-        self._staged = self._bulk_staged = False
+        self._index_table = self._bulk_tables = False  # staging tables made in this transaction
+        self._loaded: Staged | None = None  # what ``load`` copied into the staging tables
+        self._loaded_rows: dict[str, list[tuple[Any, ...]]] = {}
+        self._taken: set[str] = set()  # the parts of ``_loaded`` written (``_take_loaded``)
         self.written = 0  # unit, tally and index rows (``PostgresStore._gather_statistics``)
         super().__init__(set_id, self._query, self._query_in, "%s")
 
@@ -107,40 +111,75 @@ class _Tx(SqlReader):
             return self._conn.execute(sql.replace("{in}", "= ANY(%s)"), (*params, list(values))).fetchall()
         return self._conn.execute(_PROBE.format(query=sql.replace("{in}", "= k.v")), (list(dict.fromkeys(values)), *params)).fetchall()
 
+    def load(self, staged: Staged) -> None:
+        """Copy a batch's bulk rows and index rows into the connection's staging tables, before the
+        set's lock is taken (``PostgresStore.transaction``): under it, ``write`` and ``index_begin`` given
+        these same objects only move them. A rollback empties the staging tables with the rest."""
+        rows = change_rows(self.set_id, staged.changes)
+        with self._conn.cursor() as cur:
+            self._stage_tables(cur, bulk=True)
+            copy_rows(cur, self.set_id, staged.changes, rows)
+            self._copy_index(cur, staged.index_rows)
+        self._loaded, self._loaded_rows = staged, rows
+
+    def _take_loaded(self, part: str, given: object) -> bool:
+        """Whether ``given`` is what ``load`` copied (then it is taken: copied once, moved once). Any
+        other rows first would be moved with the loaded ones, so they are refused."""
+        if self._loaded is None or part in self._taken:
+            return False
+        if given is not getattr(self._loaded, part):
+            raise StoreError(f"this transaction was given its {part} before the lock (staged); it must write those first")
+        self._taken.add(part)
+        return True
+
+    def _stage_tables(self, cur: psycopg.Cursor[Any], *, bulk: bool) -> None:
+        """``CREATE TEMP TABLE IF NOT EXISTS`` once per transaction: a temporary table lives as long as the
+        connection, and a reconnect (``_guarded``) gives another."""
+        if bulk and not self._bulk_tables:
+            cur.execute(BULK_STAGING)
+            self._bulk_tables = True
+        if not bulk and not self._index_table:
+            cur.execute(_STAGING)
+            self._index_table = True
+
     def write(self, changes: Changes) -> None:
         """The few rows of elections, positions and (folded under the lock) events row by row; unit
-        states, tallies and history as sets (``pg_bulk``)."""
-        rows = change_rows(self.set_id, changes)
+        states, tallies and history as sets (``pg_bulk``), copied now unless ``load`` did."""
+        loaded = self._take_loaded("changes", changes)
+        rows = self._loaded_rows if loaded else change_rows(self.set_id, changes)
         self.written += len(rows["units"]) + len(rows["tallies"])
         with self._conn.cursor() as cur:
             for kind in ("elections", "events", "positions"):
                 if rows[kind]:
                     cur.executemany(_UPSERTS[kind], rows[kind])
             if rows["units"] or rows["tallies"] or changes.history:
-                if not self._bulk_staged:
-                    cur.execute(BULK_STAGING)  # temporary tables live as long as the connection
-                    self._bulk_staged = True
-                write_rows(cur, self.set_id, changes, rows)
+                if not loaded:
+                    self._stage_tables(cur, bulk=True)
+                    copy_rows(cur, self.set_id, changes, rows)
+                move_rows(cur, changes, rows)
 
     def index_new(self, rows: Sequence[EventRow]) -> set[str]:
         return self.index_begin(rows)()
 
-    def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]:
-        """``COPY`` into a temporary table, then one statement moves the rows into the index and
-        returns those that went in: no id list is sent, looked up and sent back separately. That
-        statement runs on the store's I/O thread, which waits for the server without holding the
-        GIL, so the runner decodes its next records while PostgreSQL inserts these."""
-        if not rows:
-            return set
-        sid = self.set_id
-        self.written += len(rows)
-        with self._conn.cursor() as cur:
-            if not self._staged:
-                cur.execute(_STAGING)  # a temporary table lives as long as the connection
-                self._staged = True
+    def _copy_index(self, cur: psycopg.Cursor[Any], rows: Sequence[EventRow]) -> None:
+        if rows:
+            self._stage_tables(cur, bulk=False)
+            sid = self.set_id
             with cur.copy(_COPY_STAGED) as copy:
                 for row in rows:
                     copy.write_row((sid, *row))
+
+    def index_begin(self, rows: Sequence[EventRow]) -> Callable[[], set[str]]:
+        """``COPY`` into a temporary table (unless ``load`` did), then one statement moves the rows into
+        the index and returns those that went in: no id list is sent, looked up and sent back
+        separately. That statement runs on the store's I/O thread, which waits for the server without
+        holding the GIL, so the runner decodes its next records while PostgreSQL inserts these."""
+        if not rows:
+            return set
+        self.written += len(rows)
+        if not self._take_loaded("index_rows", rows):
+            with self._conn.cursor() as cur:
+                self._copy_index(cur, rows)
         ids = [r.event_id for r in rows]
         conn = self._conn
 
@@ -314,12 +353,16 @@ class PostgresStore:
     # -- transactions -------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self, set_id: int) -> Iterator[_Tx]:
+    def transaction(self, set_id: int, staged: Staged | None = None) -> Iterator[_Tx]:
+        """``staged`` is copied into the connection's staging tables before the set's row is locked
+        (``_Tx.load``): the lock then covers only the check, the moves and the commit."""
         with self._guarded() as conn:
             with conn.transaction():
+                tx = _Tx(set_id, conn, self._io)
+                if staged is not None:
+                    tx.load(staged)
                 if conn.execute("SELECT set_id FROM proj_sets WHERE set_id = %s FOR UPDATE", (set_id,)).fetchone() is None:
                     raise SetNotFound(f"no projection set {set_id} in {self.describe()}")
-                tx = _Tx(set_id, conn, self._io)
                 yield tx
             self._gather_statistics(conn, tx.written)
 

@@ -57,6 +57,7 @@ from projections.stores.port import (
     EventRow,
     SetInfo,
     SetNotFound,
+    Staged,
     StoreError,
     StoreMissing,
     chunks,
@@ -330,7 +331,8 @@ class SqliteStore:
                 raise
 
     @contextmanager
-    def transaction(self, set_id: int) -> Iterator[_Tx]:
+    def transaction(self, set_id: int, staged: Staged | None = None) -> Iterator[_Tx]:
+        """``staged`` is not used: nothing here is loaded apart from the writes."""
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM proj_sets WHERE set_id = ?", (set_id,)).fetchone() is None:
                 raise SetNotFound(f"no projection set {set_id} in {self.describe()}")

@@ -38,12 +38,12 @@ class _Interleaved:
         self.transactions = 0
 
     @contextmanager
-    def transaction(self, set_id: int) -> Iterator[Any]:
+    def transaction(self, set_id: int, staged: Any = None) -> Iterator[Any]:
         self.transactions += 1
         meanwhile, self._meanwhile = self._meanwhile, None
         if meanwhile is not None:
             meanwhile()
-        with self._store.transaction(set_id) as tx:
+        with self._store.transaction(set_id, staged) as tx:
             yield tx
 
     def __getattr__(self, name: str) -> Any:

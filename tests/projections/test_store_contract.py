@@ -14,6 +14,7 @@ from projections.stores.port import (
     PositionRow,
     ProjectionStore,
     SetNotFound,
+    Staged,
     StoreError,
     TallyRow,
     UnitRow,
@@ -209,6 +210,41 @@ def test_a_failed_transaction_writes_nothing(open_store: Open) -> None:
         tx.write(_changes(10))
     with store.reader(sid) as r:
         assert r.event_count() == 10
+
+
+def test_a_batch_staged_before_the_lock_is_written_once_and_rolled_back_whole(open_store: Open, store_kind: str) -> None:
+    """A runner hands the store its early-folded batch before the set's lock (``Staged``), so that
+    PostgreSQL loads the rows while another runner holds the lock. Staged rows must be written exactly
+    as if given under the lock: once, with the index naming the ids it held, and a rollback must leave
+    none behind for the connection's next batch (its staging tables outlive a transaction)."""
+
+    def batch(n: int, start: int) -> tuple[Changes, list[EventRow]]:
+        changes = _changes(n, start=start)
+        index, changes.events = changes.events, []  # the early path indexes its ids apart (``index_begin``)
+        return changes, index
+
+    store = open_store()
+    sid = store.create_set("tally", source="s").set_id
+    first, first_index = batch(50, 0)
+    with store.transaction(sid, Staged(first, first_index)) as tx:
+        assert tx.index_begin(first_index)() == set()
+        tx.write(first)
+    with pytest.raises(RuntimeError, match="moved"), store.transaction(sid, Staged(*batch(30, 50))):
+        raise RuntimeError("the base moved: rolled back before the writes")
+    with store.transaction(sid) as tx:
+        tx.write(_changes(5, start=100))
+    again, again_index = batch(10, 45)  # u45..u49 were indexed by the first batch
+    with store.transaction(sid, Staged(again, again_index)) as tx:
+        assert tx.index_begin(again_index)() == {f"ev-{i}" for i in range(45, 50)}
+        tx.write(again)
+    with store.reader(sid) as r:
+        assert sorted(int(uid[1:]) for _, uid in r.unit_states()) == [*range(0, 55), *range(100, 105)], "the rolled-back batch left nothing"
+        assert r.processed([f"ev-{i}" for i in range(50, 80)]) == {f"ev-{i}" for i in range(50, 55)}
+        assert r.event_count() == 60 and r.positions()[0].next_offset == 55
+    if store_kind == "postgres":  # rows other than the staged ones would be moved together with them
+        other, other_index = batch(3, 200)
+        with pytest.raises(StoreError, match="staged"), store.transaction(sid, Staged(other, other_index)) as tx:
+            tx.write(_changes(3, start=300))
 
 
 def test_an_event_id_is_stored_once_per_set(open_store: Open) -> None:

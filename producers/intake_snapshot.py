@@ -80,12 +80,12 @@ class SnapshotFile:
         merged under the intake's lock with what the file holds, keeping the later of the two per
         partition: an intake that stops after another saw more must not put an older view in its place."""
         with lock.held():
-            seen = self.load_seen(generation)
+            seen, kept = self._read_seen(generation)
             for part, event_id in state.anchors.items():
                 position = state.positions.get(part, 0)
                 if position > seen.get(part, (0, ""))[0]:
                     seen[part] = (position, event_id)
-            mark = (lock.last_seen or self.load_mark(generation)).hex()  # one that never read keeps what it started from
+            mark = (lock.last_seen or kept).hex()  # one that never read keeps what it started from
             body = {"log": self.log_name, "generation": generation, "seen": {str(p): list(v) for p, v in seen.items()},
                     "mark": mark}
             self._replace(self.seen_path, json.dumps(body))

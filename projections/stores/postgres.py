@@ -94,7 +94,7 @@ class _Tx(SqlReader):
     def __init__(self, set_id: int, conn: psycopg.Connection[Any], io: ThreadPoolExecutor) -> None:
         self._conn = conn
         self._io = io
-        self._index_table = self._bulk_tables = False  # staging tables made in this transaction
+        self._made: set[str] = set()  # the staging tables' statements run in this transaction (``_stage``)
         self._loaded: Staged | None = None  # what ``load`` copied into the staging tables
         self._loaded_rows: dict[str, list[tuple[Any, ...]]] = {}
         self._taken: set[str] = set()  # the parts of ``_loaded`` written (``_take_loaded``)
@@ -117,7 +117,7 @@ class _Tx(SqlReader):
         these same objects only move them. A rollback empties the staging tables with the rest."""
         rows = change_rows(self.set_id, staged.changes)
         with self._conn.cursor() as cur:
-            self._stage_tables(cur, bulk=True)
+            self._stage(cur, BULK_STAGING)
             copy_rows(cur, self.set_id, staged.changes, rows)
             self._copy_index(cur, staged.index_rows)
         self._loaded, self._loaded_rows = staged, rows
@@ -132,15 +132,12 @@ class _Tx(SqlReader):
         self._taken.add(part)
         return True
 
-    def _stage_tables(self, cur: psycopg.Cursor[Any], *, bulk: bool) -> None:
-        """``CREATE TEMP TABLE IF NOT EXISTS`` once per transaction: a temporary table lives as long as the
-        connection, and a reconnect (``_guarded``) gives another."""
-        if bulk and not self._bulk_tables:
-            cur.execute(BULK_STAGING)
-            self._bulk_tables = True
-        if not bulk and not self._index_table:
-            cur.execute(_STAGING)
-            self._index_table = True
+    def _stage(self, cur: psycopg.Cursor[Any], create: str) -> None:
+        """Run a ``CREATE TEMP TABLE IF NOT EXISTS`` once per transaction: a temporary table lives as long
+        as the connection, and a reconnect (``_guarded``) gives another."""
+        if create not in self._made:
+            cur.execute(create)
+            self._made.add(create)
 
     def write(self, changes: Changes) -> None:
         """The few rows of elections, positions and (folded under the lock) events row by row; unit
@@ -154,7 +151,7 @@ class _Tx(SqlReader):
                     cur.executemany(_UPSERTS[kind], rows[kind])
             if rows["units"] or rows["tallies"] or changes.history:
                 if not loaded:
-                    self._stage_tables(cur, bulk=True)
+                    self._stage(cur, BULK_STAGING)
                     copy_rows(cur, self.set_id, changes, rows)
                 move_rows(cur, changes, rows)
 
@@ -163,7 +160,7 @@ class _Tx(SqlReader):
 
     def _copy_index(self, cur: psycopg.Cursor[Any], rows: Sequence[EventRow]) -> None:
         if rows:
-            self._stage_tables(cur, bulk=False)
+            self._stage(cur, _STAGING)
             sid = self.set_id
             with cur.copy(_COPY_STAGED) as copy:
                 for row in rows:

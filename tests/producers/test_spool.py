@@ -390,19 +390,14 @@ def test_a_flush_from_a_snapshot_older_than_the_spool_does_not_forward_into_an_e
     flusher.close()
 
 
-def test_an_intake_whose_snapshot_lags_what_was_read_does_not_refuse_while_the_log_is_down(
-    tmp_path: Path, official: Credential, election: dict[str, Any]
-) -> None:
-    """A CLI run saves its snapshot only every SNAPSHOT_EVERY events, and notes what it read of the log
-    beside it. A later run started while the log was down judged against that older snapshot: a report
-    for a unit of an election defined after it was refused as UNKNOWN_UNIT, and that false refusal was
-    spooled and forwarded into the log for good. Now such a run refuses nothing (nothing is recorded,
-    the sender hears why); what it accepts is spooled and checked again when forwarded."""
+def _lagging_offline_intake(tmp_path: Path, official: Credential, election: dict[str, Any]
+                            ) -> tuple[dict[str, bool], Callable[[], EventLog], Callable[..., Outcome], Intake]:
+    """An intake started while the log is down, whose snapshot lacks the second election (ia-later, units
+    L-*) that an earlier run read: (the log's switch, its opener, the official's submit, that intake)."""
     from producers.intake import SNAPSHOT_EVERY
 
     down, connect = _switchable_log(tmp_path)
     submit = _submitter(official)
-
     first = Intake(connect, tmp_path / "intake", name="t").start()
     assert submit(first, CommandKind.DEFINE, election, None, "define-ia-test").accepted
     first.close()  # a snapshot holding the first election
@@ -412,7 +407,18 @@ def test_an_intake_whose_snapshot_lags_what_was_read_does_not_refuse_while_the_l
     assert submit(later, CommandKind.DEFINE, second_election, None, "define-2").accepted
     later.close(snapshot_after=SNAPSHOT_EVERY)  # as a CLI run: the snapshot is not saved, what was read is noted
     down["now"] = True
-    offline = Intake(connect, tmp_path / "intake", name="t").start()
+    return down, connect, submit, Intake(connect, tmp_path / "intake", name="t").start()
+
+
+def test_an_intake_whose_snapshot_lags_what_was_read_does_not_refuse_while_the_log_is_down(
+    tmp_path: Path, official: Credential, election: dict[str, Any]
+) -> None:
+    """A CLI run saves its snapshot only every SNAPSHOT_EVERY events, and notes what it read of the log
+    beside it. A later run started while the log was down judged against that older snapshot: a report
+    for a unit of an election defined after it was refused as UNKNOWN_UNIT, and that false refusal was
+    spooled and forwarded into the log for good. Now such a run refuses nothing (nothing is recorded,
+    the sender hears why); what it accepts is spooled and checked again when forwarded."""
+    down, connect, submit, offline = _lagging_offline_intake(tmp_path, official, election)
     with pytest.raises(LogUnavailableError, match="cannot refuse a command now"):
         submit(offline, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")
     with pytest.raises(LogUnavailableError, match="lacks 1 event"):
@@ -433,18 +439,7 @@ def test_an_intake_whose_state_lags_still_refuses_what_rests_on_the_sender_alone
     has not seen. A bad token or another unit's chair is refused whatever the log holds: such a command was
     answered "send it again once the log is back" (exit 2 / 503), and its sender met the refusal only then.
     Now it is refused at once, the refusal spooled and forwarded as any offline refusal."""
-    down, connect = _switchable_log(tmp_path)
-    submit = _submitter(official)
-    first = Intake(connect, tmp_path / "intake", name="t").start()
-    assert submit(first, CommandKind.DEFINE, election, None, "define-ia-test").accepted
-    first.close()
-    later = Intake(connect, tmp_path / "intake", name="t").start()
-    second = {**election, "election_id": "ia-later", "idempotency_key": "define-2",
-              "units": [{**u, "unit_id": f"L-{u['unit_id']}"} for u in election["units"]]}
-    assert submit(later, CommandKind.DEFINE, second, None, "define-2").accepted
-    later.close(snapshot_after=10**9)  # as a CLI run: the snapshot is not saved, what was read is noted
-    down["now"] = True
-    offline = Intake(connect, tmp_path / "intake", name="t").start()
+    down, connect, submit, offline = _lagging_offline_intake(tmp_path, official, election)
     with pytest.raises(LogUnavailableError, match="cannot refuse a command now"):
         submit(offline, CommandKind.OPEN, {"attendance": 5}, "L-E01", "open-later")  # the state does lag
     forged = store.authenticate("ckl_nobody_secret")

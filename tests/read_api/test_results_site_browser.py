@@ -56,6 +56,9 @@ def live_site(iowa_dir: Path, tmp_path: Path, support_module: Any) -> Iterator[d
         url = backend.serve_results()
         intake = f"http://127.0.0.1:{intake_port}"
         support_module.wait_until(lambda: _reporting(url) == 1765, 120, lambda: backend.output("project"))
+        # The runner publishes the whole view once it has caught up: a page opened before that would
+        # first take every tally of the night from the feed, and the correction after them.
+        support_module.wait_until(lambda: _published_reporting(backend) == 1765, 120, lambda: backend.output("project"))
         support_module.wait_until(lambda: _up(intake + "/health"), 60, lambda: backend.output("intake"))
         yield {"url": url, "intake": intake, "token": token, "backend": backend}
     finally:
@@ -75,6 +78,13 @@ def _reporting(url: str) -> int | None:
     except httpx.HTTPError:
         return None
     return int(r.json()["reporting"]["units_reporting"]) if r.status_code == 200 else None
+
+
+def _published_reporting(backend: Any) -> int | None:
+    """Units reporting in the state tally the results feed's latest view holds (None: none yet)."""
+    done = backend.run("subscribe", "--latest", "--election", ELECTION, "--json", ok=(0, 1, 2, 3, 4))
+    states = [json.loads(line) for line in done.stdout.splitlines() if '"state"' in line]
+    return max((int(s["units_reporting"]) for s in states if s.get("kind") == "state"), default=None)
 
 
 def _cell(driver: Any, candidate: str, column: int) -> str:
@@ -99,22 +109,9 @@ def _shots(driver: Any, name: str) -> list[Path]:
     return out
 
 
-def test_the_site_shows_certified_results_and_a_correction_live(browser: Any, live_site: dict[str, Any]) -> None:
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    url, intake = live_site["url"], live_site["intake"]
-    browser.get(f"{url}/elections/{ELECTION}")
-    assert _cell(browser, "Buttigieg", 3).startswith("562.9538") and _cell(browser, "Sanders", 3).startswith("562.0214")
-    reporting = browser.find_element(By.CSS_SELECTOR, '[data-field="reporting"]').text
-    assert "1,765 of 1,765" in reporting and "100.00 %" in reporting
-    WebDriverWait(browser, 10).until(lambda d: d.find_element(By.ID, "live-status").text.startswith("live"))
-    shots = _shots(browser, "statewide")
-    browser.execute_script("window.__sameDocument = 'yes'")
-    final_before = int(_cell(browser, "Buttigieg", 1).replace(",", ""))
-
-    unit = httpx.get(f"{url}/api/elections/{ELECTION}/units/{UNIT}", timeout=30).json()["unit"]
+def _correct(live_site: dict[str, Any]) -> dict[str, int]:
+    """Send, through the intake, a correction of the unit adding two Buttigieg supporters; its final alignment."""
+    unit = httpx.get(f"{live_site['url']}/api/elections/{ELECTION}/units/{UNIT}", timeout=30).json()["unit"]
     first = {c: n for c, n in unit["first"].items() if n}
     final = {c: n for c, n in unit["final"].items() if n}
     first["Buttigieg"] += 2  # two supporters left off the worksheet
@@ -126,10 +123,29 @@ def test_the_site_shows_certified_results_and_a_correction_live(browser: Any, li
         "authority": "IDP Recanvass Committee", "stage": "recanvass",
     }  # fmt: skip
     key = f"browser-{uuid.uuid4().hex[:8]}"
-    sent = httpx.post(f"{intake}/units/{UNIT}/corrections", content=json.dumps(correction), timeout=30,
+    sent = httpx.post(f"{live_site['intake']}/units/{UNIT}/corrections", content=json.dumps(correction), timeout=30,
                       headers={"Authorization": f"Bearer {live_site['token']}", "Idempotency-Key": key,
                                "Content-Type": "application/json"})
     assert sent.status_code == 201, sent.text
+    return final
+
+
+def test_the_site_shows_certified_results_and_a_correction_live(browser: Any, live_site: dict[str, Any]) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url = live_site["url"]
+    browser.get(f"{url}/elections/{ELECTION}")
+    assert _cell(browser, "Buttigieg", 3).startswith("562.9538") and _cell(browser, "Sanders", 3).startswith("562.0214")
+    reporting = browser.find_element(By.CSS_SELECTOR, '[data-field="reporting"]').text
+    assert "1,765 of 1,765" in reporting and "100.00 %" in reporting
+    WebDriverWait(browser, 10).until(lambda d: d.find_element(By.ID, "live-status").text.startswith("live"))
+    shots = _shots(browser, "statewide")
+    browser.execute_script("window.__sameDocument = 'yes'")
+    final_before = int(_cell(browser, "Buttigieg", 1).replace(",", ""))
+
+    final = _correct(live_site)
     began = time.monotonic()
     # The script swaps <main> for a fresh copy: an element found just before the swap goes stale.
     WebDriverWait(browser, 2.0, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)).until(
@@ -151,3 +167,31 @@ def test_the_site_shows_certified_results_and_a_correction_live(browser: Any, li
     print("screenshots: " + ", ".join(str(p) for p in shots))
     assert all(p.stat().st_size > 10_000 for p in shots)
 
+
+
+def test_a_copy_of_the_page_fetched_before_a_change_does_not_hide_it(browser: Any, live_site: dict[str, Any]) -> None:
+    """After a tally, the script fetches <main> again; a copy on its way when the tally arrived (or a
+    slow answer) holds the older numbers. The newest tally is written into whatever copy is swapped in."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{live_site['url']}/elections/{ELECTION}")
+    WebDriverWait(browser, 10).until(lambda d: d.find_element(By.ID, "live-status").text == "live")
+    final_before = int(_cell(browser, "Buttigieg", 1).replace(",", ""))
+    # From now on every fetch answers, a little late, with the page as it is now: before the correction.
+    browser.execute_script("""
+        var before = document.documentElement.outerHTML;
+        window.fetch = function () {
+          return new Promise(function (done) {
+            setTimeout(function () { done(new Response(before, {status: 200, headers: {"Content-Type": "text/html"}})); }, 300);
+          });
+        };
+        document.getElementById("results").setAttribute("data-before", "yes");
+    """)
+    _correct(live_site)
+    wait = WebDriverWait(browser, 30, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,))
+    wait.until(lambda d: d.find_element(By.ID, "live-status").text.startswith("live · updated"))
+    assert browser.find_element(By.ID, "results").get_attribute("data-before") is None, "no copy was swapped in"
+    assert _cell(browser, "Buttigieg", 1).replace(",", "") == str(final_before + 2), \
+        "the copy fetched before the correction hid the number the feed had already shown"

@@ -1,6 +1,8 @@
 // Live results. The results feed (Server-Sent Events) carries every new tally: the numbers of this
 // page's main table are written in place at once, then the whole <main> is fetched again and swapped
 // in (rows re-ordered, counties, trail, findings). No reload: scroll position and the rest stay.
+// The newest tally of each table is written again into every copy swapped in: a copy fetched before a
+// tally arrived (a slow answer, or one already on its way) would otherwise show the older numbers.
 // The page names the feed and the position it was built at (data-feed), so nothing published after
 // it was built is missed; EventSource resumes from the last event id by itself after a disconnect.
 (function () {
@@ -11,7 +13,7 @@
     if (status) status.textContent = "";
     return;
   }
-  var timer = null, busy = false, again = false, seen = {};
+  var timer = null, busy = false, again = false, seen = {}, newest = {};
   function say(text) { if (status) status.textContent = text; }
   function grouped(text) {  // "43209" -> "43,209"; "1234.5678" -> "1,234.5678"
     var parts = String(text).split(".");
@@ -31,7 +33,7 @@
   }
   function apply(t) {
     var table = document.querySelector('table.tally[data-kind="' + t.kind + '"]');
-    if (!table || table.getAttribute("data-key") !== t.key) return;
+    if (!table || table.getAttribute("data-key") !== t.key) return false;
     var area = t.kind !== "unit";
     var sde = area ? t.sde_display_sum : t.sde_display;
     table.querySelectorAll("tbody tr[data-candidate]").forEach(function (row) {
@@ -47,6 +49,7 @@
       reporting.textContent = grouped(t.units_reporting) + " of " + grouped(t.units_defined) +
         " (" + percent(t.units_reporting, t.units_defined) + " %)";
     }
+    return true;
   }
   function refresh() {
     if (busy) { again = true; return; }
@@ -57,7 +60,10 @@
         if (text === null) return;
         var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("results");
         var current = document.getElementById("results");
-        if (fresh && current) current.replaceWith(document.importNode(fresh, true));
+        if (fresh && current) {
+          current.replaceWith(document.importNode(fresh, true));
+          Object.keys(newest).forEach(function (key) { apply(newest[key]); });
+        }
         say("live · updated " + new Date().toLocaleTimeString());
       })
       .catch(function () { say("live · update failed, retrying with the next change"); })
@@ -67,9 +73,9 @@
   source.addEventListener("ready", function () { say("live"); });
   source.addEventListener("tally", function (message) {
     var t = JSON.parse(message.data), key = t.kind + ":" + t.key;
-    if (t.version <= (seen[key] || -1)) return;  // a copy, or older than what is shown
+    if (key in seen && t.version <= seen[key]) return;  // a copy, or older than what is shown
     seen[key] = t.version;
-    apply(t);
+    if (apply(t)) newest[key] = t;  // only this page's own tables' tallies are kept
     clearTimeout(timer);
     timer = setTimeout(refresh, 50);
   });

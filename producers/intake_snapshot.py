@@ -119,14 +119,11 @@ class SnapshotFile:
         (then the snapshot's anchors are all there is to check)."""
         return self._read_seen(generation)[0]
 
-    def load_mark(self, generation: int) -> bytes:
-        """The lock's mark (``DirectoryLock.moved``) as the intakes that wrote the seen file last read the
-        log; empty where there is none (a file from before marks: then any write counts as moved)."""
-        return self._read_seen(generation)[1]
-
     def _read_seen(self, generation: int) -> tuple[dict[int, tuple[int, str]], bytes]:
-        """The seen file's positions and mark in one read, both judged by the same rule: a file of
-        another log or generation, or one that cannot be read, holds neither."""
+        """The seen file's positions and the lock's mark (``DirectoryLock.moved``) as the intakes that wrote
+        it last read the log, in one read, both judged by the same rule: a file of another log or
+        generation, or one that cannot be read, holds neither. A file from before marks has positions and
+        an empty mark (then any write counts as moved)."""
         try:
             data = json.loads(self.seen_path.read_text(encoding="utf-8"))
             if data.get("log") != self.log_name or data.get("generation") != generation:

@@ -512,9 +512,9 @@ def test_the_seen_file_of_another_log_gives_neither_its_positions_nor_its_mark(t
     mark = lock.last_seen
     old = SnapshotFile(tmp_path / "state.json", "log-a")
     old.seen_path.write_text(json.dumps({"log": "log-a", "generation": 0, "seen": {"0": [3, "e3"]}, "mark": mark.hex()}))
-    assert old.load_seen(0) == {0: (3, "e3")} and old.load_mark(0) == mark
+    assert old._read_seen(0) == ({0: (3, "e3")}, mark)
     other = SnapshotFile(tmp_path / "state.json", "log-b")
-    assert other.load_seen(0) == {} and other.load_mark(0) == b""
+    assert other._read_seen(0) == ({}, b"")
     started = DirectoryLock(tmp_path)  # an intake of log-b that has not read it: any mark counts as moved
     assert other.unseen({}, 0, started, "down") is not None
     assert old.unseen({0: 3}, 0, started, "down") is None

@@ -61,6 +61,7 @@ from projections.tally import (
 
 __all__ = [
     "AsOfError",
+    "NoElectionDefined",
     "check_cut",
     "Cut",
     "parse_time",
@@ -77,6 +78,12 @@ __all__ = [
 
 class AsOfError(ValueError):
     """A cut that cannot be read, or that the log cannot answer; the message names what and why."""
+
+
+class NoElectionDefined(AsOfError):
+    """No election is defined where one was looked for, and none was asked for by id. Apart from the other
+    errors because a log may still hold submissions refused before any election was defined, and the
+    paper trail and the audit list those rather than answer nothing."""
 
 
 _MOST_DIGITS = 18  # every number of up to 18 digits fits a signed 64-bit offset, as the stores keep them
@@ -339,7 +346,7 @@ def select_election(elections: Mapping[str, ElectionState], wanted: str | None, 
     if len(defined) == 1:
         return defined[0]
     if not defined:
-        raise AsOfError(f"no election is defined {where} (no ElectionDefined event; a cut must come after the "
+        raise NoElectionDefined(f"no election is defined {where} (no ElectionDefined event; a cut must come after the "
                         "election's definition was recorded)")
     if unit is not None:
         holding = elections_defining(elections, unit)
@@ -383,11 +390,19 @@ def tally_as_of(
     rule_set: str | None = None,
     codec: Codec | None = None,
     unit: str | None = None,
+    none_defined_ok: bool = False,
 ) -> AsOfTally:
     """Every unit tally of one election as it stood at ``cut``, under the election's rule set or
-    ``rule_set``. Units without events inside the cut have no tally (they were not reporting)."""
+    ``rule_set``. Units without events inside the cut have no tally (they were not reporting).
+    ``none_defined_ok``: with no election defined (and none asked for), no tallies under an empty
+    context (election id ""), whose state still lists the refusals that named no election."""
     state = replay(log, cut, codec=codec)
-    chosen = select_election(state.elections, election_id, unit=unit, where=inside(cut))
+    try:
+        chosen = select_election(state.elections, election_id, unit=unit, where=inside(cut))
+    except NoElectionDefined:
+        if not none_defined_ok:
+            raise
+        return AsOfTally(state, election_context(None, "", rule_set=rule_set), {})
     ctx = election_context(state.elections[chosen], chosen, rule_set=rule_set)
     if ctx.rules_error:
         raise AsOfError(ctx.rules_error)

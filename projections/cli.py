@@ -25,7 +25,7 @@ from ledger.log.port import LogError, LogFileReplacedError, LogLostError, LogMis
 from projections.backends import has_groups
 from projections.feed import FeedOfAnotherLog, publishing
 from projections.observe import RunnerObserver, progress_line
-from projections.queries import DEFAULT_SET, QueryError, find_county, find_unit, load_view, resolve_set
+from projections.queries import DEFAULT_SET, NoElectionYet, QueryError, find_county, find_unit, load_view, resolve_set
 from projections.replay import ServingWatch, follow_serving
 from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
@@ -390,17 +390,22 @@ def trail(
     with _store(settings, read_only=True) as store:
         try:
             info = resolve_set(store, projection)
-            view = load_view(store, set_id=info.set_id, election_id=election, unit=unit)
             try:
-                unit_id = find_unit(view, unit)
+                view = load_view(store, set_id=info.set_id, election_id=election, unit=unit)
+                election_id = view.context.election_id
+            except NoElectionYet:  # the log may still hold refusals that named the unit: they are its trail
+                view, election_id = None, ""
+            try:
+                unit_id = find_unit(view, unit) if view is not None else unit
             except QueryError:
                 unit_id = unit  # not in the definition: its refused submissions may still be in the log
-            defined = unit_id in view.context.units  # (a refusal's count gives an undefined unit a state)
+            defined = view is not None and unit_id in view.context.units  # (a refusal's count gives an undefined unit a state)
             log = open_log_of(settings, info, store)
             try:
                 with store.reader(info.set_id) as reader:
-                    result = unit_trail(log, reader, view.context.election_id, unit_id, rule_set=rule_set)
-                behind = unread_events(log, view.positions)
+                    result = unit_trail(log, reader, election_id, unit_id, rule_set=rule_set)
+                    positions = {p: row.next_offset for p, row in reader.positions().items()}
+                behind = unread_events(log, positions)
             finally:
                 log.close()
         except (QueryError, LogError, CodecError) as exc:
@@ -408,10 +413,16 @@ def trail(
     if not result.entries and not result.unattributed:
         lag = (f"; the projection has not read the log's last {behind} record(s), and the trail finds a unit's events "
                "through it: run `caucus project` first") if behind else ""
+        if view is None:
+            raise fail(f"no events for unit {unit_id!r} in {settings.describe_log()}: no election is defined in the projection "
+                       f"and no refused submission names the unit{lag}", code=2)
         what = "no event names it" if defined else "the election defines no such unit and no event names it"
         raise fail(f"no events for unit {unit_id!r} of election {result.election_id!r} in {settings.describe_log()}: "
                    f"{what} (give a unit id, or a name `caucus tally --county C` lists{lag})", code=2)
-    if not defined:  # shown for the refusals that named it; the heading alone read as a unit of the election
+    if view is None:
+        typer.echo(f"note: no election is defined in the projection yet; shown: the refused submissions that name "
+                   f"unit {unit_id!r}", err=True)
+    elif not defined:  # shown for the refusals that named it; the heading alone read as a unit of the election
         typer.echo(f"note: election {result.election_id} defines no unit {unit_id!r}; shown: what the log holds that "
                    "names it", err=True)
     emit({**result.to_json(), "defined": defined}, as_json, lambda: print_trail(cli_console(), result))

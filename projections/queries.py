@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.log.port import EventLog
-from projections.asof import AsOfError, Cut, select_election, tally_as_of
+from projections.asof import AsOfError, Cut, NoElectionDefined, select_election, tally_as_of
 from projections.asof_store import history_tally
 from projections.reducers import ElectionState, UnitState
 from projections.set_builders import shown_state
@@ -39,6 +39,7 @@ from projections.tally import (
 
 __all__ = [
     "QueryError",
+    "NoElectionYet",
     "TallyView",
     "load_view",
     "view_as_of",
@@ -56,6 +57,10 @@ DEFAULT_SET = "tally"
 
 class QueryError(LookupError):
     """What was asked for is not in the store; the message says what is."""
+
+
+class NoElectionYet(QueryError):
+    """The projection holds no defined election, and none was asked for by id (``asof.NoElectionDefined``)."""
 
 
 @dataclass
@@ -129,6 +134,8 @@ def choose_election(elections: dict[str, ElectionState], wanted: str | None, *, 
     """The election asked for, else the only one defined, else the only one defining ``unit``."""
     try:
         return select_election(elections, wanted, unit=unit, where="in the projection")
+    except NoElectionDefined as exc:
+        raise NoElectionYet(str(exc)) from None
     except AsOfError as exc:
         hint = (" (if it was defined since the projection last read the log, `caucus project` brings it in)"
                 if wanted is not None and (wanted not in elections or elections[wanted].definition is None) else "")

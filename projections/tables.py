@@ -150,8 +150,11 @@ def print_unit(console: Console, view: TallyView, u: UnitTally) -> None:
 
 
 def print_trail(console: Console, trail: Trail) -> None:
-    console.print(f"unit {trail.unit_id} of election {trail.election_id}", highlight=False)
-    if not trail.entries:
+    if not trail.election_id:  # no election defined yet: only refusals that named the unit
+        console.print(f"unit {trail.unit_id} (no election is defined)", highlight=False)
+    else:
+        console.print(f"unit {trail.unit_id} of election {trail.election_id}", highlight=False)
+    if not trail.entries and trail.election_id:
         console.print(f"no events for unit {trail.unit_id!r} of election {trail.election_id!r} in the log", highlight=False)
     for e in trail.entries:
         env = e.event.envelope

@@ -306,11 +306,12 @@ def unit_trail(
 ) -> Trail:
     """The trail of unit ``unit_id`` of election ``election_id``. Submissions for the unit that were
     refused before they could be attributed to any election are listed apart (``unattributed``):
-    they are in the log, but part of no unit's state."""
+    they are in the log, but part of no unit's state. ``election_id`` "" (no election is defined yet):
+    those refusals alone."""
     codec = codec or default_codec()
     marks = log.high_watermarks()
-    events = _unit_records(log, reader, codec, election_id, unit_id, marks)
-    loose = _unit_records(log, reader, codec, "", unit_id, marks) if election_id else []
+    events = _unit_records(log, reader, codec, election_id, unit_id, marks) if election_id else []
+    loose = _unit_records(log, reader, codec, "", unit_id, marks)
     if context is None:
         row = reader.elections().get(election_id)
         state = ElectionState.loads(row.state) if row else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,10 +27,10 @@ from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditFinding, A
 from projections.audit.record_checks import log_record_findings
 from projections.audit.codes import AUDIT_CODES
 from ledger.caucus_math import CaucusMathError
-from projections.queries import QueryError, find_county, find_unit_in, load_view
+from projections.queries import DEFAULT_SET, NoElectionYet, QueryError, TallyView, find_county, find_unit_in, load_view, resolve_set
 from projections.wiring import open_log_of, unread_events
-from projections.stores.port import EventRow, StoreError
-from projections.tally import ElectionContext
+from projections.stores.port import EventRow, ProjectionStore, StoreError
+from projections.tally import ElectionContext, UnitTally, election_context
 
 __all__ = ["register", "audit_command", "recount_package_command", "run_audit", "print_report"]
 
@@ -88,20 +88,23 @@ def run_audit(
     if cut is not None or whole_log:
         log = open_log(settings, read_only=True)
         try:
-            at = tally_as_of(log, cut, election_id=election_id)
+            at = tally_as_of(log, cut, election_id=election_id, none_defined_ok=True)
             meta: dict[str, Any] = {"as_of": at.state.to_json()}
             records = log_record_findings(log, at.context, trusted=_seal_keys(settings, meta))
         finally:
             log.close()
         where = f"{settings.describe_log()}: " + (cut.describe() if cut is not None else "the whole log")
-        report = audit_tallies(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta)
+        report = _audit(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta)
         return _with(report, records), at.context, refused_unattributed(at.state.unattributed)
     from projections.stores import open_store
 
     store = open_store(settings, read_only=True)
     read: EventLog | None = None
     try:
-        view = load_view(store, election_id=election_id)
+        try:
+            view = load_view(store, election_id=election_id)
+        except NoElectionYet:  # the refusals that named no election are still there to list
+            view = _nothing_defined(store)
         # the record checks read the configured log: of another log (one lost and made again), or of none,
         # they would find nothing to say, and "no findings" over a projection that log no longer holds
         read = open_log_of(settings, view.set, store)
@@ -116,8 +119,25 @@ def run_audit(
             read.close()
         store.close()
     meta = {"projection": view.meta(), "unread_records": unread, **seals}
-    report = audit_tallies(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta)
+    report = _audit(view.context, view.units.values(), rule_set=rule_set, source=where, meta=meta)
     return _with(report, records), view.context, loose
+
+
+def _nothing_defined(store: ProjectionStore) -> TallyView:
+    """The serving set's view while no election is defined in it: no units, an empty context (id "")."""
+    info = resolve_set(store, DEFAULT_SET)
+    with store.reader(info.set_id) as reader:
+        positions = {p: row.next_offset for p, row in reader.positions().items()}
+    return TallyView(info, election_context(None, ""), {}, positions)
+
+
+def _audit(ctx: ElectionContext, tallies: Iterable[UnitTally], *, rule_set: str | None, source: str,
+           meta: dict[str, Any]) -> AuditReport:
+    """The §12 checks of the election, or, where none is defined yet, an empty report (election id ""):
+    nothing to check, while the log's records and its refusals are still audited."""
+    if not ctx.election_id:
+        return AuditReport("", rule_set or "", source, 0, 0, [], [], meta)
+    return audit_tallies(ctx, tallies, rule_set=rule_set, source=source, meta=meta)
 
 
 def _with(report: AuditReport, records: list[AuditFinding]) -> AuditReport:
@@ -242,8 +262,12 @@ def audit_command(
 
 def print_report(report: AuditReport, *, filtered: bool = False, county: str | None = None, unit: str | None = None) -> None:
     echo = typer.echo
-    echo(f"audit of {report.election_id} under {report.rule_set}; source: {report.source}")
-    echo(f"units checked: {report.units_checked:,} of {report.units_defined:,} defined (the whole election); "
+    if not report.election_id:
+        echo(f"audit: no election is defined, so no unit to check; source: {report.source}")
+    else:
+        echo(f"audit of {report.election_id} under {report.rule_set}; source: {report.source}")
+    if report.election_id:
+        echo(f"units checked: {report.units_checked:,} of {report.units_defined:,} defined (the whole election); "
          f"{report.units_with_findings:,} with findings{' shown' if filtered else ''}"
          f"{f' (county {county} only)' if county else ''}{f' (unit {unit} only)' if unit else ''}")  # fmt: skip
     if report.not_checked:
@@ -255,9 +279,10 @@ def print_report(report: AuditReport, *, filtered: bool = False, county: str | N
         echo("no findings")
         return
     echo("")
-    echo(f"  {'check':<24}{'severity':<11}{'findings':>9}{'units':>7}")
+    wide = max(24, *(len(c) + 2 for c, _ in counts))  # the longest check name still leaves two spaces
+    echo(f"  {'check':<{wide}}{'severity':<11}{'findings':>9}{'units':>7}")
     for (c, s), (n, u) in counts.items():
-        echo(f"  {c:<24}{s:<11}{n:>9,}{u:>7,}")
+        echo(f"  {c:<{wide}}{s:<11}{n:>9,}{u:>7,}")
     for sev, findings in report.by_severity().items():
         echo("")
         echo(f"{sev.upper()} ({len(findings)})")

@@ -111,6 +111,56 @@ def test_a_refusal_before_attribution_keeps_no_report_out_of_the_count(workspace
     assert [u["unit_id"] for u in caucus("audit", "--json", "--county", "c")[1]["unattributed"]] == ["200002"]
 
 
+def test_refusals_before_any_election_is_defined_are_listed_by_the_trail_and_the_audit(
+        workspace: Callable[[str], Caucus], tmp_path: Path) -> None:
+    """Reports sent before the election was defined are refused and recorded. `caucus trail` and `caucus
+    audit` answered "no election is defined" (exit 2) and hid them, although README says both list them;
+    once the election is defined they stay unattributed beside its units."""
+    caucus = workspace("refused-before-definition")
+    official = _official(caucus)
+    for _ in range(2):
+        code, refused = _report(caucus, "--token", official)
+        assert code == 1 and [e["code"] for e in refused["errors"]] == ["UNKNOWN_ELECTION"], refused
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    code, trail = caucus("trail", "200002", "--json")
+    assert code == 0, trail
+    assert trail["election_id"] == "" and trail["defined"] is False and trail["events"] == []
+    assert [e["type"] for e in trail["unattributed"]] == ["SubmissionRejected"] * 2
+    code, shown = caucus("trail", "200002")
+    assert code == 0 and "no election is defined" in shown and "2 submission(s) for unit 200002 refused" in shown, shown
+    code, none = caucus("trail", "200009")
+    assert code == 2 and "no refused submission names the unit" in none, none
+    for mode in ((), ("--log",), ("--as-of", FAR_FUTURE)):
+        code, audit = caucus("audit", "--json", *mode)
+        assert code == 0, (mode, audit)
+        assert audit["election_id"] == "" and audit["findings"] == [], (mode, audit)
+        assert [(u["unit_id"], u["type"]) for u in audit["unattributed"]] == [("200002", "SubmissionRejected")] * 2, mode
+    code, text = caucus("audit")
+    assert code == 0 and "no election is defined" in text and "UNATTRIBUTED (2)" in text and "unit 200002: 2" in text, text
+    _define(caucus, tmp_path, official)
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    code, trail = caucus("trail", "200002", "--json")
+    assert code == 0 and trail["election_id"] == "e2020" and len(trail["unattributed"]) == 2, trail
+    code, audit = caucus("audit", "--json")
+    assert code == 0 and audit["election_id"] == "e2020" and len(audit["unattributed"]) == 2, audit
+
+
+def test_the_audit_summary_keeps_a_long_check_name_apart_from_its_severity() -> None:
+    """CHANGED_AFTER_CERTIFICATION is 27 characters: in a 24-wide column it ran into its severity."""
+    from projections.audit.audit_cli import print_report
+    from projections.audit.checks import AuditFinding, AuditReport
+
+    finding = AuditFinding("200002", "Unit 2", "c", "C", False, "reported", "r1", "CHANGED_AFTER_CERTIFICATION", "warn",
+                           "recorded after the certification", None, None, None, None)
+    runner = CliRunner()
+    import typer
+
+    app = typer.Typer()
+    app.command()(lambda: print_report(AuditReport("e2020", "idp-2020", "test", 4, 1, [finding])))
+    out = runner.invoke(app, []).output
+    assert "  CHANGED_AFTER_CERTIFICATION  warn" in out, out
+
+
 def test_a_command_refused_unparsed_is_filed_under_its_units_election(workspace: Callable[[str], Caucus], tmp_path: Path) -> None:
     """A toss of 0 seats names its unit: its refusal is that unit's (its trail, its count of refusals), not
     one "refused before it named an election"; only a sender with no valid credential stays unattributed."""

@@ -22,6 +22,7 @@ The payload a command asks for, before any check, is ``producers.payloads`` (``t
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -206,16 +207,29 @@ def _opened_after_result(unit_id: str, result_event_id: str) -> Problem:
 
 
 def _unknown_candidates(named: Iterable[tuple[str, str]], election: ElectionInfo) -> list[Problem]:
-    """``named``: (field, candidate) pairs; a problem for each candidate the election does not have."""
+    """``named``: (field, candidate) pairs; a problem for each candidate the election does not have.
+
+    Names are compared code point for code point, as they are recorded and tallied; a name that differs
+    from a candidate's only in its Unicode form (an accent typed as a letter plus a combining mark) looks
+    the same on screen, so the message says which candidate it resembles rather than list one that seems
+    to be the name refused."""
     return [
-        Problem(
-            where,
-            "UNKNOWN_CANDIDATE",
-            f"{name!r} is not a candidate of {election.election_id!r} (candidates: {', '.join(election.definition.candidates)})",
-        )
+        Problem(where, "UNKNOWN_CANDIDATE", f"{name!r} is not a candidate of {election.election_id!r} ({_closest(name, election)})")
         for where, name in named
         if name not in election.candidates
     ]
+
+
+def _closest(name: str, election: ElectionInfo) -> str:
+    same = [c for c in election.definition.candidates if unicodedata.normalize("NFC", c) == unicodedata.normalize("NFC", name)]
+    if same:
+        return (f"it looks like {same[0]!r} but is written with other Unicode code points ({_code_points(name)} against "
+                f"{_code_points(same[0])}): send the name as the definition writes it")
+    return f"candidates: {', '.join(election.definition.candidates)}"
+
+
+def _code_points(text: str) -> str:
+    return " ".join(f"U+{ord(ch):04X}" for ch in text)
 
 
 _FINDING_FIELDS = {

@@ -380,3 +380,20 @@ def test_one_bad_unit_is_named_once_not_also_as_no_units_at_all(bad: dict[str, A
     short = parse_command(CommandKind.TOSS, json.dumps(toss)).errors
     assert ("contenders", "TOO_FEW") in _codes(short) and any("got 1" in p.message for p in short), short
     assert ("contenders", "TOO_FEW") not in _codes(parse_command(CommandKind.TOSS, json.dumps({**toss, "contenders": ["  ", "B"]})).errors)
+
+
+def test_a_name_differing_only_in_its_unicode_form_is_refused_saying_which_candidate_it_resembles(
+        election: dict[str, Any]) -> None:
+    """Names are compared code point for code point, as they are tallied. "Zoë" typed as "e" plus a
+    combining diaeresis was refused with a list of candidates holding a "Zoë" that looks the same."""
+    defined = {**election, "candidates": [*election["candidates"], "Zo\u00eb"]}
+    st = IntakeState()
+    st.apply(_event(to_payload(_command(CommandKind.DEFINE, defined), "t")[0]))
+    typed = "Zoe\u0308"
+    report = {"first_alignment": {typed: 30, "Biden": 30}, "final_alignment": {typed: 30, "Biden": 30}, "attendance": 60}
+    errors = _verdict(st, CommandKind.REPORT, report, "E10").errors
+    assert _codes(errors) == {(f"first_alignment.{typed}", "UNKNOWN_CANDIDATE"), (f"final_alignment.{typed}", "UNKNOWN_CANDIDATE")}
+    message = errors[0].message
+    assert "looks like 'Zo\u00eb'" in message and "U+0065 U+0308" in message and "U+00EB" in message, message
+    other = _verdict(st, CommandKind.REPORT, {**report, "first_alignment": {"Yang": 30, "Biden": 30}}, "E10").errors
+    assert [p.message for p in other if p.field == "first_alignment.Yang"][0].endswith(f"candidates: {', '.join(defined['candidates'])})")

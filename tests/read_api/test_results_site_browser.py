@@ -169,9 +169,11 @@ def test_the_site_shows_certified_results_and_a_correction_live(browser: Any, li
 
 
 
-def test_a_copy_of_the_page_fetched_before_a_change_does_not_hide_it(browser: Any, live_site: dict[str, Any]) -> None:
-    """After a tally, the script fetches <main> again; a copy on its way when the tally arrived (or a
-    slow answer) holds the older numbers. The newest tally is written into whatever copy is swapped in."""
+def test_a_copy_of_the_page_on_its_way_when_a_tally_arrives_does_not_hide_it(browser: Any, live_site: dict[str, Any]) -> None:
+    """After a tally the script fetches <main> again. A copy asked for before the next tally arrived holds
+    the older numbers: swapped in, it hid the newer ones the feed had already written into the page, until
+    the copy after it came. Here every answer is held back a few seconds, and a second correction's tally
+    arrives while the first correction's copy is on its way."""
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -179,19 +181,22 @@ def test_a_copy_of_the_page_fetched_before_a_change_does_not_hide_it(browser: An
     browser.get(f"{live_site['url']}/elections/{ELECTION}")
     WebDriverWait(browser, 10).until(lambda d: d.find_element(By.ID, "live-status").text == "live")
     final_before = int(_cell(browser, "Buttigieg", 1).replace(",", ""))
-    # From now on every fetch answers, a little late, with the page as it is now: before the correction.
     browser.execute_script("""
-        var before = document.documentElement.outerHTML;
-        window.fetch = function () {
-          return new Promise(function (done) {
-            setTimeout(function () { done(new Response(before, {status: 200, headers: {"Content-Type": "text/html"}})); }, 300);
-          });
+        var real = window.fetch.bind(window);
+        window.__asked = 0;
+        window.fetch = function (url, options) {
+          window.__asked += 1;
+          var answer = real(url, options);  // the page as the server has it now, handed over later
+          return new Promise(function (done) { setTimeout(function () { done(answer); }, 5000); });
         };
         document.getElementById("results").setAttribute("data-before", "yes");
     """)
-    _correct(live_site)
     wait = WebDriverWait(browser, 30, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,))
-    wait.until(lambda d: d.find_element(By.ID, "live-status").text.startswith("live · updated"))
-    assert browser.find_element(By.ID, "results").get_attribute("data-before") is None, "no copy was swapped in"
-    assert _cell(browser, "Buttigieg", 1).replace(",", "") == str(final_before + 2), \
-        "the copy fetched before the correction hid the number the feed had already shown"
+    _correct(live_site)
+    wait.until(lambda d: d.execute_script("return window.__asked") >= 1)  # the first copy is on its way
+    _correct(live_site)  # two more supporters found
+    wait.until(lambda d: _cell(d, "Buttigieg", 1).replace(",", "") == str(final_before + 4))  # written by the feed
+    assert browser.execute_script("return window.__asked") == 1, "the first copy was already swapped in"
+    wait.until(lambda d: d.find_element(By.ID, "results").get_attribute("data-before") is None)  # the first copy is in
+    shown = _cell(browser, "Buttigieg", 1).replace(",", "")
+    assert shown == str(final_before + 4), f"the copy asked for before the second correction hid it: {shown}"

@@ -1,8 +1,9 @@
 // Live results. The results feed (Server-Sent Events) carries every new tally: the numbers of this
 // page's main table are written in place at once, then the whole <main> is fetched again and swapped
 // in (rows re-ordered, counties, trail, findings). No reload: scroll position and the rest stay.
-// The newest tally of each table is written again into every copy swapped in: a copy fetched before a
-// tally arrived (a slow answer, or one already on its way) would otherwise show the older numbers.
+// A copy reflects every tally that had arrived when it was asked for (the store holds a tally before the
+// feed carries it); a tally that arrived while the copy was on its way is written into it again, or
+// the copy would show older numbers than the page already did.
 // The page names the feed and the position it was built at (data-feed), so nothing published after
 // it was built is missed; EventSource resumes from the last event id by itself after a disconnect.
 (function () {
@@ -13,7 +14,7 @@
     if (status) status.textContent = "";
     return;
   }
-  var timer = null, busy = false, again = false, seen = {}, newest = {};
+  var timer = null, busy = false, again = false, seen = {}, newest = {}, arrived = 0;
   function say(text) { if (status) status.textContent = text; }
   function grouped(text) {  // "43209" -> "43,209"; "1234.5678" -> "1,234.5678"
     var parts = String(text).split(".");
@@ -54,6 +55,7 @@
   function refresh() {
     if (busy) { again = true; return; }
     busy = true;
+    var asked = arrived;
     fetch(window.location.href, { cache: "no-cache", headers: { "Accept": "text/html" } })
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (text) {
@@ -62,7 +64,9 @@
         var current = document.getElementById("results");
         if (fresh && current) {
           current.replaceWith(document.importNode(fresh, true));
-          Object.keys(newest).forEach(function (key) { apply(newest[key]); });
+          Object.keys(newest).forEach(function (key) {
+            if (newest[key].arrived > asked) apply(newest[key].tally);
+          });
         }
         say("live · updated " + new Date().toLocaleTimeString());
       })
@@ -75,7 +79,8 @@
     var t = JSON.parse(message.data), key = t.kind + ":" + t.key;
     if (key in seen && t.version <= seen[key]) return;  // a copy, or older than what is shown
     seen[key] = t.version;
-    if (apply(t)) newest[key] = t;  // only this page's own tables' tallies are kept
+    arrived += 1;
+    if (apply(t)) newest[key] = { tally: t, arrived: arrived };  // only this page's own tables' tallies
     clearTimeout(timer);
     timer = setTimeout(refresh, 50);
   });

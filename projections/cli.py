@@ -383,6 +383,7 @@ def trail(
     """Every event that touched a unit, in log order, with what it changed and the tally after it.
 
     Exit 2 if no event names the unit (or a record cannot be decoded: its position is named)."""
+    from ledger.caucus_math import CaucusMathError, get_rule_set
     from projections.tables import print_trail
     from projections.trail import unit_trail
 
@@ -395,6 +396,8 @@ def trail(
                 election_id = view.context.election_id
             except NoElectionYet:  # the log may still hold refusals that named the unit: they are its trail
                 view, election_id = None, ""
+                if rule_set is not None:
+                    get_rule_set(rule_set)  # nothing is tallied, but a mistyped name is still an error
             try:
                 unit_id = find_unit(view, unit) if view is not None else unit
             except QueryError:
@@ -408,7 +411,7 @@ def trail(
                 behind = unread_events(log, positions)
             finally:
                 log.close()
-        except (QueryError, LogError, CodecError) as exc:
+        except (QueryError, LogError, CodecError, CaucusMathError) as exc:
             raise fail(str(exc)) from exc
     if not result.entries and not result.unattributed:
         lag = (f"; the projection has not read the log's last {behind} record(s), and the trail finds a unit's events "
@@ -420,8 +423,8 @@ def trail(
         raise fail(f"no events for unit {unit_id!r} of election {result.election_id!r} in {settings.describe_log()}: "
                    f"{what} (give a unit id, or a name `caucus tally --county C` lists{lag})", code=2)
     if view is None:
-        typer.echo(f"note: no election is defined in the projection yet; shown: the refused submissions that name "
-                   f"unit {unit_id!r}", err=True)
+        typer.echo(f"note: no election is defined in the projection yet; shown: the submissions for unit {unit_id!r} "
+                   "refused before they named an election", err=True)
     elif not defined:  # shown for the refusals that named it; the heading alone read as a unit of the election
         typer.echo(f"note: election {result.election_id} defines no unit {unit_id!r}; shown: what the log holds that "
                    "names it", err=True)

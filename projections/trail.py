@@ -103,7 +103,7 @@ class Trail:
     def to_json(self) -> dict[str, Any]:
         return {
             "unit_id": self.unit_id,
-            "election_id": self.election_id,
+            "election_id": self.election_id or None,  # None: no election is defined (refusals only)
             "events": [e.to_json() for e in self.entries],
             "unattributed": [e.to_json() for e in self.unattributed],
         }

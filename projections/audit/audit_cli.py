@@ -26,7 +26,7 @@ from projections.audit.cli import trusted_keys as _trusted_keys
 from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditFinding, AuditReport, audit_tallies
 from projections.audit.record_checks import log_record_findings
 from projections.audit.codes import AUDIT_CODES
-from ledger.caucus_math import CaucusMathError
+from ledger.caucus_math import CaucusMathError, get_rule_set
 from projections.queries import DEFAULT_SET, NoElectionYet, QueryError, TallyView, find_county, find_unit_in, load_view, resolve_set
 from projections.wiring import open_log_of, unread_events
 from projections.stores.port import EventRow, ProjectionStore, StoreError
@@ -136,6 +136,8 @@ def _audit(ctx: ElectionContext, tallies: Iterable[UnitTally], *, rule_set: str 
     """The §12 checks of the election, or, where none is defined yet, an empty report (election id ""):
     nothing to check, while the log's records and its refusals are still audited."""
     if not ctx.election_id:
+        if rule_set is not None:
+            get_rule_set(rule_set)  # nothing to check under it, but a mistyped name is still an error
         return AuditReport("", rule_set or "", source, 0, 0, [], [], meta)
     return audit_tallies(ctx, tallies, rule_set=rule_set, source=source, meta=meta)
 
@@ -233,12 +235,20 @@ def audit_command(
         raise fail(f"--as-of: {exc}", OPERATIONAL) from exc
     try:
         report, context, loose = run_audit(settings, cut=cut, whole_log=whole_log, election_id=election, rule_set=rule_set)
-        county_id = find_county(context, county) if county is not None else None
-        unit_id = find_unit_in(context, unit) if unit is not None else None
+        if not context.election_id:  # no definition to look names up in: a refusal names its unit as it was sent
+            if county is not None:
+                raise QueryError(f"--county {county}: no election is defined, so there are no counties yet")
+            county_id, unit_id = None, unit
+        else:
+            county_id = find_county(context, county) if county is not None else None
+            unit_id = find_unit_in(context, unit) if unit is not None else None
     except (AsOfError, QueryError, StoreError, LogError, CaucusMathError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
     shown = report.filtered(severities, codes, county_id, unit_id)
     loose = unattributed_in(loose, getattr(context, "units", {}), unit_id, county_id)
+    if not context.election_id:  # said apart from the output: a cut before the definition looks like a clean audit
+        typer.echo(f"note: no election is defined in {report.source}; only the submissions refused before they named "
+                   "an election are listed", err=True)
     unread = report.meta.get("unread_records", 0)
     if unread:  # an auditor signing off on this must know what it does not cover
         typer.echo(f"note: the log holds {unread} record(s) the projection has not read yet; whatever they change is "
@@ -266,10 +276,9 @@ def print_report(report: AuditReport, *, filtered: bool = False, county: str | N
         echo(f"audit: no election is defined, so no unit to check; source: {report.source}")
     else:
         echo(f"audit of {report.election_id} under {report.rule_set}; source: {report.source}")
-    if report.election_id:
         echo(f"units checked: {report.units_checked:,} of {report.units_defined:,} defined (the whole election); "
-         f"{report.units_with_findings:,} with findings{' shown' if filtered else ''}"
-         f"{f' (county {county} only)' if county else ''}{f' (unit {unit} only)' if unit else ''}")  # fmt: skip
+             f"{report.units_with_findings:,} with findings{' shown' if filtered else ''}"
+             f"{f' (county {county} only)' if county else ''}{f' (unit {unit} only)' if unit else ''}")  # fmt: skip
     if report.not_checked:
         echo(f"not checked: {len(report.not_checked)} unit(s): " + "; ".join(f"{u} ({why})" for u, why in report.not_checked[:10]))
     if report.meta.get("writer_seals", "checked") != "checked":

@@ -177,8 +177,8 @@ class AuditReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "election_id": self.election_id,
-            "rule_set": self.rule_set,
+            "election_id": self.election_id or None,  # None: no election is defined (refusals only)
+            "rule_set": self.rule_set or None,
             "source": self.source,
             "units_defined": self.units_defined,
             "units_checked": self.units_checked,

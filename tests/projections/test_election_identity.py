@@ -124,7 +124,7 @@ def test_refusals_before_any_election_is_defined_are_listed_by_the_trail_and_the
     assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
     code, trail = caucus("trail", "200002", "--json")
     assert code == 0, trail
-    assert trail["election_id"] == "" and trail["defined"] is False and trail["events"] == []
+    assert trail["election_id"] is None and trail["defined"] is False and trail["events"] == []
     assert [e["type"] for e in trail["unattributed"]] == ["SubmissionRejected"] * 2
     code, shown = caucus("trail", "200002")
     assert code == 0 and "no election is defined" in shown and "2 submission(s) for unit 200002 refused" in shown, shown
@@ -133,10 +133,18 @@ def test_refusals_before_any_election_is_defined_are_listed_by_the_trail_and_the
     for mode in ((), ("--log",), ("--as-of", FAR_FUTURE)):
         code, audit = caucus("audit", "--json", *mode)
         assert code == 0, (mode, audit)
-        assert audit["election_id"] == "" and audit["findings"] == [], (mode, audit)
+        assert audit["election_id"] is None and audit["rule_set"] is None and audit["findings"] == [], (mode, audit)
         assert [(u["unit_id"], u["type"]) for u in audit["unattributed"]] == [("200002", "SubmissionRejected")] * 2, mode
     code, text = caucus("audit")
     assert code == 0 and "no election is defined" in text and "UNATTRIBUTED (2)" in text and "unit 200002: 2" in text, text
+    # Filters and a rule set as with an election: the unit as the refusals name it; no counties; a bad name refused.
+    assert len(caucus("audit", "--json", "--unit", "200002")[1]["unattributed"]) == 2
+    assert caucus("audit", "--json", "--unit", "200003")[1]["unattributed"] == []
+    code, county = caucus("audit", "--county", "c")
+    assert code == 2 and "no election is defined, so there are no counties" in county, county
+    for command in (("audit",), ("trail", "200002")):
+        code, bad = caucus(*command, "--rule-set", "idp-1999")
+        assert code == 2 and "idp-1999" in bad, (command, bad)
     _define(caucus, tmp_path, official)
     assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
     code, trail = caucus("trail", "200002", "--json")

@@ -18,9 +18,8 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar
 
 from ledger.codec import Codec, default_codec
 from ledger.log.port import LogLostError, StoredRecord
@@ -29,12 +28,14 @@ from projections.batch_fold import DEFAULT_CHUNK, BatchFolder, FoldedBatch, Fold
 from projections.tally_revision import TALLIES_REVISION
 from projections.early_fold import BaseMoved, EarlyFold, fold_early
 from projections.exactly_once import Claim, claim, start_positions
+from projections.progress import Progress
 from projections.sources import Source
-from projections.stores.port import Changes, ProjectionStore, Staged, StoreUnavailable
+from projections.stores.port import Changes, ProjectionStore, Staged, StoreReader, StoreUnavailable
 from projections.store_outage import STORE_RETRY_SECONDS, StoreOutage
 from projections.whole_log import OthersStalled, OthersWatch, behind
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 __all__ = ["RunnerError", "Progress", "ProjectionRunner", "tally_row"]
 
@@ -45,76 +46,6 @@ asks for while a catch-up batch is gathered."""
 
 class RunnerError(RuntimeError):
     """The runner cannot go on (an undecodable record, a store that refuses a write)."""
-
-
-@dataclass
-class Progress:
-    """What the runner has done in this session and how far behind the log it is."""
-
-    applied: int = 0
-    duplicates: int = 0
-    skipped: int = 0
-    batches: int = 0
-    started: float = field(default_factory=time.monotonic)
-    first_records_at: float | None = None
-    positions: dict[int, int] = field(default_factory=dict)
-    high_watermarks: dict[int, int] = field(default_factory=dict)
-    assigned: set[int] = field(default_factory=set)
-    newest_recorded_at: datetime | None = None
-    caught_up: bool = False
-    stopped: str = ""
-    store_outages: int = 0
-    waiting_for_store: str = ""
-    others_behind: dict[int, tuple[int, int]] = field(default_factory=dict)
-    """``--until-caught-up`` in a group: partitions held by other members still below their
-    targets, as ``{partition: (applied, target)}`` (``projections.whole_log``)."""
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    @property
-    def rate(self) -> float:
-        """Events applied per second since the first records arrived: start-up and a group join are
-        left out, reading the log is not (it is part of the work, as in the read-only ceiling)."""
-        if self.first_records_at is None:
-            return 0.0
-        span = time.monotonic() - self.first_records_at
-        return self.applied / span if span > 0 else 0.0
-
-    @property
-    def lag_events(self) -> int | None:
-        if not self.assigned:
-            return 0
-        if any(p not in self.high_watermarks for p in self.assigned):
-            return None
-        return sum(max(0, self.high_watermarks[p] - self.positions.get(p, 0)) for p in self.assigned)
-
-    def lag_seconds(self, now: datetime | None = None) -> float | None:
-        if self.newest_recorded_at is None:
-            return None
-        return ((now or datetime.now(UTC)) - self.newest_recorded_at).total_seconds()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "applied": self.applied,
-            "duplicates_dropped": self.duplicates,
-            "skipped_already_applied": self.skipped,
-            "batches": self.batches,
-            "elapsed_s": round(self.elapsed, 3),
-            "events_per_s": round(self.rate, 1),
-            "positions": {str(p): o for p, o in sorted(self.positions.items())},
-            "high_watermarks": {str(p): o for p, o in sorted(self.high_watermarks.items())},
-            "assigned": sorted(self.assigned),
-            "lag_events": self.lag_events,
-            "lag_seconds": None if self.lag_seconds() is None else round(self.lag_seconds() or 0.0, 3),
-            "newest_recorded_at": None if self.newest_recorded_at is None else self.newest_recorded_at.isoformat(),
-            "caught_up": self.caught_up,
-            "stopped": self.stopped,
-            "store_outages": self.store_outages,
-            "waiting_for_store": self.waiting_for_store,
-            "waiting_for_partitions": {str(p): {"applied": a, "target": t} for p, (a, t) in sorted(self.others_behind.items())},
-        }
 
 
 class ProjectionRunner:
@@ -198,8 +129,7 @@ class ProjectionRunner:
     # -- assignment ---------------------------------------------------------------------------
 
     def assigned(self, partitions: set[int]) -> dict[int, int]:
-        with self.store.reader(self.set_id) as r:
-            stored = r.positions()
+        stored = self._reading(lambda r: r.positions())
         start = start_positions(stored, partitions)  # POSITIONS_FROM_STORE
         self._same_log_due = True
         self._read_last_applied({p: start[p] for p in partitions if start[p] > 0}, {p: row.next_offset for p, row in stored.items()})
@@ -302,6 +232,22 @@ and the rules' meanings) it was checked against, so a
             self._store_back()
             return True
 
+    def _reading(self, read: Callable[[StoreReader], _T]) -> _T:
+        """A read of the set outside a batch (a group's hand-over, a check of what was applied), waiting
+        for the store as a batch does (``_apply_retrying``): a hand-over runs inside a poll, where an
+        outage would otherwise end the runner."""
+        while True:
+            try:
+                with self.store.reader(self.set_id) as r:
+                    value = read(r)
+            except StoreUnavailable as exc:
+                wait = self._store_failed(exc)
+                self._report(force=True)
+                self._sleep(wait)
+                continue
+            self._store_back()
+            return value
+
     def _store_failed(self, exc: StoreUnavailable) -> float:
         """Count the outage once, and how long to wait before the next try (``projections.store_outage``);
         the error again once the outage has lasted past ``store_retry_seconds``."""
@@ -344,10 +290,15 @@ and the rules' meanings) it was checked against, so a
             self._same_log_due = False
             self._same_log.verify()
         while self._checks:
-            check = self._checks.pop(0)
-            with self.store.reader(self.set_id) as r:
-                check.verify(self.codec, r.indexed_at)
+            check = self._checks[0]
+            self._reading(lambda r: check.verify(self.codec, r.indexed_at))
+            self._checks.pop(0)
         marks = self.source.high_watermarks()
+        if any(max(self._next.get(p, 0), self._known.get(p, 0)) > hw for p, hw in marks.items()):
+            # A source's marks can be older than positions another runner stored since (a fetch's answer):
+            # only the log asked now can say it holds fewer records than were applied.
+            fresh = self.source.log_high_watermarks()
+            marks = {p: max(hw, fresh.get(p, hw)) for p, hw in marks.items()}
         self.progress.high_watermarks = dict(marks)
         for p, hw in marks.items():
             known = max(self._next.get(p, 0), self._known.get(p, 0))

@@ -383,3 +383,59 @@ def test_until_caught_up_waits_for_the_partitions_it_does_not_own_through_a_stor
     assert not thread.is_alive() and outcome["progress"].caught_up and not outcome["progress"].others_behind
     with open_store().reader(sid) as r:
         assert r.event_count() == len(events)
+
+
+def test_a_hand_over_during_a_store_outage_waits_for_the_store(
+    support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]
+) -> None:
+    """A source hands partitions over (``assigned``) from inside a poll, and the runner reads where to
+    start from the store. A database restarting just then ended the runner (the read was outside the
+    batch's retries); it now waits, as a batch does, and goes on."""
+    events = support.election_log(30)
+    log = embedded_log(events)
+    sid = _new_set(open_store())
+    flaky = _ReadsFailing(open_store(), skip=0, fail=3)
+    waited: list[float] = []
+    runner = ProjectionRunner(flaky, sid, EmbeddedSource(SqliteLog(log.path)), poll_timeout=0.01,  # type: ignore[arg-type]
+                              store_retry_seconds=60, sleep=waited.append)
+    progress = runner.run(until_caught_up=True)
+    assert flaky.fail == 0 and progress.caught_up and progress.store_outages == 1 and len(waited) == 3
+    with open_store().reader(sid) as r:
+        assert r.event_count() == len(events)
+
+
+class _OldMarks(EmbeddedSource):
+    """High watermarks as a Kafka fetch answers them: as of the last fetch, which may be older than
+    positions another runner stored since (here: as old as the log's start, for what this runner has
+    not read itself)."""
+
+    def __init__(self, log: SqliteLog) -> None:
+        super().__init__(log)
+        self._read: dict[int, int] = {}
+
+    def poll(self, max_records: int, timeout: float) -> list[Any]:
+        records = super().poll(max_records, timeout)
+        for rec in records:
+            self._read[rec.position.partition] = rec.position.offset + 1
+        return records
+
+    def high_watermarks(self) -> dict[int, int]:
+        return {p: self._read.get(p, 0) for p in range(self.log.partitions)}
+
+
+def test_marks_older_than_what_another_runner_applied_are_no_lost_log(
+    support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]
+) -> None:
+    """Another runner applied the log; this one's source still has marks from before. Held against the
+    stored positions they read as a log that lost records (exit 3, "rebuild the projection"): the log is
+    asked again before that is said. A log that did lose records still says so (the tests above)."""
+    events = support.election_log(30)
+    log = embedded_log(events)
+    store = open_store()
+    sid = _new_set(store)
+    _run(store, sid, log)  # the other runner
+    runner = ProjectionRunner(open_store(), sid, _OldMarks(SqliteLog(log.path)), poll_timeout=0.01)
+    progress = runner.run(until_caught_up=True)
+    assert progress.caught_up and progress.high_watermarks == SqliteLog(log.path).high_watermarks()
+    with open_store().reader(sid) as r:
+        assert r.event_count() == len(events)

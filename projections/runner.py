@@ -294,16 +294,16 @@ and the rules' meanings) it was checked against, so a
             self._reading(lambda r: check.verify(self.codec, r.indexed_at))
             self._checks.pop(0)
         marks = self.source.high_watermarks()
-        if any(max(self._next.get(p, 0), self._known.get(p, 0)) > hw for p, hw in marks.items()):
+        known = {p: max(self._next.get(p, 0), self._known.get(p, 0)) for p in marks}
+        if any(known[p] > hw for p, hw in marks.items()):
             # A source's marks can be older than positions another runner stored since (a fetch's answer):
             # only the log asked now can say it holds fewer records than were applied.
             fresh = self.source.log_high_watermarks()
             marks = {p: max(hw, fresh.get(p, hw)) for p, hw in marks.items()}
         self.progress.high_watermarks = dict(marks)
         for p, hw in marks.items():
-            known = max(self._next.get(p, 0), self._known.get(p, 0))
-            if known > hw:
-                raise LogLostError(p, known, hw)
+            if known[p] > hw:
+                raise LogLostError(p, known[p], hw)
             if p not in self._targets and p in self.source.assigned():
                 self._targets[p] = hw
 

@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "CLOCK_SKEW",
+    "election_key",
     "Channel",
     "CorrectionStage",
     "TieMethod",
@@ -53,6 +54,12 @@ class CorrectionStage(enum.StrEnum):
 class TieMethod(enum.StrEnum):
     COIN = "coin"
     LOTS = "lots"
+
+
+def election_key(election_id: str) -> str:
+    """The partition key of an election's own events (its definition, certification): one partition
+    holds them all, in order, apart from its units' (``Envelope.key``)."""
+    return f"election:{election_id}"
 
 
 def _frozen_counts(counts: Mapping[str, int]) -> Mapping[str, int]:

@@ -1,9 +1,8 @@
 """The event catalogue as immutable typed objects.
 
-Events are the ledger's only source of truth, so they are frozen dataclasses rather than dicts: a
-projection, an auditor and a producer all see the same fields with the same types, and nothing can be
-changed after it was recorded. Each payload class knows how to turn itself into the record its Avro
-schema describes and back; the codec (``ledger.codec``) does the bytes.
+Events are the ledger's only source of truth, so they are frozen dataclasses rather than dicts: a projection,
+an auditor and a producer all see the same fields with the same types, and nothing can be changed after it
+was recorded. Each payload class turns itself into its Avro record and back; ``ledger.codec`` does the bytes.
 
 Alignment counts and delegate maps are stored sorted by candidate so that the same event always has the
 same canonical bytes, whatever order a client sent them in.
@@ -27,6 +26,7 @@ from ledger.event_values import (
     SatelliteGroup,
     TieMethod,
     UnitDefinition,
+    election_key,
     problems_from_avro,
     ratio_from_avro,
     ratio_to_avro,
@@ -79,7 +79,7 @@ class Envelope:
     @property
     def key(self) -> str:
         """The partition key: a unit's events stay in one partition, in order."""
-        return self.unit_id or f"election:{self.election_id}"
+        return self.unit_id or election_key(self.election_id)
 
 
 class Payload:

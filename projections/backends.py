@@ -13,7 +13,8 @@ from dataclasses import replace
 
 from ledger.backends import backends_for
 from ledger.config import Settings
-from projections.sources import EmbeddedSource, KafkaGroupSource, Source
+from projections.kafka_source import KafkaGroupSource
+from projections.sources import EmbeddedSource, Source
 from projections.stores.port import ProjectionStore
 
 __all__ = ["STORES", "GROUP_SOURCES", "open_store", "group_source", "has_groups"]

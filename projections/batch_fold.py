@@ -123,6 +123,10 @@ class FoldedBatch:
     elections: dict[str, ElectionState] = field(default_factory=dict)
     tally_hashes: dict[UnitKey, int] = field(default_factory=dict)
     bounds: RunBounds = field(default_factory=RunBounds)  # where its events of each unit lie (the history)
+    undefined: set[str] = field(default_factory=set)
+    """Elections whose units the batch folded while neither the store nor the batch held their
+    definition: when it comes, every such unit is tallied again (``ProjectionRunner`` then asks the
+    source to read the definition's partition first)."""
 
 
 class BatchFolder:
@@ -210,6 +214,7 @@ class BatchFolder:
             if ctx.key != before_key:  # the definition, certification or rule set changed
                 tallies.update(self._recompute_election(tx, ctx, skip=units))
         changes.tallies = list(tallies.values())
+        folded.undefined = {st.election_id for _, st in units.values()} - changed.keys() - revisions.keys()
         return changes, folded
 
     def _election_state(self, tx: FoldTx, election_id: str, revisions: dict[str, str]) -> ElectionState | None:

@@ -24,7 +24,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +133,9 @@ class CutSource:
 
     def seek(self, partition: int, offset: int) -> None:
         self.inner.seek(partition, offset)
+
+    def read_first(self, keys: Iterable[str]) -> None:
+        self.inner.read_first(keys)
 
     def assigned(self) -> set[int]:
         return self.inner.assigned()

@@ -16,7 +16,7 @@ from ledger.config import open_log
 from ledger.log.port import LogError, LogMissingError, LogUnavailableError, PendingRecord, StoredRecord
 from ledger.settings import SettingsError, load_settings
 from projections.backends import group_source
-from projections.sources import KafkaGroupSource
+from projections.kafka_source import KafkaGroupSource
 
 confluent = pytest.importorskip("ledger.log.kafka_confluent",
                                 reason="confluent-kafka is not installed (pip install -e '.[confluent]')")

@@ -112,7 +112,7 @@ def _compare_at_random_cuts(store: ProjectionStore, info: SetInfo, log: EventLog
 def test_history_answers_as_the_replay_on_kafka_and_postgres(support: ModuleType, kafka_bootstrap: str, unique_topic: str,
                                                              pg_dsn: str) -> None:
     from ledger.log.kafka import KafkaLog, provision_topic
-    from projections.sources import KafkaGroupSource
+    from projections.kafka_source import KafkaGroupSource
     from projections.stores.postgres import PostgresStore
 
     rnd = random.Random(2020)

@@ -25,7 +25,8 @@ from ledger.journal import Journal
 from ledger.log.kafka import KafkaLog
 from ledger.log.sqlite import SqliteLog
 from projections.runner import ProjectionRunner
-from projections.sources import EmbeddedSource, KafkaGroupSource
+from projections.kafka_source import KafkaGroupSource
+from projections.sources import EmbeddedSource
 from projections.stores.port import ProjectionStore
 from tests.shared_data import IOWA2020
 

@@ -31,7 +31,8 @@ from ledger.log.port import EventLog
 from ledger.log.sqlite import SqliteLog
 from projections.replay import CATCH_UP_BATCH
 from projections.runner import ProjectionRunner
-from projections.sources import EmbeddedSource, KafkaGroupSource
+from projections.kafka_source import KafkaGroupSource
+from projections.sources import EmbeddedSource
 from projections.stores.port import ProjectionStore
 
 pytestmark = pytest.mark.slow

@@ -135,7 +135,7 @@ def test_only_a_source_that_shares_partitions_folds_before_the_lock(
 ) -> None:
     from projections.replay import CutSource
     from projections.asof import Cut
-    from projections.sources import KafkaGroupSource
+    from projections.kafka_source import KafkaGroupSource
 
     log = embedded_log([], partitions=2)
     store = open_store()

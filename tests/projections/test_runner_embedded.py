@@ -148,6 +148,41 @@ def test_definition_after_the_units_gives_the_same_tallies(support: ModuleType, 
     assert all('"cds_source":"computed"' in t[2] for t in tb["tallies"].values())
 
 
+def test_units_of_an_undefined_election_send_the_runner_to_its_definition(
+        support: ModuleType, open_store: Open, tmp_path: Any) -> None:
+    """``ProjectionRunner._ask_definitions``: once a batch folded units of an election it has no
+    definition of, the definition's partition is read before the others, so the definition's batch
+    tallies again only what was read so far. Read in append order (the definition last) it would
+    come after every unit."""
+    from ledger.event_values import election_key
+    from ledger.log.partitioning import partition_for
+
+    events = support.election_log(40, definition_last=True)
+    log = SqliteLog(tmp_path / "last.sqlite3", partitions=4)
+    Journal(log).append_batch(events)
+    defined = [r for r in log.read({p: 0 for p in range(4)}) if r.key == election_key("e1")]
+    assert len(defined) == 1 and defined[0].position.partition == partition_for(election_key("e1"), 4)
+    store = open_store()
+    sid = _new_set(store)
+    read_then: list[int] = []
+
+    def committed(changes: Any, positions: dict[int, int]) -> None:
+        if changes.elections:
+            read_then.append(sum(positions.values()))
+
+    batch = 9
+    runner = ProjectionRunner(store, sid, EmbeddedSource(SqliteLog(log.path)), batch_size=batch, poll_timeout=0.01,
+                              on_commit=committed)
+    runner.run(until_caught_up=True)
+    # The first batch (in append order), then the definition's partition up to the definition.
+    assert read_then and read_then[0] <= batch + defined[0].position.offset + 1 < len(events)
+    p = Projection()
+    p.apply_all(events)
+    ctx = election_context(p.elections["e1"], "e1")
+    assert {u: t[2] for u, t in support.snapshot(store, sid)["tallies"].items()} == {
+        u: compute_unit_tally(s, ctx).dumps() for u, s in p.units.items()}
+
+
 def test_two_runners_on_one_set_equal_one(support: ModuleType, open_store: Open, embedded_log: Callable[..., SqliteLog]) -> None:
     """The embedded log has no groups: two runners both read everything. The store lock and the
     position check make the second one skip what the first applied (and vice versa)."""

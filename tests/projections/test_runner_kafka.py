@@ -20,7 +20,8 @@ from ledger.log.kafka import KafkaLog
 from ledger.log.port import LogLostError
 from ledger.log.sqlite import SqliteLog
 from projections.runner import ProjectionRunner
-from projections.sources import EmbeddedSource, KafkaGroupSource
+from projections.kafka_source import KafkaGroupSource
+from projections.sources import EmbeddedSource
 from projections.stores.port import ProjectionStore
 
 Open = Callable[[], ProjectionStore]

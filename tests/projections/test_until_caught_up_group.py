@@ -17,7 +17,7 @@ import pytest
 
 from ledger.log.kafka import KafkaLog, provision_topic
 from projections.runner import Progress, ProjectionRunner, RunnerError
-from projections.sources import KafkaGroupSource
+from projections.kafka_source import KafkaGroupSource
 from projections.stores.port import ProjectionStore
 
 Open = Callable[[], ProjectionStore]

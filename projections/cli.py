@@ -87,7 +87,7 @@ def _printer(observer: RunnerObserver, group: str, repeat_after: float = 30.0) -
 
     def say(p: Progress) -> None:
         waiting = observer.waiting_for_partitions()
-        state = (p.applied, p.lag_events, tuple(sorted(p.assigned)), p.waiting_for_store, tuple(sorted(p.others_behind.items())),
+        state = (p.applied, p.lag_events, tuple(sorted(p.assigned)), p.waiting_for_store, p.waiting_for_log, tuple(sorted(p.others_behind.items())),
                  None if waiting is None else int(waiting) // 5)
         now = time.monotonic()
         if state != last[0] or now - float(last[1]) >= repeat_after:  # type: ignore[arg-type]

@@ -54,6 +54,8 @@ def progress_line(p: Progress, *, waiting_for_partitions: float | None = None, g
     """One line on the runner's state (module docstring for what the lag figures mean)."""
     if p.waiting_for_store:
         return f"waiting for the projection store ({p.waiting_for_store}); applied {p.applied:,} events so far"
+    if p.waiting_for_log:
+        return f"waiting for the event log ({p.waiting_for_log}); applied {p.applied:,} events so far"
     done = f"applied {p.applied:,} events ({p.rate:,.0f}/s)"
     if p.duplicates:
         done += f", {p.duplicates:,} duplicates dropped"
@@ -102,6 +104,7 @@ class RunnerObserver:
         self.duplicates = Counter("caucus_runner_duplicates_dropped", "Events dropped as duplicates (same event id).", registry=r)
         self.batches = Counter("caucus_runner_batches", "Store transactions committed.", registry=r)
         self.outages = Counter("caucus_runner_store_outages", "Times the projection store could not be reached.", registry=r)
+        self.log_outages = Counter("caucus_runner_log_outages", "Times the event log could not be reached.", registry=r)
         self.batch_seconds = Histogram("caucus_runner_batch_seconds", "Time to fold and commit one batch.", registry=r,
                                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
         self.lag_events = Gauge("caucus_runner_lag_events", "Records the log holds beyond what is applied, over the "
@@ -117,8 +120,9 @@ class RunnerObserver:
         self.progress: Progress | None = None
         self.last_progress = time.monotonic()
         self.log_error: str | None = None
-        self._seen = (0, 0, 0, 0)
+        self._seen = (0, 0, 0, 0, 0)
         self._waiting = ""
+        self._waiting_log = ""
         self._was_caught_up = False
         self._source: Any = None
         self.lag_seconds.set_function(self._lag_now)
@@ -164,18 +168,24 @@ class RunnerObserver:
         elif self._waiting and not p.waiting_for_store:
             log.warning("the projection store is back")
         self._waiting = p.waiting_for_store
+        if p.waiting_for_log and self._waiting_log != p.waiting_for_log:
+            log.warning("the event log is out of reach, asking it again: %s", p.waiting_for_log)
+        elif self._waiting_log and not p.waiting_for_log:
+            log.warning("the event log is back")
+        self._waiting_log = p.waiting_for_log
         caught_up = self._is_caught_up(p)
         if caught_up and not self._was_caught_up:
             log.info("caught up with the log: %d events applied", p.applied)
         self._was_caught_up = caught_up
         self.progress = p
         self.last_progress = time.monotonic()
-        applied, dups, batches, outages = self._seen
+        applied, dups, batches, outages, log_outages = self._seen
         self.applied.inc(max(0, p.applied - applied))
         self.duplicates.inc(max(0, p.duplicates - dups))
         self.batches.inc(max(0, p.batches - batches))
         self.outages.inc(max(0, p.store_outages - outages))
-        self._seen = (p.applied, p.duplicates, p.batches, p.store_outages)
+        self.log_outages.inc(max(0, p.log_outages - log_outages))
+        self._seen = (p.applied, p.duplicates, p.batches, p.store_outages, p.log_outages)
         lag = p.lag_events
         self.lag_events.set(float("nan") if lag is None else lag)
         if p.newest_recorded_at is not None:
@@ -186,7 +196,7 @@ class RunnerObserver:
 
     @staticmethod
     def _is_caught_up(p: Progress) -> bool:
-        return bool(p.assigned) and p.lag_events == 0 and not p.waiting_for_store
+        return bool(p.assigned) and p.lag_events == 0 and not p.waiting_for_store and not p.waiting_for_log
 
     def waiting_for_partitions(self) -> float | None:
         ask: Callable[[], float | None] | None = getattr(self._source, "without_partitions_for", None)
@@ -217,6 +227,8 @@ class RunnerObserver:
             reasons.append(f"{p.lag_events:,} events behind the log")
         if p is not None and p.waiting_for_store:
             reasons.append(f"waiting for the store: {p.waiting_for_store}")
+        if p is not None and p.waiting_for_log:
+            reasons.append(f"waiting for the event log: {p.waiting_for_log}")
         if self.log_error:
             reasons.append(self.log_error)
         details.update({"lag_events": None if p is None else p.lag_events, "reasons": reasons,

@@ -29,6 +29,8 @@ class Progress:
     stopped: str = ""
     store_outages: int = 0
     waiting_for_store: str = ""
+    log_outages: int = 0
+    waiting_for_log: str = ""
     others_behind: dict[int, tuple[int, int]] = field(default_factory=dict)
     """``--until-caught-up`` in a group: partitions held by other members still below their
     targets, as ``{partition: (applied, target)}`` (``projections.whole_log``)."""
@@ -77,5 +79,7 @@ class Progress:
             "stopped": self.stopped,
             "store_outages": self.store_outages,
             "waiting_for_store": self.waiting_for_store,
+            "log_outages": self.log_outages,
+            "waiting_for_log": self.waiting_for_log,
             "waiting_for_partitions": {str(p): {"applied": a, "target": t} for p, (a, t) in sorted(self.others_behind.items())},
         }

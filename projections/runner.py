@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ledger.codec import Codec, default_codec
 from ledger.event_values import election_key
-from ledger.log.port import LogLostError, StoredRecord
+from ledger.log.port import LogLostError, LogUnavailableError, StoredRecord
 from projections.log_continuity import LastApplied, SameLog
 from projections.batch_fold import DEFAULT_CHUNK, BatchFolder, FoldedBatch, FoldError, tally_row
 from projections.tally_revision import TALLIES_REVISION
@@ -32,7 +32,7 @@ from projections.exactly_once import Claim, claim, start_positions
 from projections.progress import Progress
 from projections.sources import Source
 from projections.stores.port import Changes, ProjectionStore, Staged, StoreReader, StoreUnavailable
-from projections.store_outage import STORE_RETRY_SECONDS, StoreOutage
+from projections.store_outage import LOG_RETRY_SECONDS, STORE_RETRY_SECONDS, StoreOutage
 from projections.whole_log import OthersStalled, OthersWatch, behind
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class ProjectionRunner:
         catch_up_batch: int = 0,
         catch_up_seconds: float = 5.0,
         store_retry_seconds: float = STORE_RETRY_SECONDS,
+        log_retry_seconds: float = LOG_RETRY_SECONDS,
         others_timeout: float = 60.0,
         early_fold: bool | None = None,
         built_from: str | None = None,
@@ -106,6 +107,8 @@ class ProjectionRunner:
         runner gives up waiting for them (``projections.whole_log``; 0: no bound)."""
         self._log_targets: dict[int, int] | None = None
         self._outage = StoreOutage(self.store_retry_seconds)
+        self._log_outage = StoreOutage(log_retry_seconds)
+        """The same wait for the event log, bounded by ``log_retry_seconds`` (``_wait_for_log``)."""
         self._sleep = sleep
         self.on_commit = on_commit
         """Called after each batch's transaction committed, with what it changed and the positions
@@ -190,12 +193,11 @@ and the rules' meanings) it was checked against, so a
                 if should_stop():
                     self.progress.stopped = "signal"
                     break
-                records = self.source.poll(self.batch_size, self.poll_timeout)
-                if records and self.progress.first_records_at is None:
-                    self.progress.first_records_at = time.monotonic()
-                if len(records) >= self.batch_size and self.catch_up_batch > self.batch_size:
-                    records = self._gather(records, should_stop)
-                self._check_marks()
+                try:
+                    records = self._read(should_stop)
+                except LogUnavailableError as exc:
+                    self._wait_for_log(exc, should_stop)
+                    continue
                 if should_stop():
                     self.progress.stopped = "signal"  # the polled batch is abandoned, not half-applied
                     break
@@ -204,8 +206,14 @@ and the rules' meanings) it was checked against, so a
                         self.progress.stopped = "signal"
                         break
                 self._report()
-                if until_caught_up and self._caught_up():
-                    self._same_log.verify()
+                try:
+                    done = until_caught_up and self._caught_up()
+                    if done:
+                        self._same_log.verify()
+                except LogUnavailableError as exc:
+                    self._wait_for_log(exc, should_stop)
+                    continue
+                if done:
                     self.progress.caught_up = True
                     self.progress.stopped = "caught up"
                     break
@@ -213,6 +221,40 @@ and the rules' meanings) it was checked against, so a
         finally:
             self.source.close()
         return self.progress
+
+    def _read(self, should_stop: Callable[[], bool]) -> list[StoredRecord]:
+        """The next batch from the source, with the checks that come before applying it."""
+        records = self.source.poll(self.batch_size, self.poll_timeout)
+        if records and self.progress.first_records_at is None:
+            self.progress.first_records_at = time.monotonic()
+        if len(records) >= self.batch_size and self.catch_up_batch > self.batch_size:
+            records = self._gather(records, should_stop)
+        self._check_marks()
+        return records
+
+    def _wait_for_log(self, exc: LogUnavailableError, should_stop: Callable[[], bool]) -> None:
+        """The log is out of reach (a broker restarting, a failover): ask it again, backing off, until
+        it answers (``Source.log_high_watermarks``), for at most ``log_retry_seconds`` from the first
+        failure (``projections.store_outage``), then the error. What was polled and not applied is read
+        again: the source starts again where the runner stands."""
+        self.progress.log_outages += 1
+        while not should_stop():
+            wait = self._log_outage.failed()
+            if wait is None:
+                raise exc
+            self.progress.waiting_for_log = str(exc)
+            self._report(force=True)
+            self._sleep(wait)
+            try:
+                self.source.log_high_watermarks()
+            except LogUnavailableError as again:
+                exc = again
+                continue
+            break
+        self._log_outage.ended()
+        self.progress.waiting_for_log = ""
+        for p in self.source.assigned() & self._next.keys():
+            self.source.seek(p, self._next[p])
 
     def _apply_retrying(self, records: list[StoredRecord], should_stop: Callable[[], bool]) -> bool:
         """Apply a batch, retrying it while the store is unreachable; False if stopped meanwhile.

@@ -12,10 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["STORE_RETRY_SECONDS", "StoreOutage"]
+__all__ = ["LOG_RETRY_SECONDS", "STORE_RETRY_SECONDS", "StoreOutage"]
 
 STORE_RETRY_SECONDS = 300.0
 """How long an outage is waited out by default (a PostgreSQL restart or failover takes seconds to minutes)."""
+LOG_RETRY_SECONDS = 300.0
+"""The same for the event log (a broker restarting, a partition's leader moving): a runner waits for
+it by the same rule (``ProjectionRunner._wait_for_log``)."""
 FIRST_DELAY = 0.2
 LONGEST_DELAY = 5.0
 

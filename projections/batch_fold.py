@@ -214,7 +214,7 @@ class BatchFolder:
             if ctx.key != before_key:  # the definition, certification or rule set changed
                 tallies.update(self._recompute_election(tx, ctx, skip=units))
         changes.tallies = list(tallies.values())
-        folded.undefined = {st.election_id for _, st in units.values()} - changed.keys() - revisions.keys()
+        folded.undefined = {e for e in {st.election_id for _, st in units.values()} if context(e).state.definition is None}
         return changes, folded
 
     def _election_state(self, tx: FoldTx, election_id: str, revisions: dict[str, str]) -> ElectionState | None:

@@ -36,15 +36,12 @@ from typing import Any
 
 from ledger.log.partitioning import partition_for
 from ledger.log.port import LogError, LogLostError, LogUnavailableError, StoredRecord
+from projections.kafka_first_reads import FirstReads
 from projections.sources import AssignmentListener
 
 __all__ = ["KafkaGroupSource", "NoPartitionsError"]
 
 log = logging.getLogger(__name__)
-
-_FIRST_SIDE_POLL = 2.0
-"""Seconds the first read of ``read_first``'s partitions may wait: its consumer connects then (the poll
-ends as soon as records come)."""
 
 
 class NoPartitionsError(LogError):
@@ -100,8 +97,7 @@ class KafkaGroupSource:
         self._joined: set[int] | None = None  # its first assignment, noted by the joining thread
         self._join_thread: threading.Thread | None = None
         self._closing = threading.Event()
-        self._first: set[int] = set()  # read_first's partitions, for the next poll
-        self._side: Any = None  # the consumer that reads them (_poll_first)
+        self._first = FirstReads(lambda: self.log.consumer(**self._overrides), self.topic)  # read_first
 
     def without_partitions_for(self) -> float | None:
         """Seconds this runner has held no partition (since it started or lost its last), or None."""
@@ -151,6 +147,7 @@ class KafkaGroupSource:
             self._join_thread.join()
         static, self._consumer, self._joining = self._consumer, self._joining, None
         parts, self._owned = self._owned, set()
+        self._first.forget()
         if parts:
             listener.revoked(parts)
         try:
@@ -182,6 +179,7 @@ class KafkaGroupSource:
             def on_partitions_revoked(self, revoked: Any) -> None:
                 parts = {tp.partition for tp in revoked if tp.topic == source.topic}
                 source._owned -= parts
+                source._first.forget()
                 for p in parts:
                     source._mirrored.pop(p, None)
                 if parts:
@@ -222,7 +220,7 @@ class KafkaGroupSource:
         self._consumer.seek(TopicPartition(self.topic, partition), offset)
 
     def read_first(self, keys: Iterable[str]) -> None:
-        self._first = {partition_for(key, self.log.partitions) for key in keys}
+        self._first.ask(partition_for(key, self.log.partitions) for key in keys)
 
     def poll(self, max_records: int, timeout: float) -> list[StoredRecord]:
         from kafka import errors as kafka_errors
@@ -230,8 +228,8 @@ class KafkaGroupSource:
         try:
             if self._joined is not None and self._listener is not None:
                 self._end_static(self._listener)
-            batches = self._poll_first(max_records, timeout) if self._first else {}
-            if not batches:
+            batches = self._first.poll(self._consumer, self._owned, max_records, timeout) if self._first.asked else None
+            if batches is None:
                 batches = self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
         except kafka_errors.OffsetOutOfRangeError as exc:
             # A real Kafka refuses to fetch beyond the log end: the log was lost or rewound.
@@ -254,45 +252,6 @@ class KafkaGroupSource:
             # the runner holds the marks against the positions it knows were applied (runner._check_marks).
             self._checked = self.log.high_watermarks()  # raises LogUnavailableError when the broker is gone
         return out
-
-    def _poll_first(self, max_records: int, timeout: float) -> Any:
-        """``read_first``'s partitions read through a consumer of their own (``_side``) from this
-        consumer's positions, which then move past what it returned: records this consumer fetched
-        before for them are left as out of line, and the others' are not touched. (Not ``pause``:
-        kafka-python 3.0 keeps a paused partition's half-read records aside and, once another
-        partition has been read to its end, never gives them back nor fetches that partition
-        again.)"""
-        from kafka import TopicPartition
-
-        first, self._first = self._first & self._owned, set()
-        if not first or first == self._owned:
-            return {}
-        at = {tp: pos for tp, pos in ((TopicPartition(self.topic, p), self._ahead(p)) for p in sorted(first)) if pos is not None}
-        if not at:
-            return {}
-        wait = timeout
-        if self._side is None:  # a new consumer first connects: wait for that once
-            self._side, wait = self.log.consumer(**self._overrides), max(timeout, _FIRST_SIDE_POLL)
-        self._side.assign(list(at))
-        for tp, pos in at.items():
-            self._side.seek(tp, pos)
-        batches = self._side.poll(timeout_ms=int(wait * 1000), max_records=max_records)
-        for tp, msgs in batches.items():
-            if msgs:
-                self._consumer.seek(tp, msgs[-1].offset + 1)
-        return batches
-
-    def _ahead(self, partition: int) -> int | None:
-        """This consumer's position in a partition that may hold records past it (its high watermark
-        is not known before its first fetch), else None."""
-        from kafka import TopicPartition
-
-        tp = TopicPartition(self.topic, partition)
-        try:
-            hw, pos = self._consumer.highwater(tp), self._consumer.position(tp, timeout_ms=0)
-        except Exception:  # noqa: BLE001 -- not positioned yet: nothing to read first
-            return None
-        return pos if pos is not None and (hw is None or pos < hw) else None
 
     def _check_held(self, now: float) -> None:
         """The liveness bound (module docstring): rejoin once, then give up saying why."""
@@ -357,12 +316,14 @@ class KafkaGroupSource:
 
         out: dict[int, int] = {}
         for p in self._owned:
+            tp = TopicPartition(self.topic, p)
             try:
-                hw = self._consumer.highwater(TopicPartition(self.topic, p))
+                hw = self._consumer.highwater(tp)
             except Exception:  # noqa: BLE001 - partition revoked between calls
                 hw = None
-            if hw is not None:
-                out[p] = hw
+            marks = [m for m in (hw, self._first.highwater(tp)) if m is not None]  # read ahead: another consumer's fetch
+            if marks:
+                out[p] = max(marks)
         if self._checked:
             out.update(self._checked)  # fresher than the last fetch response
             self._checked = {}
@@ -389,9 +350,13 @@ class KafkaGroupSource:
         if self._join_thread is not None:
             self._join_thread.join(timeout=5)
         try:
-            for consumer in (self._joining, self._consumer, self._side):
+            for consumer in (self._joining, self._consumer):
                 if consumer is not None:
-                    consumer.close(autocommit=False)
+                    try:
+                        consumer.close(autocommit=False)
+                    except Exception:  # noqa: BLE001 -- closing the others and the log matters more
+                        log.debug("closing a consumer failed", exc_info=True)
+            self._first.close()
         finally:
-            self._consumer = self._joining = self._side = None
+            self._consumer = self._joining = None
             self.log.close()

@@ -131,7 +131,7 @@ class EmbeddedSource:
         partition) and whatever of theirs was appended since is left for the next poll."""
         first, self._first = self._first, set()
         marks = self.log.high_watermarks()
-        first = {p for p in first if self._next.get(p, 0) < marks.get(p, 0)}
+        first = {p for p in first if p in self._next and self._next[p] < marks.get(p, 0)}
         if not first:
             return []
         start = {p: self._next[p] if p in first else marks.get(p, 0) for p in self._next}

@@ -71,12 +71,15 @@ def test_the_partition_asked_for_comes_next_and_nothing_is_skipped(
         source.read_first([election_key(election)])
         before = len(got)
         _poll_until(source, lambda g: len(g) > before, got, at, batch)
-        assert {r.position.partition for r in got[before:]} == {wanted}, "the next poll reads the election's partition"
+        assert {r.position.partition for r in got[before:]} == {wanted}, "the next records are the election's partition's"
         _poll_until(source, lambda g: len(g) >= len(events), got, at, batch)
     finally:
         source.close()
     positions = [r.position for r in got]
     assert len(positions) == len(set(positions)) == len(events), "every record once"
+    for p in range(PARTS):
+        offsets = [pos.offset for pos in positions if pos.partition == p]
+        assert offsets == list(range(len(offsets))), f"partition {p} in order, from its start, without a gap"
 
 
 def test_a_definition_written_after_its_units_is_applied_early(
@@ -100,7 +103,8 @@ def test_a_definition_written_after_its_units_is_applied_early(
     source = KafkaGroupSource(KafkaLog(kafka_bootstrap, unique_topic, partitions=PARTS, session_timeout_ms=SESSION_MS),
                               f"g-{unique_topic}", max_poll_records=batch)
     runner = ProjectionRunner(store, sid, source, batch_size=batch, poll_timeout=0.1, on_commit=committed)
-    assert runner.run(until_caught_up=True).applied == len(events)
+    progress = runner.run(until_caught_up=True)
+    assert progress.applied == len(events) and progress.duplicates == 0 and progress.skipped == 0
     # The first batch, then the definition's partition up to the definition (not every partition before it).
     assert read_then and read_then[0] <= batch + offset + 1 < len(events) // 2
     p = Projection()
@@ -108,3 +112,22 @@ def test_a_definition_written_after_its_units_is_applied_early(
     ctx = election_context(p.elections[election], election)
     assert {u: t[2] for u, t in support.snapshot(store, sid)["tallies"].items()} == {
         u: compute_unit_tally(s, ctx).dumps() for u, s in p.units.items()}
+
+
+def test_units_of_an_election_never_defined_send_the_runner_there_once(
+        support: ModuleType, open_store: Callable[[], ProjectionStore], kafka_bootstrap: str, unique_topic: str) -> None:
+    """An election whose definition never comes (a cut that leaves it out, units filed under a mistyped id):
+    its partition is read ahead up to where it stood when asked, then the runner reads as before."""
+    provision_topic(kafka_bootstrap, unique_topic, PARTS)
+    election = _election_in_last_partition()
+    events = [e for e in support.election_log(80, election_id=election) if e.envelope.unit_id]
+    support.produce(kafka_bootstrap, unique_topic, events, PARTS)
+    store = open_store()
+    sid = store.ensure_serving("tally", source="kafka").set_id
+    source = KafkaGroupSource(KafkaLog(kafka_bootstrap, unique_topic, partitions=PARTS, session_timeout_ms=SESSION_MS),
+                              f"g-{unique_topic}", max_poll_records=10)
+    progress = ProjectionRunner(store, sid, source, batch_size=10, poll_timeout=0.1).run(until_caught_up=True)
+    assert progress.applied == len(events) and progress.duplicates == 0 and progress.skipped == 0
+    assert source._first._done == {PARTS - 1} and not source._first.asked
+    with store.reader(sid) as r:
+        assert r.event_count() == len(events)

@@ -173,7 +173,8 @@ def test_units_of_an_undefined_election_send_the_runner_to_its_definition(
     batch = 9
     runner = ProjectionRunner(store, sid, EmbeddedSource(SqliteLog(log.path)), batch_size=batch, poll_timeout=0.01,
                               on_commit=committed)
-    runner.run(until_caught_up=True)
+    progress = runner.run(until_caught_up=True)
+    assert progress.applied == len(events) and progress.duplicates == 0 and progress.skipped == 0
     # The first batch (in append order), then the definition's partition up to the definition.
     assert read_then and read_then[0] <= batch + defined[0].position.offset + 1 < len(events)
     p = Projection()

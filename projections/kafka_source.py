@@ -18,7 +18,9 @@ its own (a join needs long polls: short ones restart it); the group's first assi
 there, and the runner's thread hands over at its next poll (every partition revoked, the assigned ones
 started again from the store). A runner already in the group may read the same partitions meanwhile: the store's exactly-once
 rules (``projections.exactly_once``: ``CHECK_UNDER_LOCK``, ``BELOW_STORED_POSITION``) make that
-harmless, as after any rebalance.
+harmless, as after any rebalance; a partition another runner is found moving is left to it until the
+hand-over (``others_moved``). The group then splits the partitions by the records left in each, not by
+their number (``projections.lag_assignor``): what each runner read first is not what the group gives it.
 
 Liveness: a consumer group left broken (members killed without leaving, on a broker that never
 expires them) can leave a runner without any partition, waiting forever. With
@@ -31,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ledger.log.partitioning import partition_for
@@ -42,6 +44,24 @@ from projections.sources import AssignmentListener
 __all__ = ["KafkaGroupSource", "NoPartitionsError"]
 
 log = logging.getLogger(__name__)
+
+STATIC_FETCH_BYTES = 64 * 1024
+"""The static consumer's fetches stop at this much of each partition (the group consumer's at 1 MiB), so
+that its polls take every partition in turn: two runners started together each advance theirs evenly,
+and whichever way the group then splits the partitions, neither is left with more to do."""
+
+
+def _assignors(listener: AssignmentListener) -> tuple[Any, ...]:
+    """The assignors a member offers its group, the one that splits by the work left first
+    (``projections.lag_assignor``: the leader asks its runner, ``work_left``, for what each
+    partition holds beyond the store's position)."""
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    from projections.lag_assignor import LagAssignor
+
+    work_left: Callable[[], Mapping[int, int]] = getattr(listener, "work_left", dict)
+    return (LagAssignor(work_left), RangePartitionAssignor, RoundRobinPartitionAssignor)
 
 
 class NoPartitionsError(LogError):
@@ -113,7 +133,7 @@ class KafkaGroupSource:
     def _start_static(self, listener: AssignmentListener) -> None:
         from kafka import TopicPartition
 
-        consumer = self.log.consumer(**self._overrides)
+        consumer = self.log.consumer(**{**self._overrides, "max_partition_fetch_bytes": STATIC_FETCH_BYTES})
         parts = set(range(self.log.partitions))
         consumer.assign([TopicPartition(self.topic, p) for p in sorted(parts)])
         start = listener.assigned(parts)
@@ -168,7 +188,7 @@ class KafkaGroupSource:
         from kafka import TopicPartition
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-        consumer = self.log.consumer(group_id=self.group_id, **self._overrides)
+        consumer = self.log.consumer(group_id=self.group_id, partition_assignment_strategy=_assignors(listener), **self._overrides)
         if self._consumer is not None and self._static_start and not self._rejoined:
             self._joining = consumer
         else:
@@ -218,6 +238,27 @@ class KafkaGroupSource:
         from kafka import TopicPartition
 
         self._consumer.seek(TopicPartition(self.topic, partition), offset)
+
+    def others_moved(self, partitions: Iterable[int]) -> None:
+        """While the static consumer reads (module docstring), partitions another runner moves are
+        left to it: they are dropped from the static consumer (never its last) and revoked. Two
+        runners started together would otherwise read the same partitions, one of them in vain,
+        until the group splits them."""
+        from kafka import TopicPartition
+
+        if self._joining is None:
+            return  # in the group (or joined without a static start): the group decides
+        drop = set(partitions) & self._owned
+        keep = self._owned - drop or {min(drop, default=-1)}  # never its last: a consumer must hold one to poll
+        drop -= keep
+        if not drop:
+            return
+        self._consumer.assign([TopicPartition(self.topic, p) for p in sorted(keep)])
+        self._owned = keep
+        self._first.forget()
+        log.info("partitions %s are read by another runner: left to it until group %s assigns them", sorted(drop), self.group_id)
+        if self._listener is not None:
+            self._listener.revoked(drop)
 
     def read_first(self, keys: Iterable[str]) -> None:
         self._first.ask(partition_for(key, self.log.partitions) for key in keys)

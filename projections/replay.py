@@ -137,6 +137,9 @@ class CutSource:
     def read_first(self, keys: Iterable[str]) -> None:
         self.inner.read_first(keys)
 
+    def others_moved(self, partitions: Iterable[int]) -> None:
+        self.inner.others_moved(partitions)
+
     def assigned(self) -> set[int]:
         return self.inner.assigned()
 

@@ -34,6 +34,7 @@ from projections.sources import Source
 from projections.stores.port import Changes, ProjectionStore, Staged, StoreReader, StoreUnavailable
 from projections.store_outage import LOG_RETRY_SECONDS, STORE_RETRY_SECONDS, StoreOutage
 from projections.whole_log import OthersStalled, OthersWatch, behind
+from projections.work_left import WorkLeft
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -117,6 +118,7 @@ class ProjectionRunner:
         self.folder = BatchFolder(self.codec, rule_set=rule_set, chunk=_CHUNK)
         self._next: dict[int, int] = {}
         self._known: dict[int, int] = {}  # the highest stored position seen per partition, kept when revoked
+        self.work_left = WorkLeft()  # a group's leader splits the partitions by it (projections.lag_assignor)
         self._targets: dict[int, int] = {}
         self._checks: list[LastApplied] = []  # stored positions whose last records are still to be found applied
         self._same_log = SameLog(getattr(source, "log", None), built_from)
@@ -134,6 +136,7 @@ class ProjectionRunner:
 
     def assigned(self, partitions: set[int]) -> dict[int, int]:
         stored = self._reading(lambda r: r.positions())
+        self.work_left.saw_stored({p: row.next_offset for p, row in stored.items()})
         start = start_positions(stored, partitions)  # POSITIONS_FROM_STORE
         self._same_log_due = True
         self._read_last_applied({p: start[p] for p in partitions if start[p] > 0}, {p: row.next_offset for p, row in stored.items()})
@@ -344,6 +347,7 @@ and the rules' meanings) it was checked against, so a
             fresh = self.source.log_high_watermarks()
             marks = {p: max(hw, fresh.get(p, hw)) for p, hw in marks.items()}
         self.progress.high_watermarks = dict(marks)
+        self.work_left.saw_marks(marks)
         for p, hw in marks.items():
             if known[p] > hw:
                 raise LogLostError(p, known[p], hw)
@@ -443,6 +447,8 @@ and the rules' meanings) it was checked against, so a
         for p, off in claimed.reseek.items():
             self._next[p] = off
             self.source.seek(p, off)
+        if claimed.stale:
+            self.source.others_moved(claimed.stale)
         if self.on_commit is not None and changes:
             self.on_commit(changes, dict(self._next))
 
@@ -466,6 +472,7 @@ and the rules' meanings) it was checked against, so a
                     raise RunnerError(str(exc)) from exc
             tx.write(changes)
         self.last_base = {p: stored[p].next_offset if p in stored else 0 for p in by_part}
+        self.work_left.saw_stored({**{p: row.next_offset for p, row in stored.items()}, **{r.partition: r.next_offset for r in changes.positions}})
         return claimed, changes, folded
 
     def _ask_definitions(self, elections: set[str]) -> None:

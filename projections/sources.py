@@ -22,6 +22,9 @@ __all__ = ["AssignmentListener", "Source", "EmbeddedSource"]
 
 
 class AssignmentListener(Protocol):
+    """The runner, as a source sees it. A listener may also offer ``work_left()`` (records each
+    partition holds beyond the store's position): a Kafka group's leader splits by it."""
+
     def assigned(self, partitions: set[int]) -> dict[int, int]:
         """Partitions now owned; returns where to start each (the stored positions)."""
         ...
@@ -51,6 +54,12 @@ class Source(Protocol):
         again, under the set's lock, when the definition comes (``batch_fold``), so the runner asks
         for the definition's partition as soon as it meets an election it does not know. Which
         partition is read first never changes what is applied, only when."""
+        ...
+
+    def others_moved(self, partitions: Iterable[int]) -> None:
+        """A hint: another runner applied records of these partitions while this one read them (its
+        batch of them was found applied). A source that reads partitions no group gave it may leave
+        them to that runner."""
         ...
 
     def assigned(self) -> set[int]: ...
@@ -115,6 +124,9 @@ class EmbeddedSource:
 
     def read_first(self, keys: Iterable[str]) -> None:
         self._first = {partition_for(key, self.log.partitions) for key in keys}
+
+    def others_moved(self, partitions: Iterable[int]) -> None:
+        pass  # no groups: this runner owns every partition whoever else reads them
 
     def poll(self, max_records: int, timeout: float) -> list[StoredRecord]:
         records = self._read_first(max_records) if self._first else []

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from ledger.log.port import StoredRecord
 from projections.stores.port import PositionRow
 
-__all__ = ["Claim", "claim", "start_positions"]
+__all__ = ["Claim", "claim", "others_ahead", "start_positions"]
 
 
 def start_positions(stored: Mapping[int, PositionRow], partitions: set[int]) -> dict[int, int]:
@@ -85,3 +85,13 @@ def claim(stored: Mapping[int, PositionRow], by_partition: Mapping[int, Sequence
             continue
         out.work.extend(keep)
     return out
+
+
+def others_ahead(claimed: Claim, found: Mapping[int, int], attempted: Mapping[int, int]) -> set[int]:
+    """Of a batch's partitions, those another runner is ahead in: someone moved them (``stale``), none
+    of the batch's records there were new (all read again from the stored position), and the position
+    found is not one this runner wrote itself (a commit that landed although its connection broke, and
+    is found on the retry). A runner that reads partitions no group gave it leaves these to the other
+    (``Source.others_moved``); one that applied the tail of a partition keeps it, so that of two runners
+    racing on a partition one always keeps reading it."""
+    return {p for p in claimed.stale if p in claimed.reseek and found.get(p) != attempted.get(p)}

@@ -68,7 +68,7 @@ class FirstReads:
         for p in sorted(self._wanted):
             tp = TopicPartition(self._topic, p)
             pos = _position(main, tp) if p in owned else None
-            target = self._wanted.pop(p)
+            target = self._wanted.pop(p, None)  # a rebalance may have cleared it meanwhile
             if pos is None:
                 continue
             marks = [m for m in (target, main.highwater(tp), self.highwater(tp)) if m is not None]

@@ -51,7 +51,7 @@ that its polls take every partition in turn: two runners started together each a
 and whichever way the group then splits the partitions, neither is left with more to do."""
 
 
-def _assignors(listener: AssignmentListener) -> tuple[Any, ...]:
+def _assignors(listener: AssignmentListener, topic: str) -> tuple[Any, ...]:
     """The assignors a member offers its group, the one that splits by the work left first
     (``projections.lag_assignor``: the leader asks its runner, ``work_left``, for what each
     partition holds beyond the store's position)."""
@@ -61,7 +61,7 @@ def _assignors(listener: AssignmentListener) -> tuple[Any, ...]:
     from projections.lag_assignor import LagAssignor
 
     work_left: Callable[[], Mapping[int, int]] = getattr(listener, "work_left", dict)
-    return (LagAssignor(work_left), RangePartitionAssignor, RoundRobinPartitionAssignor)
+    return (LagAssignor(work_left, topic), RangePartitionAssignor, RoundRobinPartitionAssignor)
 
 
 class NoPartitionsError(LogError):
@@ -117,6 +117,7 @@ class KafkaGroupSource:
         self._joined: set[int] | None = None  # its first assignment, noted by the joining thread
         self._join_thread: threading.Thread | None = None
         self._closing = threading.Event()
+        self._left: set[int] = set()  # partitions others_moved left to another runner until the hand-over
         self._first = FirstReads(lambda: self.log.consumer(**self._overrides), self.topic)  # read_first
 
     def without_partitions_for(self) -> float | None:
@@ -166,7 +167,7 @@ class KafkaGroupSource:
         if self._join_thread is not None:
             self._join_thread.join()
         static, self._consumer, self._joining = self._consumer, self._joining, None
-        parts, self._owned = self._owned, set()
+        parts, self._owned, self._left = self._owned, set(), set()
         self._first.forget()
         if parts:
             listener.revoked(parts)
@@ -188,7 +189,8 @@ class KafkaGroupSource:
         from kafka import TopicPartition
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-        consumer = self.log.consumer(group_id=self.group_id, partition_assignment_strategy=_assignors(listener), **self._overrides)
+        consumer = self.log.consumer(group_id=self.group_id, partition_assignment_strategy=_assignors(listener, self.topic),
+                                     **self._overrides)
         if self._consumer is not None and self._static_start and not self._rejoined:
             self._joining = consumer
         else:
@@ -199,7 +201,8 @@ class KafkaGroupSource:
             def on_partitions_revoked(self, revoked: Any) -> None:
                 parts = {tp.partition for tp in revoked if tp.topic == source.topic}
                 source._owned -= parts
-                source._first.forget()
+                if parts:
+                    source._first.forget()
                 for p in parts:
                     source._mirrored.pop(p, None)
                 if parts:
@@ -255,10 +258,25 @@ class KafkaGroupSource:
             return
         self._consumer.assign([TopicPartition(self.topic, p) for p in sorted(keep)])
         self._owned = keep
+        self._left |= drop
         self._first.forget()
         log.info("partitions %s are read by another runner: left to it until group %s assigns them", sorted(drop), self.group_id)
         if self._listener is not None:
             self._listener.revoked(drop)
+
+    def _take_back_left(self) -> None:
+        """The group join ended without an assignment (its thread failed): what was left to another
+        runner is read again by the static consumer, from the store's positions, as at the start."""
+        from kafka import TopicPartition
+
+        back, self._left = self._left, set()
+        log.warning("joining group %s failed; reading partitions %s again", self.group_id, sorted(back))
+        self._owned |= back
+        self._consumer.assign([TopicPartition(self.topic, p) for p in sorted(self._owned)])
+        if self._listener is not None:
+            start = self._listener.assigned(back)
+            for p in back:
+                self._consumer.seek(TopicPartition(self.topic, p), start.get(p, 0))
 
     def read_first(self, keys: Iterable[str]) -> None:
         self._first.ask(partition_for(key, self.log.partitions) for key in keys)
@@ -269,6 +287,8 @@ class KafkaGroupSource:
         try:
             if self._joined is not None and self._listener is not None:
                 self._end_static(self._listener)
+            elif self._left and self._join_thread is not None and not self._join_thread.is_alive():
+                self._take_back_left()
             batches = self._first.poll(self._consumer, self._owned, max_records, timeout) if self._first.asked else None
             if batches is None:
                 batches = self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)

@@ -26,6 +26,7 @@ from kafka.coordinator.assignors.abstract import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
+from kafka.coordinator.assignors.range import RangePartitionAssignor
 
 __all__ = ["LagAssignor", "split_by_work"]
 
@@ -55,21 +56,25 @@ def split_by_work(partitions: Iterable[int], members: Iterable[str], left: Mappi
 
 
 class LagAssignor(AbstractPartitionAssignor):  # type: ignore[misc]  # kafka-python has no types
-    """``remaining``: the records each partition still holds beyond the store's position (a partition
-    it does not name counts as having none)."""
+    """``remaining``: the records each partition of ``topic`` still holds beyond the store's position
+    (``split_by_work`` for those it does not name). Another topic's partitions are split by number."""
 
     name = "caucus-lag"
     version = 0
 
-    def __init__(self, remaining: Callable[[], Mapping[int, int]]) -> None:
+    def __init__(self, remaining: Callable[[], Mapping[int, int]], topic: str) -> None:
         self._remaining = remaining
+        self._topic = topic
 
     def assign(self, cluster: Any, members: Any) -> dict[str, Any]:
+        """A rebalance must come out with an assignment whatever happens here: on any error, range's."""
         try:
-            left = dict(self._remaining())
-        except Exception:  # noqa: BLE001 -- an assignment must come out of a rebalance whatever happens
-            log.warning("the work left in each partition is not known; splitting the partitions by number", exc_info=True)
-            left = {}
+            return self._assign(cluster, members, dict(self._remaining()))
+        except Exception:  # noqa: BLE001 -- see above
+            log.warning("splitting the partitions by the work left failed; splitting them by number", exc_info=True)
+            return RangePartitionAssignor.assign(cluster, members)
+
+    def _assign(self, cluster: Any, members: Any, left: dict[int, int]) -> dict[str, Any]:
         by_topic: dict[str, list[str]] = defaultdict(list)
         for member in members:
             for topic in member.metadata.topics:
@@ -80,7 +85,7 @@ class LagAssignor(AbstractPartitionAssignor):  # type: ignore[misc]  # kafka-pyt
             if partitions is None:
                 log.warning("no partition metadata for topic %s", topic)
                 continue
-            for member_id, parts in split_by_work(partitions, ids, left).items():
+            for member_id, parts in split_by_work(partitions, ids, left if topic == self._topic else {}).items():
                 assigned[member_id][topic] = parts
         log.info("partitions split by the records left in each: %s", {m: dict(t) for m, t in assigned.items()})
         return {m.member_id: ConsumerProtocolAssignment(self.version, sorted(assigned[m.member_id].items()), b"")

@@ -28,7 +28,7 @@ from projections.log_continuity import LastApplied, SameLog
 from projections.batch_fold import DEFAULT_CHUNK, BatchFolder, FoldedBatch, FoldError, tally_row
 from projections.tally_revision import TALLIES_REVISION
 from projections.early_fold import BaseMoved, EarlyFold, fold_early
-from projections.exactly_once import Claim, claim, start_positions
+from projections.exactly_once import Claim, claim, others_ahead, start_positions
 from projections.progress import Progress
 from projections.sources import Source
 from projections.stores.port import Changes, ProjectionStore, Staged, StoreReader, StoreUnavailable
@@ -88,28 +88,22 @@ class ProjectionRunner:
         self.progress_interval = progress_interval
         self.poll_timeout = poll_timeout
         self.catch_up_batch = max(batch_size, catch_up_batch)
-        """While behind the log (a poll came back full), polls are gathered into one transaction of up
-        to this many records (or ``catch_up_seconds`` of polling): a rebuild then computes each unit's
-        tally once per large batch instead of once per poll. 0 (default): one poll per transaction.
-        Memory grows with this bound (the records, not their decoded events: those are folded
-        ``_CHUNK`` at a time), never with the log. ``caucus replay`` uses 200,000 (about 100 MB of records at
-        the 2020 Iowa event size)."""
+        """While behind the log (a poll came back full), polls are gathered into one transaction of up to this
+        many records (or ``catch_up_seconds`` of polling): a rebuild then computes each unit's tally once per
+        large batch, not once per poll. 0 (default): one poll per transaction. Memory grows with it (records;
+        their events are folded ``_CHUNK`` at a time), never with the log (``caucus replay``: 200,000, ~100 MB)."""
         self.catch_up_seconds = catch_up_seconds
         self.store_retry_seconds = store_retry_seconds
-        """How long a batch (or the wait on other members) is retried while the store is unreachable (a
-        database restart) before the runner gives up with the store's error (``projections.store_outage``)."""
+        """How long a batch (or the wait on other members) is retried while the store is out of reach (a restart)."""
         self.early_fold = source.shares_partitions if early_fold is None else early_fold
-        """Fold each batch on a snapshot before the set's lock (``projections.early_fold``): by default
-        only where another runner can hold the set's lock meanwhile (a consumer group). For a source
-        that cannot share partitions it is only a cost (a lone embedded runner's rebuild: 0.71x the CPU
-        without it)."""
+        """Fold each batch on a snapshot before the set's lock (``projections.early_fold``): by default only where
+        another runner can hold the lock meanwhile (a group); else only a cost (an embedded rebuild: 0.71x CPU without)."""
         self._others = OthersWatch(others_timeout)
         """``--until-caught-up``: how long partitions held by other members may stay still before the
         runner gives up waiting for them (``projections.whole_log``; 0: no bound)."""
         self._log_targets: dict[int, int] | None = None
         self._outage = StoreOutage(self.store_retry_seconds)
-        self._log_outage = StoreOutage(log_retry_seconds)
-        """The same wait for the event log, bounded by ``log_retry_seconds`` (``_wait_for_log``)."""
+        self._log_outage = StoreOutage(log_retry_seconds)  # the same wait for the event log (_wait_for_log)
         self._sleep = sleep
         self.on_commit = on_commit
         """Called after each batch's transaction committed, with what it changed and the positions
@@ -119,6 +113,8 @@ class ProjectionRunner:
         self._next: dict[int, int] = {}
         self._known: dict[int, int] = {}  # the highest stored position seen per partition, kept when revoked
         self.work_left = WorkLeft()  # a group's leader splits the partitions by it (projections.lag_assignor)
+        self._attempted: dict[int, int] = {}  # the positions this runner's batches last wrote (committed or not)
+        self._left_to_others: set[int] = set()  # of the last batch: partitions another runner is ahead in
         self._targets: dict[int, int] = {}
         self._checks: list[LastApplied] = []  # stored positions whose last records are still to be found applied
         self._same_log = SameLog(getattr(source, "log", None), built_from)
@@ -247,7 +243,10 @@ and the rules' meanings) it was checked against, so a
                 raise exc
             self.progress.waiting_for_log = str(exc)
             self._report(force=True)
-            self._sleep(wait)
+            for _ in range(steps := max(1, round(wait / 0.5))):  # a stop is heard within half a second
+                if should_stop():
+                    return
+                self._sleep(wait / steps)
             try:
                 self.source.log_high_watermarks()
             except LogUnavailableError as again:
@@ -333,8 +332,8 @@ and the rules' meanings) it was checked against, so a
         no longer owns count too: a broker that restarted empty also breaks the group, and a runner
         left without partitions must still say so rather than wait for an assignment."""
         if self._same_log_due:
+            self._same_log.verify()  # first: a log out of reach is waited for, and checked again after
             self._same_log_due = False
-            self._same_log.verify()
         while self._checks:
             check = self._checks[0]
             self._reading(lambda r: check.verify(self.codec, r.indexed_at))
@@ -447,8 +446,8 @@ and the rules' meanings) it was checked against, so a
         for p, off in claimed.reseek.items():
             self._next[p] = off
             self.source.seek(p, off)
-        if claimed.stale:
-            self.source.others_moved(claimed.stale)
+        if self._left_to_others:
+            self.source.others_moved(self._left_to_others)
         if self.on_commit is not None and changes:
             self.on_commit(changes, dict(self._next))
 
@@ -471,7 +470,10 @@ and the rules' meanings) it was checked against, so a
                 except FoldError as exc:
                     raise RunnerError(str(exc)) from exc
             tx.write(changes)
-        self.last_base = {p: stored[p].next_offset if p in stored else 0 for p in by_part}
+            found = {p: stored[p].next_offset if p in stored else 0 for p in by_part}
+            self._left_to_others = others_ahead(claimed, found, self._attempted)
+            self._attempted = {**self._attempted, **{r.partition: r.next_offset for r in changes.positions}}  # before the commit
+        self.last_base = found
         self.work_left.saw_stored({**{p: row.next_offset for p, row in stored.items()}, **{r.partition: r.next_offset for r in changes.positions}})
         return claimed, changes, folded
 

@@ -101,3 +101,41 @@ def test_a_group_of_two_splits_the_partitions_with_work_left_between_them(kafka_
         for s in sources:
             s.close()
     assert all(len(h & {4, 5, 6, 7}) == 2 for h in held), held
+
+
+class _Cluster:
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = topics
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return set(range(self.topics[topic])) if topic in self.topics else None
+
+
+class _Member:
+    def __init__(self, member_id: str, *topics: str) -> None:
+        from kafka.coordinator.assignors.abstract import ConsumerProtocolSubscription
+
+        self.member_id = member_id
+        self.group_instance_id = None
+        self.metadata = ConsumerProtocolSubscription(0, list(topics), b"")
+
+
+def _owned(assignment: dict[str, Any]) -> dict[str, set[tuple[str, int]]]:
+    return {m: {(t, p) for t, ps in a.assigned_partitions for p in ps} for m, a in assignment.items()}
+
+
+def test_the_assignor_splits_its_topic_by_work_other_topics_by_number_and_falls_back_to_range() -> None:
+    from projections.lag_assignor import LagAssignor
+
+    cluster = _Cluster({"log": 4, "other": 2})
+    members = [_Member("m1", "log", "other"), _Member("m2", "log", "other")]
+    out = _owned(LagAssignor(lambda: {0: 0, 1: 0, 2: 900, 3: 900}, "log").assign(cluster, members))
+    assert {p for t, p in out["m1"] if t == "log"} in ({0, 2}, {0, 3}, {1, 2}, {1, 3})  # one of 2, 3 each
+    assert sorted(len([1 for t, _ in o if t == "other"]) for o in out.values()) == [1, 1]
+    assert set().union(*out.values()) == {("log", p) for p in range(4)} | {("other", p) for p in range(2)}
+
+    def broken() -> dict[int, int]:
+        raise RuntimeError("the runner cannot say")
+
+    out = _owned(LagAssignor(broken, "log").assign(cluster, members))  # range's split, not an error
+    assert out == {"m1": {("log", 0), ("log", 1), ("other", 0)}, "m2": {("log", 2), ("log", 3), ("other", 1)}}

@@ -9,7 +9,10 @@ import time
 from types import ModuleType
 
 from ledger.log.kafka import KafkaLog, provision_topic
+from ledger.log.port import Position, StoredRecord
+from projections.exactly_once import Claim, claim, others_ahead
 from projections.kafka_source import KafkaGroupSource
+from projections.stores.port import PositionRow
 from projections.work_left import WorkLeft
 
 PARTS = 8
@@ -42,7 +45,9 @@ def test_a_partition_another_runner_moves_is_left_to_it_until_the_group_splits(
         assert len(source.assigned()) == 1 and listener.revoked_seen == set(range(PARTS)) - source.assigned()
         kept = source.assigned()
         read: set[int] = set()
+        deadline = time.monotonic() + 60
         while source._joining is not None:  # the static consumer's reads
+            assert time.monotonic() < deadline, "the group was never joined"
             records = source.poll(20, 0.1)
             if source._joining is not None:  # not handed over to the group within this poll
                 read |= {r.position.partition for r in records}
@@ -66,3 +71,25 @@ def test_the_work_left_counts_every_partition_seen() -> None:
     assert left() == {0: 60, 1: 80}
     left.saw_stored({0: 100, 1: 90})
     assert left() == {0: 0, 1: 0}
+
+
+def _records(partition: int, offsets: range) -> list[StoredRecord]:
+    return [StoredRecord(Position(partition, o), "u", b"", 0, ()) for o in offsets]
+
+
+def _stored(positions: dict[int, int]) -> dict[int, PositionRow]:
+    return {p: PositionRow(p, off, "") for p, off in positions.items()}
+
+
+def test_a_partition_is_left_to_another_runner_only_when_it_is_ahead_there() -> None:
+    """``others_ahead``: of two runners racing on a partition, the one that applied its tail keeps it;
+    a position this runner wrote itself (a commit that landed though its connection broke) is no
+    other runner's."""
+    batch = {1: _records(1, range(40, 50)), 2: _records(2, range(60, 70)), 3: _records(3, range(0, 10))}
+    read_from = {1: 40, 2: 60, 3: 0}
+    stored = {1: 50, 2: 70, 3: 5}  # 1: someone applied all of ours; 2: so did we; 3: someone applied half
+    claimed = claim(_stored(stored), batch, read_from)
+    assert sorted(claimed.stale) == [1, 2, 3] and set(claimed.reseek) == {1, 2}
+    assert others_ahead(claimed, stored, attempted={2: 70}) == {1}
+    assert others_ahead(claimed, stored, attempted={}) == {1, 2}
+    assert others_ahead(Claim(), stored, attempted={}) == set()

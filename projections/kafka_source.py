@@ -137,9 +137,7 @@ class KafkaGroupSource:
         consumer = self.log.consumer(**{**self._overrides, "max_partition_fetch_bytes": STATIC_FETCH_BYTES})
         parts = set(range(self.log.partitions))
         consumer.assign([TopicPartition(self.topic, p) for p in sorted(parts)])
-        start = listener.assigned(parts)
-        for p in parts:
-            consumer.seek(TopicPartition(self.topic, p), start.get(p, 0))
+        self._start_from_store(consumer, parts, listener)
         self._consumer, self._owned, self._ready, self._without_since = consumer, parts, True, None
         log.info("reading partitions %s while joining group %s", sorted(parts), self.group_id)
 
@@ -162,8 +160,6 @@ class KafkaGroupSource:
     def _end_static(self, listener: AssignmentListener) -> None:
         """The group has assigned partitions: stop reading through the static consumer, start the
         assigned partitions of the group consumer from the store."""
-        from kafka import TopicPartition
-
         if self._join_thread is not None:
             self._join_thread.join()
         static, self._consumer, self._joining = self._consumer, self._joining, None
@@ -179,14 +175,11 @@ class KafkaGroupSource:
         log.info("group %s assigned partitions %s", self.group_id, sorted(assigned))
         self._owned = set(assigned)
         if assigned:
-            start = listener.assigned(assigned)
-            for p in assigned:
-                self._consumer.seek(TopicPartition(self.topic, p), start.get(p, 0))
+            self._start_from_store(self._consumer, assigned, listener)
         else:
             self._without_since = time.monotonic()
 
     def _join(self, listener: AssignmentListener) -> None:
-        from kafka import TopicPartition
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
         consumer = self.log.consumer(group_id=self.group_id, partition_assignment_strategy=_assignors(listener, self.topic),
@@ -222,9 +215,7 @@ class KafkaGroupSource:
                     log.info("group %s assigned partitions %s", source.group_id, sorted(parts))
                     source._without_since = None
                     source._rejoined = 0
-                    start = listener.assigned(parts)
-                    for p in parts:
-                        consumer.seek(TopicPartition(source.topic, p), start.get(p, 0))
+                    source._start_from_store(consumer, parts, listener)
 
         consumer.subscribe([self.topic], listener=_Listener())
         if self._joining is consumer:
@@ -274,9 +265,16 @@ class KafkaGroupSource:
         self._owned |= back
         self._consumer.assign([TopicPartition(self.topic, p) for p in sorted(self._owned)])
         if self._listener is not None:
-            start = self._listener.assigned(back)
-            for p in back:
-                self._consumer.seek(TopicPartition(self.topic, p), start.get(p, 0))
+            self._start_from_store(self._consumer, back, self._listener)
+
+    def _start_from_store(self, consumer: Any, parts: set[int], listener: AssignmentListener) -> None:
+        """Partitions this runner takes up are read on from what the store applied, never from the
+        consumer's own idea of where it was: the store is the one record of what is done."""
+        from kafka import TopicPartition
+
+        start = listener.assigned(parts)
+        for p in parts:
+            consumer.seek(TopicPartition(self.topic, p), start.get(p, 0))
 
     def read_first(self, keys: Iterable[str]) -> None:
         self._first.ask(partition_for(key, self.log.partitions) for key in keys)

@@ -132,10 +132,11 @@ class ProjectionRunner:
 
     def assigned(self, partitions: set[int]) -> dict[int, int]:
         stored = self._reading(lambda r: r.positions())
-        self.work_left.saw_stored({p: row.next_offset for p, row in stored.items()})
+        stored_next = {p: row.next_offset for p, row in stored.items()}
+        self.work_left.saw_stored(stored_next)
         start = start_positions(stored, partitions)  # POSITIONS_FROM_STORE
         self._same_log_due = True
-        self._read_last_applied({p: start[p] for p in partitions if start[p] > 0}, {p: row.next_offset for p, row in stored.items()})
+        self._read_last_applied({p: start[p] for p in partitions if start[p] > 0}, stored_next)
         for p in partitions:
             row = stored.get(p)
             self._next[p] = start[p]
@@ -165,9 +166,8 @@ class ProjectionRunner:
     def refresh_stale(self) -> int:
         """Compute again the tallies a change of the code made stale (``BatchFolder.stale_tallies``), before
         the first batch and before a feed publishes what the store holds (``projections.feed.publishing``),
-        so neither serves them. The set keeps a mark of the revision (``TALLIES_REVISION``: the tally code
-and the rules' meanings) it was checked against, so a
-        start with the same code does not scan the tallies. Returns how many were computed again."""
+        so neither serves them. The set keeps a mark of the revision (``TALLIES_REVISION``: the tally code and
+        the rules' meanings) it was checked against, so a start with the same code does not scan the tallies."""
         with self.store.transaction(self.set_id) as tx:
             if tx.tally_mark() == TALLIES_REVISION:
                 return 0

@@ -229,13 +229,14 @@ class ProjectionRunner:
         if len(records) >= self.batch_size and self.catch_up_batch > self.batch_size:
             records = self._gather(records, should_stop)
         self._check_marks()
+        self._log_outage.ended()  # a read answered: an outage is over when the log reads, not when it is probed
         return records
 
     def _wait_for_log(self, exc: LogUnavailableError, should_stop: Callable[[], bool]) -> None:
         """The log is out of reach (a broker restarting, a failover): ask it again, backing off, until
         it answers (``Source.log_high_watermarks``), for at most ``log_retry_seconds`` from the first
-        failure (``projections.store_outage``), then the error. What was polled and not applied is read
-        again: the source starts again where the runner stands."""
+        failure (``projections.store_outage``), then the error; a log that answers but fails every read
+        is not waited for without end. What was polled and not applied is read again."""
         self.progress.log_outages += 1
         while not should_stop():
             wait = self._log_outage.failed()
@@ -253,7 +254,6 @@ class ProjectionRunner:
                 exc = again
                 continue
             break
-        self._log_outage.ended()
         self.progress.waiting_for_log = ""
         for p in self.source.assigned() & self._next.keys():
             self.source.seek(p, self._next[p])

@@ -199,3 +199,25 @@ def test_the_same_log_check_put_off_by_an_outage_is_made_once_the_log_answers(
     with pytest.raises(LogReplacedError, match="another-log"):
         runner.run(stop=lambda: runner.progress.applied >= len(events))
     assert log_now.asked == 2 and runner.progress.log_outages == 1
+
+
+class _AnswersButNeverReads(EmbeddedSource):
+    """A log that answers when asked for its marks but fails every read (a broker whose metadata
+    answers while its partitions' leaders are gone)."""
+
+    def poll(self, max_records: int, timeout: float) -> list[Any]:
+        raise LogUnavailableError("the partitions cannot be read (a test's)")
+
+
+def test_a_log_that_answers_but_never_reads_is_not_waited_for_without_end(
+        support: ModuleType, open_store: Callable[[], ProjectionStore], tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.sqlite3", partitions=PARTS)
+    Journal(log).append_batch(support.election_log(5))
+    store = open_store()
+    sid = store.create_set("unreadable", source="test").set_id
+    runner = ProjectionRunner(store, sid, _AnswersButNeverReads(SqliteLog(log.path)), batch_size=10,
+                              poll_timeout=0.01, log_retry_seconds=0.6)
+    deadline = time.monotonic() + 20  # without the bound, the wait would end only here
+    with pytest.raises(LogUnavailableError, match="cannot be read"):
+        runner.run(stop=lambda: time.monotonic() > deadline)
+    assert time.monotonic() < deadline and runner.progress.log_outages >= 2 and runner.progress.applied == 0

@@ -218,6 +218,9 @@ class AsOfState:
     duplicates: int = 0
     outside: int = 0
     unattributed: list[EventRow] = field(default_factory=list)  # events that name no election
+    undefined: dict[str, list[EventRow]] = field(default_factory=dict)
+    """The events of each election not defined (yet) where they were read: a definition read later
+    (another partition) drops its election's list; what is left names elections the cut does not define."""
     newest_recorded_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -232,6 +235,12 @@ class AsOfState:
             "newest_recorded_at": None if self.newest_recorded_at is None else self.newest_recorded_at.isoformat(),
             "units": len(self.units),
         }
+
+    def unaccounted(self) -> list[EventRow]:
+        """What an audit lists apart, as counted by no tally: the events naming no election, and those of
+        elections the cut names but does not define, in log order."""
+        rows = [*self.unattributed, *(row for eid, kept in self.undefined.items() if eid for row in kept)]
+        return sorted(rows, key=lambda r: (r.partition, r.offset))
 
 
 def check_cut(cut: Cut, marks: Mapping[int, int], partitions: int) -> None:
@@ -312,12 +321,17 @@ def replay(
             out.duplicates += 1
             continue
         ids.add(event.event_id)
+        eid = event.envelope.election_id
+        if (state := out.elections.get(eid)) is None or state.definition is None:
+            out.undefined.setdefault(eid, []).append(
+                EventRow(event.event_id, event.unit_id or f"election:{eid}", eid, p, off, event.type, iso_text(event.recorded_at)))
         out.applied += 1
         if out.newest_recorded_at is None or event.recorded_at > out.newest_recorded_at:
             out.newest_recorded_at = event.recorded_at
         if election:
-            eid = event.envelope.election_id
             out.elections[eid] = apply_election(out.elections.get(eid), event)
+            if out.elections[eid].definition is not None:
+                out.undefined.pop(eid, None)
         else:
             out.units[key] = apply_unit(out.units.get(key), event)
     return out

@@ -371,6 +371,14 @@ def _unread_hint(settings: Settings, store: ProjectionStore, projection: str) ->
             "`caucus project` reads them") if behind else ""
 
 
+def _named_undefined(store: ProjectionStore, set_id: int, election: str | None) -> bool:
+    """Whether events name ``election`` though nobody defined it (refusals for a mistyped id)."""
+    from projections.queries import undefined_elections
+
+    with store.reader(set_id) as reader:
+        return election is not None and election in undefined_elections(reader)
+
+
 def trail(
     ctx: typer.Context,
     unit: str = typer.Argument(..., help="Unit id (or an unambiguous name)."),
@@ -394,8 +402,10 @@ def trail(
             try:
                 view = load_view(store, set_id=info.set_id, election_id=election, unit=unit)
                 election_id = view.context.election_id
-            except NoElectionYet:  # the log may still hold refusals that named the unit: they are its trail
-                view, election_id = None, ""
+            except (NoElectionYet, QueryError) as exc:  # the log may still hold refusals that named the unit: its trail
+                if not isinstance(exc, NoElectionYet) and not _named_undefined(store, info.set_id, election):
+                    raise
+                view, election_id = None, election or ""
                 if rule_set is not None:
                     get_rule_set(rule_set)  # nothing is tallied, but a mistyped name is still an error
             try:
@@ -417,12 +427,15 @@ def trail(
         lag = (f"; the projection has not read the log's last {behind} record(s), and the trail finds a unit's events "
                "through it: run `caucus project` first") if behind else ""
         if view is None:
-            raise fail(f"no events for unit {unit_id!r} in {settings.describe_log()}: no election is defined in the projection "
-                       f"and no refused submission names the unit{lag}", code=2)
+            raise fail(f"no events for unit {unit_id!r} in {settings.describe_log()}: no election {election_id or ''} is defined "
+                       f"in the projection and no refused submission names the unit{lag}".replace("  ", " "), code=2)
         what = "no event names it" if defined else "the election defines no such unit and no event names it"
         raise fail(f"no events for unit {unit_id!r} of election {result.election_id!r} in {settings.describe_log()}: "
                    f"{what} (give a unit id, or a name `caucus tally --county C` lists{lag})", code=2)
-    if view is None:
+    if view is None and election_id:
+        typer.echo(f"note: no election {election_id!r} is defined in the projection; shown: the submissions for unit "
+                   f"{unit_id!r} that named it (refused; counted by no tally)", err=True)
+    elif view is None:
         typer.echo(f"note: no election is defined in the projection yet; shown: the submissions for unit {unit_id!r} "
                    "refused before they named an election", err=True)
     elif not defined:  # shown for the refusals that named it; the heading alone read as a unit of the election

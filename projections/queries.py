@@ -149,6 +149,10 @@ def tallies_from_states(states: Iterable[UnitState], ctx: ElectionContext) -> di
 
 def _read(reader: StoreReader, info: SetInfo, election_id: str | None, rule_set: str | None, unit: str | None) -> TallyView:
     elections = {e: ElectionState.loads(row.state) for e, row in reader.elections().items()}
+    if election_id is not None and election_id not in elections and election_id in undefined_elections(reader):
+        defined = ", ".join(repr(e) for e, s in sorted(elections.items()) if s.definition is not None) or "none"
+        raise QueryError(f"election {election_id!r} is not defined in the projection: only refused submissions name it "
+                         f"(`caucus audit` lists them; defined: {defined})")
     chosen = choose_election(elections, election_id, unit=unit)
     positions = {p: row.next_offset for p, row in reader.positions().items()}
     own = election_context(elections[chosen], chosen, rule_set=info.rule_set)
@@ -259,3 +263,13 @@ def find_unit_in(ctx: ElectionContext, text: str) -> str:
     if not hits:
         raise QueryError(f"no unit {text!r} in election {ctx.election_id!r} (give the unit id)")
     raise QueryError(f"{text!r} names several units: {', '.join(hits[:10])}; give the unit id")
+
+
+def undefined_elections(reader: StoreReader) -> set[str]:
+    """The elections the projection holds events of but no definition: a submission refused for naming
+    an election id nobody defined (mistyped, or of another ledger) is counted by no tally, and would be
+    in no audit either if the audit looked only at elections that exist."""
+    elections = reader.elections()
+    defined = {eid for eid, row in elections.items() if json.loads(row.state).get("definition") is not None}
+    named = {eid for eid, _unit in reader.unit_states()} | set(elections)
+    return named - defined - {""}

@@ -27,7 +27,8 @@ from projections.audit.checks import CSV_FIELDS, SEVERITY_ORDER, AuditFinding, A
 from projections.audit.record_checks import log_record_findings
 from projections.audit.codes import AUDIT_CODES
 from ledger.caucus_math import CaucusMathError, get_rule_set
-from projections.queries import DEFAULT_SET, NoElectionYet, QueryError, TallyView, find_county, find_unit_in, load_view, resolve_set
+from projections.queries import (DEFAULT_SET, NoElectionYet, QueryError, TallyView, find_county, find_unit_in, load_view, resolve_set,
+                                 undefined_elections)
 from projections.wiring import open_log_of, unread_events
 from projections.stores.port import EventRow, ProjectionStore, StoreError
 from projections.tally import ElectionContext, UnitTally, election_context
@@ -95,7 +96,7 @@ def run_audit(
             log.close()
         where = f"{settings.describe_log()}: " + (cut.describe() if cut is not None else "the whole log")
         report = _audit(at.context, at.units.values(), rule_set=rule_set, source=where, meta=meta)
-        return _with(report, records), at.context, refused_unattributed(at.state.unattributed)
+        return _with(report, records), at.context, refused_unattributed(at.state.unaccounted())
     from projections.stores import open_store
 
     store = open_store(settings, read_only=True)
@@ -110,7 +111,7 @@ def run_audit(
         read = open_log_of(settings, view.set, store)
         where = f"projection {view.set.name} v{view.set.version} in {store.describe()}"
         with store.reader(view.set.set_id) as reader:
-            loose = refused_unattributed(reader.unattributed())
+            loose = refused_unattributed(reader.unattributed(undefined_elections(reader)))
         seals: dict[str, Any] = {}
         records = log_record_findings(read, view.context, trusted=_seal_keys(settings, seals))
         unread = unread_events(read, view.positions)
@@ -163,29 +164,34 @@ def _unit_named(row: EventRow) -> str | None:
 
 def unattributed_in(rows: list[EventRow], units: Mapping[str, Any], unit_id: str | None, county_id: str | None) -> list[EventRow]:
     """The refusals an audit filtered to a unit and/or a county shows: those naming that unit, in that
-    county (both filters hold, as for the findings). A refused submission names a unit at most."""
-    return [r for r in rows if (unit_id is None or r.unit_key == unit_id) and (
-        county_id is None or (r.unit_key in units and units[r.unit_key].county_id == county_id))]
+    county (both filters hold, as for the findings). A refused submission names a unit at most; one
+    naming an election nobody defined is in no county (the unit ids of the audited one are not its)."""
+    return [r for r in rows if (unit_id is None or r.unit_key == unit_id) and (county_id is None or (
+        not r.election_id and r.unit_key in units and units[r.unit_key].county_id == county_id))]
 
 
 def unattributed_json(rows: list[EventRow]) -> list[dict[str, Any]]:
-    return [{"position": f"{r.partition}:{r.offset}", "event_id": r.event_id, "unit_id": _unit_named(r), "type": r.type,
-             "recorded_at": r.recorded_at} for r in rows]
+    return [{"position": f"{r.partition}:{r.offset}", "event_id": r.event_id, "election_id": r.election_id or None,
+             "unit_id": _unit_named(r), "type": r.type, "recorded_at": r.recorded_at} for r in rows]
 
 
 def print_unattributed(rows: list[EventRow]) -> None:
-    """Submissions refused before they named an election: the log keeps them, no tally counts them."""
+    """Submissions refused before they named an election, or naming one nobody defined: the log keeps
+    them, no tally counts them."""
     if not rows:
         return
     by_unit: dict[str, int] = {}
     for r in rows:
-        unit = _unit_named(r) or "(no unit)"
-        by_unit[unit] = by_unit.get(unit, 0) + 1
+        unit = _unit_named(r)
+        label = "(no unit)" if unit is None else f"unit {unit}"
+        if r.election_id:
+            label += f" of election {r.election_id!r}, which the log does not define"
+        by_unit[label] = by_unit.get(label, 0) + 1
     typer.echo("")
-    typer.echo(f"UNATTRIBUTED ({len(rows)}): events that name no election (submissions refused before they could be "
-               "attributed); kept in the log, part of no unit's state")
-    for unit, n in sorted(by_unit.items()):
-        typer.echo(f"  {unit if unit.startswith('(') else 'unit ' + unit}: {n}")
+    typer.echo(f"UNATTRIBUTED ({len(rows)}): events that name no election, or one the log does not define (submissions "
+               "refused before they could be attributed); kept in the log, counted by no tally")
+    for label, n in sorted(by_unit.items()):
+        typer.echo(f"  {label}: {n}")
 
 
 def audit_command(

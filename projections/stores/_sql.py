@@ -7,7 +7,7 @@ rows are bulk-loaded (``executemany`` vs ``COPY``). Everything else is here, so 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -275,13 +275,14 @@ class SqlReader:
         )
         return [EventRow(e, k, el, int(p), int(o), t, r) for e, k, el, p, o, t, r in rows]
 
-    def unattributed(self) -> list[EventRow]:
+    def unattributed(self, undefined: Collection[str] = ()) -> list[EventRow]:
+        named = sorted({"", *undefined})
         rows = self._q(
             self._sql(
                 "SELECT event_id, unit_key, election_id, part, log_offset, type, recorded_at FROM proj_events "
-                "WHERE set_id = ? AND election_id = '' ORDER BY part, log_offset"
+                f"WHERE set_id = ? AND election_id IN ({', '.join('?' * len(named))}) ORDER BY part, log_offset"
             ),
-            (self.set_id,),
+            (self.set_id, *named),
         )
         return [EventRow(e, k, el, int(p), int(o), t, r) for e, k, el, p, o, t, r in rows]
 

@@ -16,7 +16,7 @@ How it keeps the port's promises:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -143,8 +143,9 @@ class _Reader:
         rows = [r for r in self._t.events.values() if r.election_id == election_id and r.unit_key == unit_key]
         return sorted(rows, key=lambda r: (r.partition, r.offset))
 
-    def unattributed(self) -> list[EventRow]:
-        return sorted((r for r in self._t.events.values() if r.election_id == ""), key=lambda r: (r.partition, r.offset))
+    def unattributed(self, undefined: Collection[str] = ()) -> list[EventRow]:
+        named = {"", *undefined}
+        return sorted((r for r in self._t.events.values() if r.election_id in named), key=lambda r: (r.partition, r.offset))
 
     def event_count(self) -> int:
         return len(self._t.events)

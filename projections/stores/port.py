@@ -24,7 +24,7 @@ identified by (election id, unit id) everywhere: one log may hold elections whos
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -224,9 +224,10 @@ class StoreReader(Protocol):
         (``election_id`` "" finds the refusals that named no election)."""
         ...
 
-    def unattributed(self) -> list[EventRow]:
+    def unattributed(self, undefined: Collection[str] = ()) -> list[EventRow]:
         """Index rows of the events that name no election (submissions refused before they could be
-        attributed), in log order: kept and shown, part of no unit's state."""
+        attributed), and of those naming one of ``undefined`` (elections the log names but does not
+        define: a refusal for a mistyped election id), in log order: kept and shown, counted by no tally."""
         ...
 
     def event_count(self) -> int: ...

@@ -425,3 +425,67 @@ def test_the_unattributed_list_follows_both_filters_and_names_no_unit_as_none() 
     assert unattributed_in(rows, units, "300001", None) == []
     # The text reads "(no unit)" for a refusal that named none; the JSON says so with null, not a key.
     assert [r["unit_id"] for r in unattributed_json(rows)] == ["200002", None]
+
+
+def _check_refusals_naming_an_undefined_election(caucus: Caucus, tmp_path: Path) -> None:
+    official = _official(caucus)
+    _define(caucus, tmp_path, official)
+    code, refused = caucus("report", "--unit", "200002", "--election", "e2021", "--attendance", "30",
+                           "--first", "Adams=20,Baker=10", "--final", "Adams=20,Baker=10", "--token", official, "--json")
+    assert code == 1 and [e["code"] for e in refused["errors"]] == ["UNKNOWN_ELECTION"], refused
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    for mode in ((), ("--log",), ("--as-of", FAR_FUTURE)):
+        code, audit = caucus("audit", "--json", *mode)
+        assert code == 0 and audit["election_id"] == "e2020", (mode, audit)
+        assert [(u["election_id"], u["unit_id"], u["type"]) for u in audit["unattributed"]] == [
+            ("e2021", "200002", "SubmissionRejected")], (mode, audit["unattributed"])
+    code, text = caucus("audit")
+    assert "UNATTRIBUTED (1)" in text and "unit 200002 of election 'e2021', which the log does not define: 1" in text, text
+    # The county filter keeps it out: the unit id is e2020's, the refusal is not.
+    assert caucus("audit", "--json", "--county", "c")[1]["unattributed"] == []
+    assert len(caucus("audit", "--json", "--unit", "200002")[1]["unattributed"]) == 1
+    code, trail = caucus("trail", "200002", "--election", "e2021", "--json")
+    assert code == 0 and trail["election_id"] == "e2021", trail
+    assert [e["type"] for e in trail["events"]] == ["SubmissionRejected"], trail
+    code, said = caucus("tally", "--election", "e2021")
+    assert code == 2 and "'e2021' is not defined" in said and "only refused submissions name it" in said, said
+    # e2020's own unit 200002 has no refusal, and e2020's tally needs no --election.
+    assert _tally(caucus, "--unit", "200002")["unit"]["rejected"] == 0
+    # Once e2021 is defined, the refusal is one of its unit's events, no longer apart.
+    path = tmp_path / "e2021.json"
+    path.write_text(json.dumps({**ELECTION, "election_id": "e2021"}))
+    assert caucus("define", str(path), "--token", official)[0] == 0
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    for mode in ((), ("--log",)):
+        assert caucus("audit", "--json", "--election", "e2021", *mode)[1]["unattributed"] == [], mode
+    assert _tally(caucus, "--election", "e2021", "--unit", "200002")["unit"]["rejected"] == 1
+
+
+def test_refusals_naming_an_election_nobody_defined_are_listed_apart(workspace: Callable[[str], Caucus],
+                                                                     tmp_path: Path) -> None:
+    """A report naming a mistyped election id is refused and recorded under that id. It was in no audit
+    (which looked only at the elections defined) and no trail (`--election` of that id answered that no
+    event names it): only `caucus log tail` showed it."""
+    _check_refusals_naming_an_undefined_election(workspace("undefined-election"), tmp_path)
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+def test_refusals_naming_an_election_nobody_defined_on_kafka_and_postgres(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kafka_bootstrap: str, pg_dsn: str
+) -> None:
+    import uuid
+
+    import psycopg
+
+    db = f"ident_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {db}")
+    try:
+        url = pg_dsn.rsplit("/", 1)[0] + f"/{db}"
+        caucus = _cli(tmp_path / "kafka", monkeypatch, "--kafka", kafka_bootstrap, "--topic", f"ident-{uuid.uuid4().hex[:8]}",
+                      "--database", url)
+        _check_refusals_naming_an_undefined_election(caucus, tmp_path)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

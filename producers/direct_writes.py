@@ -44,7 +44,7 @@ from typing import Any
 
 from ledger.cli_output import fail
 from ledger.config import Settings
-from ledger.events import CheckpointSigned, Event, Problem
+from ledger.events import CheckpointSigned, Event, Problem, ResultCorrected, ResultReported, ResultsCertified
 from ledger.integrity.keys import TrustedKey
 from ledger.journal import Journal
 from ledger.log.port import Position
@@ -149,8 +149,10 @@ def judge(journal: Journal, events: Sequence[Event[Any]], now: datetime,
     held: dict[str, str] = {}  # of the file's event ids, those the log holds: their content's fingerprint
     partitions = journal.log.partitions
     trees = CheckpointTrees(partitions) if any(isinstance(e.payload, CheckpointSigned) for e in events) else None
+    results_at: dict[str, datetime] = {}  # each election's newest result, for _certified_before
     for logged in journal.read({}):
         state.apply(logged.event, logged.position)
+        _note_result(results_at, logged.event)
         newest = logged.event.recorded_at if newest is None else max(newest, logged.event.recorded_at)
         if logged.event.event_id in wanted:
             held[logged.event.event_id] = fingerprint(logged.event)
@@ -167,7 +169,7 @@ def judge(journal: Journal, events: Sequence[Event[Any]], now: datetime,
             continue
         if event.event_id in written:
             continue
-        problems = list(_time_problems(event.recorded_at, newest, now)) if check_times else []
+        problems = [*_time_problems(event.recorded_at, newest, now), *_certified_before(event, results_at)] if check_times else []
         verdict = recheck(event, state)
         if verdict.action == "present":  # the same command under another id: the projections would fold it again
             problems.append(_copy_of(verdict.original, event.envelope.idempotency_key))
@@ -180,6 +182,7 @@ def judge(journal: Journal, events: Sequence[Event[Any]], now: datetime,
             problems.extend(refused)
             if not refused:
                 state.apply(event)
+                _note_result(results_at, event)
         if problems:
             found.append((index, tuple(problems)))
             continue
@@ -200,6 +203,25 @@ def _copy_of(original: str, key: str) -> Problem:
 def _id_taken(event_id: str) -> Problem:
     return Problem("event_id", "EVENT_ID_CONFLICT", f"event id {event_id} is already taken by an event of other "
                    "content; the log keeps one event per id, so this one would be lost")
+
+
+def _note_result(results_at: dict[str, datetime], event: Event[Any]) -> None:
+    if isinstance(event.payload, (ResultReported, ResultCorrected)):
+        eid = event.envelope.election_id
+        results_at[eid] = max(results_at.get(eid, event.recorded_at), event.recorded_at)
+
+
+def _certified_before(event: Event[Any], results_at: Mapping[str, datetime]) -> tuple[Problem, ...]:
+    """A certification covers the results recorded before it, by their times (they sit in other
+    partitions): one dated before results the log already holds would leave them uncovered, though they
+    were there first. The minute of clock skew a direct write may have elsewhere is none here."""
+    newest = results_at.get(event.envelope.election_id)
+    if not isinstance(event.payload, ResultsCertified) or event.unit_id or newest is None or event.recorded_at >= newest:
+        return ()
+    return (Problem("recorded_at", "CERTIFIED_BEFORE_RESULTS",
+                    f"{event.recorded_at.isoformat()} is before {newest.isoformat()}, when the newest result of election "
+                    f"{event.envelope.election_id!r} the log holds (or a line before it) was recorded: the certification "
+                    "would not cover results that were in the log before it; date it at or after that time"),)
 
 
 def _time_problems(recorded_at: datetime, newest: datetime | None, now: datetime) -> tuple[Problem, ...]:

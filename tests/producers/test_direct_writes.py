@@ -420,3 +420,33 @@ def test_a_field_the_event_does_not_have_is_refused_not_dropped(reported: tuple[
     logged["payload"]["extra"] = 1
     again = _append(data, token, tmp_path, logged)
     assert again.returncode == 2 and "unknown field payload.extra" in again.stderr, again.stdout + again.stderr
+
+
+def test_a_certification_dated_before_results_the_log_holds_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """A certification covers the results recorded before it, by their times (they sit in other partitions).
+    Dated 30 s back, inside the minute a direct write may be off, it was accepted after P3's report and
+    made that report "after certification": the audit warned CHANGED_AFTER_CERTIFICATION and the tally said
+    so, of a result that was in the log before the certification."""
+    data, token = reported
+    before = _log_size(data)
+
+    def certification(key: str, at: datetime) -> dict[str, Any]:
+        return {**_forged("", key, at), "actor": "official:bob#0001", "channel": "paper", "type": "ResultsCertified",
+                "payload": {"authority": "IDP", "statement": "certified"}}
+
+    tail = _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()
+    reported_at = datetime.fromisoformat(next(json.loads(line) for line in tail if json.loads(line)["type"] == "ResultReported")["recorded_at"])
+    early = _append(data, token, tmp_path, certification("cert-early", reported_at - timedelta(seconds=30)))
+    assert early.returncode == 1 and "recorded_at" in early.stderr and "CERTIFIED_BEFORE_RESULTS" in early.stderr, early.stderr
+    assert _log_size(data) == before
+    # A result earlier in the same file counts as the log's: the certification before it in time is refused too.
+    now = datetime.now(UTC)
+    both = _append(data, token, tmp_path, _forged("P4", "p4", now), certification("cert-mid", now - timedelta(seconds=20)))
+    assert both.returncode == 1 and "line 2" in both.stderr and "CERTIFIED_BEFORE_RESULTS" in both.stderr, both.stderr
+    assert _log_size(data) == before
+    fine = _append(data, token, tmp_path, certification("cert", datetime.now(UTC)))
+    assert fine.returncode == 0, fine.stderr
+    assert _caucus(data, "project", "--until-caught-up", "--quiet").returncode == 0
+    audit = json.loads(_caucus(data, "audit", "--json").stdout)
+    assert not [f for f in audit["findings"] if f["code"] == "CHANGED_AFTER_CERTIFICATION"], audit["findings"]
+    assert _restore(data, tmp_path)  # a log written this way restores whole

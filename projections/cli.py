@@ -245,6 +245,11 @@ def tally(
     if note is not None:  # stderr: under --json too, beside the document, which stays the tally
         typer.echo(f"note: {note}", err=True)
     console = cli_console()
+
+    def said_as_of() -> None:  # a past view, of the state, a county or a unit, says so before anything else
+        if view.cut is not None:
+            console.print(f"as of: {view.cut.describe()}, log {settings.describe_log()}", highlight=False)
+
     if unit_id is not None:
         t = view.unit(unit_id)
         if t is None:
@@ -254,7 +259,11 @@ def tally(
             raise fail(f"unit {unit_id!r} is in county {t.county_id!r}, not {county_id!r} (give one of --unit, --county)")
         from projections.tables import print_unit
 
-        emit(unit_document(view, unit_id), as_json, lambda: print_unit(console, view, t))
+        def human_unit() -> None:
+            said_as_of()
+            print_unit(console, view, t)
+
+        emit(unit_document(view, unit_id), as_json, human_unit)
         return
     from projections.tables import print_area, units_table
 
@@ -263,6 +272,7 @@ def tally(
         units = view.units_in(county_id)
 
         def human() -> None:
+            said_as_of()
             print_area(console, view, area, f"{area.name}")
             order = sorted(view.context.candidates, key=lambda c: (-area.sde_display_sum.get(c, 0), c))
             console.print(units_table(units, [c for c in order if area.final.get(c) or area.first.get(c)], f"units of {area.name}",
@@ -273,8 +283,7 @@ def tally(
     area = view.state()
 
     def human_state() -> None:
-        if view.cut is not None:
-            console.print(f"as of: {view.cut.describe()}, log {settings.describe_log()}", highlight=False)
+        said_as_of()
         print_area(console, view, area, "statewide")
         if view.undefined_units:
             console.print(f"{len(view.undefined_units)} unit(s) reported but not in the definition (left out of the sums): "

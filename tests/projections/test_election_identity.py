@@ -489,3 +489,17 @@ def test_refusals_naming_an_election_nobody_defined_on_kafka_and_postgres(
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def test_a_past_view_of_a_unit_or_a_county_says_it_is_one(workspace: Callable[[str], Caucus], tmp_path: Path) -> None:
+    """`caucus tally --as-of` said "as of" statewide only: a unit's or a county's past tally read as the current one."""
+    caucus = workspace("past-views")
+    official = _official(caucus)
+    _define(caucus, tmp_path, official)
+    assert _report(caucus, "--token", official)[0] == 0
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    for where in (("--unit", "200002"), ("--county", "c"), ()):
+        code, past = caucus("tally", *where, "--as-of", FAR_FUTURE)
+        assert code == 0 and past.splitlines()[0].startswith("as of: "), (where, past)
+        code, now = caucus("tally", *where)
+        assert code == 0 and "as of: " not in now, (where, now)

@@ -286,7 +286,8 @@ def report(
     data = None
     if text is None:
         if first is None or final is None:
-            raise fail("give the report as JSON (FILE or -) or with --first and --final")
+            missing = " and ".join(name for name, given in (("--first", first), ("--final", final)) if given is None)
+            raise fail(f"give the report as JSON (FILE or -) or with --first and --final: missing {missing}")
         data = {
             **_result_fields(first, final, attendance, delegates, worksheet, worksheet_digest),
             "reporter": reporter,

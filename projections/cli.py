@@ -438,9 +438,11 @@ def trail(
         if view is None:
             raise fail(f"no events for unit {unit_id!r} in {settings.describe_log()}: no election {election_id or ''} is defined "
                        f"in the projection and no refused submission names the unit{lag}".replace("  ", " "), code=2)
-        what = "no event names it" if defined else "the election defines no such unit and no event names it"
+        what = ("the unit is defined, but nothing was recorded for it yet (`caucus tally --unit` shows it not reported"
+                if defined else "the election defines no such unit and no event names it (give a unit id, or a name "
+                "`caucus tally --county C` lists")
         raise fail(f"no events for unit {unit_id!r} of election {result.election_id!r} in {settings.describe_log()}: "
-                   f"{what} (give a unit id, or a name `caucus tally --county C` lists{lag})", code=2)
+                   f"{what}{lag})", code=2)
     if view is None and election_id:
         typer.echo(f"note: no election {election_id!r} is defined in the projection; shown: the submissions for unit "
                    f"{unit_id!r} that named it (refused; counted by no tally)", err=True)

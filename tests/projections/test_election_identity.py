@@ -503,3 +503,16 @@ def test_a_past_view_of_a_unit_or_a_county_says_it_is_one(workspace: Callable[[s
         assert code == 0 and past.splitlines()[0].startswith("as of: "), (where, past)
         code, now = caucus("tally", *where)
         assert code == 0 and "as of: " not in now, (where, now)
+
+
+def test_a_defined_unit_with_no_events_is_not_called_a_wrong_id(workspace: Callable[[str], Caucus], tmp_path: Path) -> None:
+    caucus = workspace("quiet-unit")
+    official = _official(caucus)
+    _define(caucus, tmp_path, official)
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    code, said = caucus("trail", "200003")
+    assert code == 2 and "defined, but nothing was recorded for it yet" in said and "give a unit id" not in said, said
+    code, said = caucus("trail", "NOPE")
+    assert code == 2 and "defines no such unit" in said and "give a unit id" in said, said
+    code, said = caucus("report", "--unit", "200003", "--first", "Adams=3", "--token", official)
+    assert code != 0 and "missing --final" in said, said

@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ledger.events import Problem
 from producers.identifiers import plain_id, plain_text, said, shown_name
@@ -95,7 +96,8 @@ def _recordable(value: Any) -> Any:
     try:
         value.astimezone(UTC)
     except OverflowError as exc:
-        raise ValueError("is outside the instants the log can record (years 1 to 9999 in UTC)") from exc
+        raise PydanticCustomError("time_out_of_range", "is outside the instants the log can record (years 1 to 9999 in UTC)",
+                                  {}) from exc
     return value
 
 

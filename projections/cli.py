@@ -25,7 +25,7 @@ from ledger.log.port import LogError, LogFileReplacedError, LogLostError, LogMis
 from projections.backends import has_groups
 from projections.feed import FeedOfAnotherLog, publishing
 from projections.observe import RunnerObserver, progress_line
-from projections.queries import DEFAULT_SET, NoElectionYet, QueryError, find_county, find_unit, load_view, resolve_set
+from projections.queries import DEFAULT_SET, NoElectionYet, QueryError, RuleSetError, find_county, find_unit, load_view, resolve_set
 from projections.replay import ServingWatch, follow_serving
 from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
@@ -239,7 +239,8 @@ def tally(
             unit_id = find_unit(view, unit) if unit else None
             note = _against_the_log(settings, store, view) if as_of is None else None
         except QueryError as exc:
-            raise fail(f"{exc}{_unread_hint(settings, store, projection) if as_of is None else ''}") from exc
+            hint = _unread_hint(settings, store, projection) if as_of is None and not isinstance(exc, RuleSetError) else ""
+            raise fail(f"{exc}{hint}") from exc
         except LogError as exc:
             raise fail(str(exc)) from exc
     if note is not None:  # stderr: under --json too, beside the document, which stays the tally

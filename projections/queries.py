@@ -59,6 +59,11 @@ class QueryError(LookupError):
     """What was asked for is not in the store; the message says what is."""
 
 
+class RuleSetError(QueryError):
+    """The rule set asked for (``--rule-set``) is not one the ledger can read: no record the projection has
+    yet to read can answer that, so no hint points at the log."""
+
+
 class NoElectionYet(QueryError):
     """The projection holds no defined election, and none was asked for by id (``asof.NoElectionDefined``)."""
 
@@ -165,7 +170,7 @@ def _read(reader: StoreReader, info: SetInfo, election_id: str | None, rule_set:
         return TallyView(info, own, units, positions)
     ctx = election_context(elections[chosen], chosen, rule_set=rule_set)
     if ctx.rules_error:
-        raise QueryError(ctx.rules_error)
+        raise RuleSetError(ctx.rules_error)
     states = (UnitState.loads(row.state) for row in reader.unit_states(election_id=chosen).values())
     return TallyView(info, ctx, tallies_from_states(states, ctx), positions)
 

@@ -516,3 +516,16 @@ def test_a_defined_unit_with_no_events_is_not_called_a_wrong_id(workspace: Calla
     assert code == 2 and "defines no such unit" in said and "give a unit id" in said, said
     code, said = caucus("report", "--unit", "200003", "--first", "Adams=3", "--token", official)
     assert code != 0 and "missing --final" in said, said
+
+
+def test_a_bad_rule_set_is_not_blamed_on_records_the_projection_has_not_read(workspace: Callable[[str], Caucus],
+                                                                              tmp_path: Path) -> None:
+    caucus = workspace("bad-rule-set")
+    official = _official(caucus)
+    _define(caucus, tmp_path, official)
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    assert _report(caucus, "--token", official)[0] == 0  # one record the projection has not read
+    code, said = caucus("tally", "--rule-set", "idp-2020[one_delegate_no_majority=bogus]")
+    assert code == 2 and "bogus" in said and "has not read" not in said, said
+    code, said = caucus("tally", "--unit", "NOPE")  # a question the unread record could answer keeps its hint
+    assert code == 2 and "has not read" in said, said

@@ -92,12 +92,15 @@ def cred_issue(
     official: Optional[str] = typer.Option(None, "--official", help="Issue an official's credential to this person."),
     name: Optional[str] = typer.Option(None, "--name", help="The chair's name (for --unit)."),
     election: Optional[str] = typer.Option(
-        None, "--election", help="The election the chair reports for (for --unit). Without it the credential "
-        "is refused once a second election has the same unit id."),
+        None, "--election", help="The election the chair reports for (for --unit). Without it, what the chair "
+        "sends is refused (AMBIGUOUS_ELECTION) once a second election has the same unit id."),
     credentials: Optional[Path] = CredentialsOption,
     as_json: bool = IssueJson,
 ) -> None:
-    """Issue a credential. The token is printed once and not stored: hand it over now."""
+    """Issue a credential. The token is printed once and not stored: hand it over now.
+
+    The unit and the election are not checked here (they may be defined later): a chair's submissions
+    are refused when they name a unit or an election the log does not define (UNKNOWN_UNIT, UNKNOWN_ELECTION)."""
     if (unit is None) == (official is None):
         raise fail("give exactly one of --unit UNIT or --official NAME")
     if election is not None and unit is None:

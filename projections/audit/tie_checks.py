@@ -109,8 +109,9 @@ def _toss_unused(t: UnitTally, ctx: ElectionContext, event_id: str) -> AuditFind
         t, ctx, "TOSS_UNUSED", "warn",
         f"coin toss {event_id} stands but matches no tie of the current result under {t.rule_set}: the tally "
         "does not use it (RULES §6: a toss decides a tie of the result it was tossed for)",
-        likely_cause="the result was corrected after the toss, or the toss was recorded under another reading of the "
-                     "rules (idp-2020 read the §4.5 cut inside equal groups as 'all realign' before it read it as a lot)",
+        likely_cause="one of: the result was corrected after the toss; the toss was recorded before the result, for a tie "
+                     "the result turned out not to have; or it was recorded under another reading of the rules (such as "
+                     "idp-2020's §4.5 cut inside equal groups, read as 'all realign' before it was read as a lot)",
     )
 
 

@@ -25,6 +25,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -43,6 +44,19 @@ __all__ = ["create_app"]
 
 _STATUS = {"accepted": 201, "duplicate": 200, "spooled": 202}
 _REFUSED = {"unauthenticated": 401, "forbidden": 403, "conflict": 409, "invalid": 422}
+
+
+def _as_sent(request: Request, unit: str) -> str:
+    """The unit id as the path spelt it. The server decodes a path's bytes that are not UTF-8 (``%ff``)
+    to U+FFFD, which would be judged as a unit of that name (UNKNOWN_UNIT '\ufffd'); decoded here with
+    ``surrogateescape`` instead, the intake refuses it as the CLI does (``NOT_UTF8``)."""
+    if "\ufffd" not in unit:
+        return unit
+    for segment in (request.scope.get("raw_path") or b"").split(b"/"):
+        sent = unquote_to_bytes(segment)
+        if sent.decode("utf-8", "replace") == unit:
+            return sent.decode("utf-8", "surrogateescape")
+    return unit
 
 
 def _token(request: Request) -> str | None:
@@ -249,7 +263,7 @@ def _add_command_routes(
         if path_unit:
 
             async def unit_endpoint(request: Request, unit: str, channel: str | None = None) -> JSONResponse:
-                return await submit(request, kind, unit, channel)
+                return await submit(request, kind, _as_sent(request, unit), channel)
 
             endpoint: Callable[..., Any] = unit_endpoint
         else:

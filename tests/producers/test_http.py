@@ -238,3 +238,13 @@ def test_the_service_notes_what_it_saw_while_running(defined: None, client: Test
     while not noted():  # the retry loop runs every 0.05 s here
         assert time.monotonic() < deadline, "the service never noted what it saw"
         time.sleep(0.02)
+
+
+def test_a_unit_id_whose_bytes_are_not_utf8_is_refused_as_the_cli_refuses_it(
+        defined: None, client: TestClient, tokens: dict[str, dict[str, str]], fm5: dict[str, Any]) -> None:
+    """The server decoded %ff in the path to U+FFFD: the report was judged for a unit named '\ufffd' (UNKNOWN_UNIT)."""
+    refused = _post(client, "/units/%ff/results", fm5, tokens["official"], "bad-bytes")
+    assert refused.status_code == 422, refused.json()
+    assert [(e["field"], e["code"]) for e in refused.json()["errors"]] == [("unit_id", "NOT_UTF8")], refused.json()
+    named = _post(client, "/units/%E2%82%AC/results", fm5, tokens["official"], "euro")  # good UTF-8: judged by name
+    assert named.status_code == 422 and named.json()["errors"][0]["code"] == "UNKNOWN_UNIT", named.json()

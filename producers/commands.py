@@ -447,6 +447,12 @@ def parse_command(
     return Parsed(command, (), data=data, **claimed)
 
 
+def validate_command(kind: CommandKind, text: str) -> Command:
+    """A command from JSON text, as ``parse_command`` reads it, raising pydantic's ``ValidationError``."""
+    command: Command = _ADAPTERS[kind].validate_json(text)
+    return command
+
+
 def claimable(value: Any) -> str:
     """``value`` if a refusal may be filed under it (an id of sane length that UTF-8 can encode), else ""."""
     if isinstance(value, str) and 0 < len(value) <= 200 and not has_surrogates(value):

@@ -19,12 +19,14 @@ from typing import Any, Literal
 from ledger.event_values import CLOCK_SKEW
 from ledger.events import Event, Problem, new_event
 from ledger.log.port import Position
-from producers.commands import CommandKind, Parsed, claimable, parse_command
+from producers.commands import CommandKind, DefineElection, Parsed, claimable, parse_command
 from producers.credentials import AuthFailure, Credential, authorize, election_scope
+from producers.definition_precheck import definition_precheck
 from producers.intake_receipts import duplicate_receipt, repeated
 from producers.intake_refusals import submission_refused
 from producers.intake_state import Claim, IntakeView
 from producers.outcomes import Outcome, Receipt, Refusal, Submission, category_of
+from producers.payloads import lenient_definition
 from producers.validation import check, precheck, resolve_election, to_payload, with_warnings
 
 __all__ = ["Judgment", "judge", "MAX_BODY"]
@@ -127,8 +129,8 @@ def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Jud
     if denied is not None and not unnamed:
         return refuse((denied,), actor, filed=False)
     if parsed.command is None:
-        return refuse((*parsed.errors, *precheck(parsed.data, view)), actor,
-                      _filed_under(parsed.election_id, unit_id, credential, view))
+        more = definition_precheck(parsed.data, parsed.errors, view) if sub.kind is CommandKind.DEFINE else precheck(parsed.data, view)
+        return refuse((*parsed.errors, *more), actor, _filed_under(parsed.election_id, unit_id, credential, view))
     command = parsed.command
     claim = view.claim(command.idempotency_key)
     election_id: str | None
@@ -142,8 +144,9 @@ def judge(sub: Submission, view: IntakeView, now: Callable[[], datetime]) -> Jud
     if election_id is None:
         return refuse(problems, actor)
     payload, problems = to_payload(command, actor)
-    if payload is None:
-        return refuse(problems, actor, election_id)
+    if payload is None:  # a definition's ratio: the rest of it is judged too, so every error is heard at once
+        rest = check(command, lenient_definition(command)[0], election_id, view).errors if isinstance(command, DefineElection) else ()
+        return refuse((*problems, *rest), actor, election_id)
     at = now()
     draft = new_event(
         payload,

@@ -8,6 +8,7 @@ Warnings found by the checks are put on the payload afterwards (``with_warnings`
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 from ledger.events import (
@@ -27,7 +28,7 @@ from ledger.events import (
 )
 from producers.commands import Command, CorrectResult, DefineElection, OpenUnit, RecordTie, ReportResult, parse_ratio
 
-__all__ = ["result_of", "to_payload", "with_warnings"]
+__all__ = ["lenient_definition", "result_of", "to_payload", "with_warnings"]
 
 
 def result_of(command: ReportResult | CorrectResult) -> Result:
@@ -78,18 +79,27 @@ def to_payload(command: Command, actor: str) -> tuple[Payload | None, tuple[Prob
 
 
 def _election_payload(command: DefineElection) -> tuple[ElectionDefined | None, tuple[Problem, ...]]:
+    payload, problems = lenient_definition(command)
+    return (None, problems) if problems else (payload, ())
+
+
+def lenient_definition(command: DefineElection) -> tuple[ElectionDefined, tuple[Problem, ...]]:
+    """The definition with each ratio that does not parse left out (a county's read as 1), and the
+    problems of those ratios: the checks of the rest run on it, so a sender hears every error at once."""
     problems: list[Problem] = []
 
-    def ratio(value: Any, where: str) -> Any:
+    def ratio(value: Any, where: str, instead: Fraction | None = None) -> Any:
         if value is None:
             return None
         parsed, problem = parse_ratio(value, where)
         if problem is not None:
             problems.append(problem)
+            return instead
         return parsed
 
     counties = tuple(
-        County(c.county_id, c.name, ratio(c.sde_ratio, f"counties.{i}.sde_ratio")) for i, c in enumerate(command.counties)
+        County(c.county_id, c.name, ratio(c.sde_ratio, f"counties.{i}.sde_ratio", Fraction(1)))
+        for i, c in enumerate(command.counties)
     )
     groups = tuple(
         SatelliteGroup(g.group_id, g.name, ratio(g.sde_pool, f"satellite_groups.{i}.sde_pool"), g.attendance_base)
@@ -107,9 +117,7 @@ def _election_payload(command: DefineElection) -> tuple[ElectionDefined | None, 
         )
         for i, u in enumerate(command.units)
     )
-    if problems:
-        return None, tuple(problems)
-    return ElectionDefined(command.name, command.rule_set, command.candidates, counties, units, groups), ()
+    return ElectionDefined(command.name, command.rule_set, command.candidates, counties, units, groups), tuple(problems)
 
 
 def with_warnings(payload: Payload, warnings: tuple[Problem, ...]) -> Payload:

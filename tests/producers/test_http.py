@@ -248,3 +248,33 @@ def test_a_unit_id_whose_bytes_are_not_utf8_is_refused_as_the_cli_refuses_it(
     assert [(e["field"], e["code"]) for e in refused.json()["errors"]] == [("unit_id", "NOT_UTF8")], refused.json()
     named = _post(client, "/units/%E2%82%AC/results", fm5, tokens["official"], "euro")  # good UTF-8: judged by name
     assert named.status_code == 422 and named.json()["errors"][0]["code"] == "UNKNOWN_UNIT", named.json()
+
+
+def test_a_definition_hears_every_error_at_once(client: TestClient, tokens: dict[str, dict[str, str]]) -> None:
+    """A bad unit stopped the ratios' check, a bad ratio stopped the checks of the whole: one file with
+    errors of each kind took four refused, recorded submissions to hear them all."""
+    body = {"election_id": "x", "name": "X", "rule_set": "idp-2021", "candidates": ["A", "A"],
+            "counties": [7, {"county_id": "c", "name": "C", "sde_ratio": "1/0"}],
+            "units": [{"unit_id": "U", "name": "U", "county_id": "z", "delegates": -3},
+                      {"unit_id": "U", "name": "U2", "county_id": "c", "delegates": 2.5},
+                      {"unit_id": "V", "name": "V", "county_id": "c", "delegates": 2, "sde_weight": "1/2"}]}  # fmt: skip
+    refused = _post(client, "/elections", body, tokens["official"], "all-at-once")
+    assert refused.status_code == 422, refused.json()
+    said = {(e["field"], e["code"]) for e in refused.json()["errors"]}
+    assert said == {
+        ("counties.0", "WRONG_TYPE"), ("units.0.delegates", "NEGATIVE"), ("units.1.delegates", "NOT_AN_INTEGER"),
+        ("counties.1.sde_ratio", "BAD_RATIO"),  # the second county as sent, though the first was left out to judge it
+        ("rule_set", "UNKNOWN_RULE_SET"), ("candidates.1", "DUPLICATE"), ("units.1", "DUPLICATE"),
+        ("units.0.county_id", "UNKNOWN_COUNTY"), ("units.2.sde_weight", "NOT_A_SATELLITE"),
+    }, said
+    # Well typed, with a bad ratio: the checks of the whole are heard with it.
+    typed = {**body, "candidates": ["A"], "counties": [body["counties"][1]],
+             "units": [{**u, "delegates": 2} for u in body["units"][:2]]}
+    refused = _post(client, "/elections", typed, tokens["official"], "typed")
+    said = {(e["field"], e["code"]) for e in refused.json()["errors"]}
+    assert said == {("counties.0.sde_ratio", "BAD_RATIO"), ("rule_set", "UNKNOWN_RULE_SET"), ("units.1", "DUPLICATE"),
+                    ("units.0.county_id", "UNKNOWN_COUNTY")}, said
+    # Once mended, the same election is accepted: none of the above was a stand-in's.
+    fine = {**typed, "rule_set": "idp-2020", "counties": [{"county_id": "c", "name": "C", "sde_ratio": "1/3"}],
+            "units": [{"unit_id": "U", "name": "U", "county_id": "c", "delegates": 2}]}
+    assert _post(client, "/elections", fine, tokens["official"], "fine").status_code == 201

@@ -212,6 +212,7 @@ class ProjectionRunner:
                 except LogUnavailableError as exc:
                     self._wait_for_log(exc, should_stop)
                     continue
+                self._log_outage.ended()  # over when a whole round reads, not when the log answers a probe
                 if done:
                     self.progress.caught_up = True
                     self.progress.stopped = "caught up"
@@ -229,15 +230,14 @@ class ProjectionRunner:
         if len(records) >= self.batch_size and self.catch_up_batch > self.batch_size:
             records = self._gather(records, should_stop)
         self._check_marks()
-        self._log_outage.ended()  # a read answered: an outage is over when the log reads, not when it is probed
         return records
 
     def _wait_for_log(self, exc: LogUnavailableError, should_stop: Callable[[], bool]) -> None:
-        """The log is out of reach (a broker restarting, a failover): ask it again, backing off, until
-        it answers (``Source.log_high_watermarks``), for at most ``log_retry_seconds`` from the first
-        failure (``projections.store_outage``), then the error; a log that answers but fails every read
-        is not waited for without end. What was polled and not applied is read again."""
-        self.progress.log_outages += 1
+        """The log is out of reach (a broker restarting, a failover): asked again (``log_high_watermarks``),
+        backing off, until a whole round reads, for ``log_retry_seconds`` from the first failure at most
+        (``projections.store_outage``), then the error. What was polled and not applied is read again."""
+        if not self._log_outage.ongoing:  # one outage, however many waits it takes
+            self.progress.log_outages += 1
         while not should_stop():
             wait = self._log_outage.failed()
             if wait is None:

@@ -31,6 +31,7 @@ class StoreOutage:
         self._clock = clock
         self._deadline: float | None = None
         self._delay = FIRST_DELAY
+        self._last_try_given = False
 
     @property
     def ongoing(self) -> bool:
@@ -38,12 +39,16 @@ class StoreOutage:
 
     def failed(self) -> float | None:
         """The seconds to wait before the next try, or None when the outage has lasted past its bound
-        (the caller gives up and raises)."""
+        (the caller gives up and raises). Past the bound one last try is given, once an outage: a failure
+        just after the bound (a check that follows the first answer) is not taken as the end."""
         now = self._clock()
         if self._deadline is None:
             self._deadline = now + self.retry_seconds
         if now >= self._deadline:
-            return None
+            if self._last_try_given:
+                return None
+            self._last_try_given = True
+            return FIRST_DELAY
         wait = min(self._delay, self._deadline - now)
         self._delay = min(self._delay * 2, LONGEST_DELAY)
         return wait
@@ -51,3 +56,4 @@ class StoreOutage:
     def ended(self) -> None:
         self._deadline = None
         self._delay = FIRST_DELAY
+        self._last_try_given = False

@@ -23,7 +23,8 @@ def test_waits_back_off_until_the_bound_then_give_up() -> None:
         clock.now += wait
     assert outage.ongoing
     assert waits[:5] == [0.2, 0.4, 0.8, 1.6, 3.2] and max(waits) <= LONGEST_DELAY
-    assert abs(sum(waits) - 12.0) < 1e-9, "the last wait ends at the bound, not past it"
+    assert abs(sum(waits[:-1]) - 12.0) < 1e-9, "the waits end at the bound, not past it"
+    assert waits[-1] == 0.2, "then one last try, once: a failure just after the bound is not taken as the end"
 
 
 def test_a_new_outage_gets_the_whole_bound_and_the_first_delay_again() -> None:
@@ -36,4 +37,8 @@ def test_a_new_outage_gets_the_whole_bound_and_the_first_delay_again() -> None:
     clock.now += 30
     assert outage.failed() == 0.2, "a later outage is not charged for the earlier one"
     clock.now += 1.0
-    assert outage.failed() is None
+    assert outage.failed() == 0.2 and outage.failed() is None, "one last try past the bound, then the end"
+    outage.ended()
+    assert outage.failed() == 0.2
+    clock.now += 1.0
+    assert outage.failed() == 0.2, "each outage has its own last try"

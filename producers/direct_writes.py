@@ -149,10 +149,10 @@ def judge(journal: Journal, events: Sequence[Event[Any]], now: datetime,
     held: dict[str, str] = {}  # of the file's event ids, those the log holds: their content's fingerprint
     partitions = journal.log.partitions
     trees = CheckpointTrees(partitions) if any(isinstance(e.payload, CheckpointSigned) for e in events) else None
-    results_at: dict[str, datetime] = {}  # each election's newest result, for _certified_before
+    certified = _CertificationOrder()
     for logged in journal.read({}):
         state.apply(logged.event, logged.position)
-        _note_result(results_at, logged.event)
+        certified.note(logged.event)
         newest = logged.event.recorded_at if newest is None else max(newest, logged.event.recorded_at)
         if logged.event.event_id in wanted:
             held[logged.event.event_id] = fingerprint(logged.event)
@@ -169,7 +169,7 @@ def judge(journal: Journal, events: Sequence[Event[Any]], now: datetime,
             continue
         if event.event_id in written:
             continue
-        problems = [*_time_problems(event.recorded_at, newest, now), *_certified_before(event, results_at)] if check_times else []
+        problems = [*_time_problems(event.recorded_at, newest, now), *certified.problems(event)] if check_times else []
         verdict = recheck(event, state)
         if verdict.action == "present":  # the same command under another id: the projections would fold it again
             problems.append(_copy_of(verdict.original, event.envelope.idempotency_key))
@@ -182,7 +182,7 @@ def judge(journal: Journal, events: Sequence[Event[Any]], now: datetime,
             problems.extend(refused)
             if not refused:
                 state.apply(event)
-                _note_result(results_at, event)
+                certified.note(event)
         if problems:
             found.append((index, tuple(problems)))
             continue
@@ -205,23 +205,43 @@ def _id_taken(event_id: str) -> Problem:
                    "content; the log keeps one event per id, so this one would be lost")
 
 
-def _note_result(results_at: dict[str, datetime], event: Event[Any]) -> None:
-    if isinstance(event.payload, (ResultReported, ResultCorrected)):
-        eid = event.envelope.election_id
-        results_at[eid] = max(results_at.get(eid, event.recorded_at), event.recorded_at)
-
-
-def _certified_before(event: Event[Any], results_at: Mapping[str, datetime]) -> tuple[Problem, ...]:
+class _CertificationOrder:
     """A certification covers the results recorded before it, by their times (they sit in other
-    partitions): one dated before results the log already holds would leave them uncovered, though they
-    were there first. The minute of clock skew a direct write may have elsewhere is none here."""
-    newest = results_at.get(event.envelope.election_id)
-    if not isinstance(event.payload, ResultsCertified) or event.unit_id or newest is None or event.recorded_at >= newest:
+    partitions), so a direct write may not date either side across the other: a certification dated
+    before results the log (or a line before it) holds would leave them uncovered, though they were there
+    first; a result dated before a certification already there would read as covered, though it came
+    after. The minute of clock skew a direct write may have elsewhere is none here."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, datetime] = {}  # by election: the newest result's time
+        self.certified: dict[str, datetime] = {}  # by election: the newest certification's time
+
+    def note(self, event: Event[Any]) -> None:
+        kept = self._kind(event)
+        if kept is not None:
+            eid = event.envelope.election_id
+            kept[eid] = max(kept.get(eid, event.recorded_at), event.recorded_at)
+
+    def _kind(self, event: Event[Any]) -> dict[str, datetime] | None:
+        if isinstance(event.payload, (ResultReported, ResultCorrected)):
+            return self.results
+        if isinstance(event.payload, ResultsCertified) and not event.unit_id:
+            return self.certified
+        return None
+
+    def problems(self, event: Event[Any]) -> tuple[Problem, ...]:
+        kind, eid, at = self._kind(event), event.envelope.election_id, event.recorded_at
+        if kind is self.certified and eid in self.results and at < self.results[eid]:
+            return (Problem("recorded_at", "CERTIFIED_BEFORE_RESULTS",
+                            f"{at.isoformat()} is before {self.results[eid].isoformat()}, when the newest result of election "
+                            f"{eid!r} the log holds (or a line before it) was recorded: the certification would not cover "
+                            "results that were in the log before it"),)
+        if kind is self.results and eid in self.certified and at < self.certified[eid]:
+            return (Problem("recorded_at", "RECORDED_BEFORE_CERTIFICATION",
+                            f"{at.isoformat()} is before {self.certified[eid].isoformat()}, when election {eid!r} was "
+                            "certified: a result appended after the certification would read as covered by it; a result "
+                            "after certification is recorded as such, dated now"),)
         return ()
-    return (Problem("recorded_at", "CERTIFIED_BEFORE_RESULTS",
-                    f"{event.recorded_at.isoformat()} is before {newest.isoformat()}, when the newest result of election "
-                    f"{event.envelope.election_id!r} the log holds (or a line before it) was recorded: the certification "
-                    "would not cover results that were in the log before it; date it at or after that time"),)
 
 
 def _time_problems(recorded_at: datetime, newest: datetime | None, now: datetime) -> tuple[Problem, ...]:

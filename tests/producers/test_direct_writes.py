@@ -422,7 +422,7 @@ def test_a_field_the_event_does_not_have_is_refused_not_dropped(reported: tuple[
     assert again.returncode == 2 and "unknown field payload.extra" in again.stderr, again.stdout + again.stderr
 
 
-def test_a_certification_dated_before_results_the_log_holds_is_refused(reported: tuple[Path, str], tmp_path: Path) -> None:
+def test_a_certification_and_a_result_may_not_be_dated_across_each_other(reported: tuple[Path, str], tmp_path: Path) -> None:
     """A certification covers the results recorded before it, by their times (they sit in other partitions).
     Dated 30 s back, inside the minute a direct write may be off, it was accepted after P3's report and
     made that report "after certification": the audit warned CHANGED_AFTER_CERTIFICATION and the tally said
@@ -444,8 +444,13 @@ def test_a_certification_dated_before_results_the_log_holds_is_refused(reported:
     both = _append(data, token, tmp_path, _forged("P4", "p4", now), certification("cert-mid", now - timedelta(seconds=20)))
     assert both.returncode == 1 and "line 2" in both.stderr and "CERTIFIED_BEFORE_RESULTS" in both.stderr, both.stderr
     assert _log_size(data) == before
-    fine = _append(data, token, tmp_path, certification("cert", datetime.now(UTC)))
+    certified_at = datetime.now(UTC)
+    fine = _append(data, token, tmp_path, certification("cert", certified_at))
     assert fine.returncode == 0, fine.stderr
+    # The mirror: a result dated before the certification the log holds would read as covered by it.
+    under = _append(data, token, tmp_path, _forged("P4", "p4-under", certified_at - timedelta(seconds=20)))
+    assert under.returncode == 1 and "RECORDED_BEFORE_CERTIFICATION" in under.stderr, under.stderr
+    assert _log_size(data) == before + 1
     assert _caucus(data, "project", "--until-caught-up", "--quiet").returncode == 0
     audit = json.loads(_caucus(data, "audit", "--json").stdout)
     assert not [f for f in audit["findings"] if f["code"] == "CHANGED_AFTER_CERTIFICATION"], audit["findings"]

@@ -37,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ledger.codec import Codec, CodecError, default_codec
+from ledger.events import SubmissionRejected
 from ledger.log.port import EventLog
 from ledger.timestamps import iso_text
 from projections.reducers import (
@@ -219,8 +220,10 @@ class AsOfState:
     outside: int = 0
     unattributed: list[EventRow] = field(default_factory=list)  # events that name no election
     undefined: dict[str, list[EventRow]] = field(default_factory=dict)
-    """The events of each election not defined (yet) where they were read: a definition read later
-    (another partition) drops its election's list; what is left names elections the cut does not define."""
+    """The refusals of each election not defined (yet) where they were read: a definition read later
+    (another partition) drops its election's list; what is left names elections the cut does not define.
+    Refusals only: nothing else of an election is accepted before its definition, and keeping every event
+    read ahead of a definition would make the memory grow with the log."""
     newest_recorded_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -322,7 +325,7 @@ def replay(
             continue
         ids.add(event.event_id)
         eid = event.envelope.election_id
-        if (state := out.elections.get(eid)) is None or state.definition is None:
+        if isinstance(event.payload, SubmissionRejected) and ((state := out.elections.get(eid)) is None or state.definition is None):
             out.undefined.setdefault(eid, []).append(
                 EventRow(event.event_id, event.unit_id or f"election:{eid}", eid, p, off, event.type, iso_text(event.recorded_at)))
         out.applied += 1

@@ -154,7 +154,7 @@ def tallies_from_states(states: Iterable[UnitState], ctx: ElectionContext) -> di
 
 def _read(reader: StoreReader, info: SetInfo, election_id: str | None, rule_set: str | None, unit: str | None) -> TallyView:
     elections = {e: ElectionState.loads(row.state) for e, row in reader.elections().items()}
-    if election_id is not None and election_id not in elections and election_id in undefined_elections(reader):
+    if election_id is not None and election_id not in elections and reader.unit_states(election_id=election_id):
         defined = ", ".join(repr(e) for e, s in sorted(elections.items()) if s.definition is not None) or "none"
         raise QueryError(f"election {election_id!r} is not defined in the projection: only refused submissions name it "
                          f"(`caucus audit` lists them; defined: {defined})")

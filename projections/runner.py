@@ -167,7 +167,8 @@ class ProjectionRunner:
         """Compute again the tallies a change of the code made stale (``BatchFolder.stale_tallies``), before
         the first batch and before a feed publishes what the store holds (``projections.feed.publishing``),
         so neither serves them. The set keeps a mark of the revision (``TALLIES_REVISION``: the tally code and
-        the rules' meanings) it was checked against, so a start with the same code does not scan the tallies."""
+        the rules' meanings) it was checked against, so a start with the same code does not scan the tallies.
+        Returns how many were computed again."""
         with self.store.transaction(self.set_id) as tx:
             if tx.tally_mark() == TALLIES_REVISION:
                 return 0

@@ -21,6 +21,7 @@ from projections.stores.port import (
     UnitKey,
     UnitRow,
     admitted,
+    chunks,
 )
 
 SCHEMA_VERSION = "2"
@@ -277,14 +278,17 @@ class SqlReader:
 
     def unattributed(self, undefined: Collection[str] = ()) -> list[EventRow]:
         named = sorted({"", *undefined})
-        rows = self._q(
-            self._sql(
-                "SELECT event_id, unit_key, election_id, part, log_offset, type, recorded_at FROM proj_events "
-                f"WHERE set_id = ? AND election_id IN ({', '.join('?' * len(named))}) ORDER BY part, log_offset"
-            ),
-            (self.set_id, *named),
-        )
-        return [EventRow(e, k, el, int(p), int(o), t, r) for e, k, el, p, o, t, r in rows]
+        rows: list[tuple[Any, ...]] = []
+        for chunk in chunks(named, 500):  # refusals may name any number of ids: a statement takes only so many
+            rows += self._q(
+                self._sql(
+                    "SELECT event_id, unit_key, election_id, part, log_offset, type, recorded_at FROM proj_events "
+                    f"WHERE set_id = ? AND election_id IN ({', '.join('?' * len(chunk))})"
+                ),
+                (self.set_id, *chunk),
+            )
+        found = [EventRow(e, k, el, int(p), int(o), t, r) for e, k, el, p, o, t, r in rows]
+        return sorted(found, key=lambda row: (row.partition, row.offset))
 
     def event_count(self) -> int:
         rows = self._q(self._sql("SELECT COUNT(*) FROM proj_events WHERE set_id = ?"), (self.set_id,))

@@ -167,6 +167,24 @@ def test_events_that_name_no_election_are_listed_apart(open_store: Open) -> None
         assert [e.event_id for e in r.events_for("e1", "u1")] == ["ev-1"]
 
 
+def test_events_naming_elections_nobody_defined_are_listed_apart_in_log_order(open_store: Open) -> None:
+    """More undefined ids than a statement takes parameters at once (refusals may name any number)."""
+    store = open_store()
+    sid = store.create_set("tally", source="s").set_id
+    ch = _changes(2)
+    ch.events.extend(EventRow(f"refused-{i}", "u1", f"typo-{i}", i % 3, 100 + i, "SubmissionRejected",
+                              "2020-02-03T19:00:00+00:00") for i in range(1200))
+    ch.events.append(EventRow("refused-none", "u1", "", 1, 99, "SubmissionRejected", "2020-02-03T19:00:00+00:00"))
+    with store.transaction(sid) as tx:
+        tx.write(ch)
+    with store.reader(sid) as r:
+        assert [e.event_id for e in r.unattributed()] == ["refused-none"]
+        listed = r.unattributed({f"typo-{i}" for i in range(1200)} | {"e1-not-asked"})
+        assert len(listed) == 1201 and [(e.partition, e.offset) for e in listed] == sorted((e.partition, e.offset) for e in listed)
+        assert {e.election_id for e in listed} == {"", *(f"typo-{i}" for i in range(1200))}
+        assert [e.event_id for e in r.unattributed({"typo-7"})] == ["refused-none", "refused-7"]
+
+
 def test_lists_longer_than_a_query_chunk(open_store: Open) -> None:
     store = open_store()
     sid = store.create_set("tally", source="s").set_id

@@ -184,8 +184,7 @@ class ProjectionRunner:
     def run(self, *, until_caught_up: bool = False, stop: Callable[[], bool] | None = None) -> Progress:
         """Apply batches until ``stop()`` (or, with ``until_caught_up``, until every owned partition
         reached the high watermark first seen for it, and the store holds every other partition up to
-        the high watermark seen once those were done: ``projections.whole_log``). Always closes the
-        source."""
+        the high watermark seen once those were done: ``projections.whole_log``). Closes the source."""
         should_stop = stop or (lambda: False)
         try:
             self.start()

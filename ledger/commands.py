@@ -23,6 +23,7 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("projections.cli", ("project", "tally", "trail", "projections")),
     ("projections.replay_cli", ("replay",)),
     ("projections.feed_cli", ("subscribe",)),
+    ("projections.feed_check_cli", ("check-feed",)),
     ("projections.read_api.cli", ("serve",)),
     ("projections.schemas_cli", ("schemas",)),
     ("projections.audit.cli", ("checkpoint", "verify", "prove", "witness")),

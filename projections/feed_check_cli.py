@@ -7,12 +7,10 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.backends import backends_for
 from ledger.cli_output import JsonOption, emit, fail, settings_of
 from ledger.codec import CodecError
-from ledger.log.port import LogError, LogMissingError
-from projections.feed import results_log_name
 from projections.feed_check import FEED_CODES, FeedCheck, check_feed
+from projections.feed_cli import read_latest
 from projections.feed_events import feed_codec
 from projections.queries import DEFAULT_SET, QueryError, resolve_set
 from projections.stores import open_store
@@ -38,19 +36,7 @@ def check_feed_command(
 
     Exit 0: no error; 1: at least one error; 2: could not check."""
     settings = settings_of(ctx)
-    try:
-        view = backends_for(settings).open_results_latest(read_only=True)
-    except LogMissingError:
-        raise fail(f"no latest view of the results feed at {results_log_name(settings)} yet: `caucus project` "
-                   "keeps one as it publishes") from None
-    except LogError as exc:
-        raise fail(f"cannot open the latest view of the results feed: {exc}") from exc
-    try:
-        snapshot = view.snapshot()
-    except LogError as exc:
-        raise fail(f"cannot read the latest view of the results feed: {exc}") from exc
-    finally:
-        view.close()
+    snapshot = read_latest(settings)
     codec = feed_codec()
     try:
         published = [codec.decode(rec.value) for rec in snapshot.records.values()]

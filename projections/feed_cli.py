@@ -29,6 +29,7 @@ from ledger.cli_output import JsonOption, fail, settings_of
 from ledger.codec import CodecError
 from ledger.events import Event
 from ledger.integrity.checkpoints import CheckpointFormatError
+from ledger.log.latest import LatestSnapshot
 from ledger.log.port import EventLog, LogError, LogMissingError
 from projections.feed import open_results_log, results_log_name
 from projections.feed_events import FeedDeduper, UnitTallyPublished, feed_codec, feed_json, feed_key, feed_version
@@ -224,10 +225,8 @@ def _check_given(given: dict[int, int], marks: dict[int, int]) -> None:
                        f"record(s) (the next one will be {part}:{marks[part]})")
 
 
-def _print_latest(settings: Any, log: EventLog, dedupe: FeedDeduper, wanted: Any, limit: int | None) -> dict[int, int] | None:
-    """Print the latest view's tally of every key ``wanted`` (state, counties, units; by key), at most
-    ``limit`` lines, note their versions in ``dedupe``; returns the change-stream position the view
-    covers, or None when ``limit`` stopped it before the end."""
+def read_latest(settings: Any) -> LatestSnapshot:
+    """The feed's latest view as it stands, or the command's error saying why there is none."""
     try:
         view = backends_for(settings).open_results_latest(read_only=True)
     except LogMissingError:
@@ -236,9 +235,18 @@ def _print_latest(settings: Any, log: EventLog, dedupe: FeedDeduper, wanted: Any
     except LogError as exc:
         raise fail(f"cannot open the latest view of the results feed: {exc}") from exc
     try:
-        snapshot = view.snapshot()
+        return view.snapshot()
+    except LogError as exc:
+        raise fail(f"cannot read the latest view of the results feed: {exc}") from exc
     finally:
         view.close()
+
+
+def _print_latest(settings: Any, log: EventLog, dedupe: FeedDeduper, wanted: Any, limit: int | None) -> dict[int, int] | None:
+    """Print the latest view's tally of every key ``wanted`` (state, counties, units; by key), at most
+    ``limit`` lines, note their versions in ``dedupe``; returns the change-stream position the view
+    covers, or None when ``limit`` stopped it before the end."""
+    snapshot = read_latest(settings)
     codec = feed_codec()
     events = []
     for rec in snapshot.records.values():

@@ -20,9 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import ledger.cli
-
-Caucus = Callable[..., tuple[int, Any]]
+from tests.cli_invoke import Caucus, caucus_cli
 
 ELECTION = {
     "election_id": "e2020", "name": "Identity test", "rule_set": "idp-2020", "candidates": ["Adams", "Baker"],
@@ -32,21 +30,7 @@ ELECTION = {
 FAR_FUTURE = "2999-01-01T00:00:00Z"
 
 
-def _cli(data_dir: Path, monkeypatch: pytest.MonkeyPatch, *backend: str) -> Caucus:
-    ledger.cli._register_commands()
-    runner = CliRunner()
-    for name in ("CAUCUS_TOKEN", "CAUCUS_KAFKA", "CAUCUS_DATABASE", "CAUCUS_TOPIC", "CAUCUS_RESULTS_TOPIC"):
-        monkeypatch.delenv(name, raising=False)
-
-    def run(*args: str) -> tuple[int, Any]:
-        result = runner.invoke(ledger.cli.app, ["--data-dir", str(data_dir), *backend, *args])
-        assert "Traceback" not in result.output, result.output
-        try:
-            return result.exit_code, json.loads(result.stdout)
-        except ValueError:
-            return result.exit_code, result.output
-
-    return run
+_cli = caucus_cli
 
 
 @pytest.fixture

@@ -6,39 +6,23 @@ not published yet (``caucus project --no-feed``) must be told apart from one tha
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-import ledger.cli
 from ledger.backends import RESULTS_LOG_FILE
 from projections.feed_events import UnitTallyPublished, feed_codec
-
-Caucus = Callable[..., tuple[int, Any]]
+from tests.cli_invoke import Caucus, caucus_cli
 
 
 def _cli(data_dir: Path, monkeypatch: pytest.MonkeyPatch, *backend: str) -> Caucus:
-    ledger.cli._register_commands()
-    runner = CliRunner()
-    for name in ("CAUCUS_TOKEN", "CAUCUS_KAFKA", "CAUCUS_DATABASE", "CAUCUS_TOPIC", "CAUCUS_RESULTS_TOPIC", "CAUCUS_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-
-    def run(*args: str) -> tuple[int, Any]:
-        result = runner.invoke(ledger.cli.app, ["--data-dir", str(data_dir), *backend, *args])
-        assert "Traceback" not in result.output, result.output
-        try:
-            return result.exit_code, json.loads(result.stdout)
-        except ValueError:
-            return result.exit_code, result.output
-
-    return run
+    monkeypatch.delenv("CAUCUS_CONFIG", raising=False)
+    return caucus_cli(data_dir, monkeypatch, *backend)
 
 
 def _simulated(caucus: Caucus, seed: int, units: int, *project: str) -> None:

@@ -20,6 +20,7 @@ header names them, and the audit lists it).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 
 from ledger.events import ElectionDefined, Problem, UnitDefinition
 from producers.intake_state import IntakeView
@@ -75,6 +76,16 @@ class _Areas:
         self.groups = {g.group_id: (g.sde_pool, g.attendance_base) for g in definition.satellite_groups}
 
 
+def _shown(value: object, name: str) -> str:
+    """A definition's value as its input gives it: a ratio "n/d", an id quoted; none as such (a satellite
+    without a weight of its own weighs its share of its group's pool)."""
+    if value is None:
+        return "none (its share of the group's pool)" if name == "sde_weight" else "none"
+    if isinstance(value, Fraction):
+        return f'"{value.numerator}/{value.denominator}"'
+    return repr(value)
+
+
 def _unit_problems(old: UnitDefinition, new: UnitDefinition | None, uid: str, before: _Areas, after: _Areas) -> Iterator[Problem]:
     if new is None:
         yield Problem("units", "UNIT_REMOVED", f"unit {uid!r} would be removed, but it is opened or reported, or has a coin "
@@ -89,7 +100,7 @@ def _unit_problems(old: UnitDefinition, new: UnitDefinition | None, uid: str, be
             satellite = old.satellite_group is not None and new.satellite_group == old.satellite_group
             code = "SDE_WEIGHT_CHANGED" if name == "sde_weight" and satellite else "UNIT_CHANGED"
             yield Problem(f"{field}.{name}", code, f"unit {uid!r} is {_UNDER_WAY}; a redefinition may not "
-                          f"change its {name} from {getattr(old, name)!r} to {getattr(new, name)!r}")
+                          f"change its {name} from {_shown(getattr(old, name), name)} to {_shown(getattr(new, name), name)}")
     old_county, new_county = before.ratios.get(old.county_id), after.ratios.get(new.county_id)
     if new.county_id == old.county_id and new_county != old_county:
         yield Problem(f"counties.{old.county_id}.sde_ratio", "COUNTY_RATIO_CHANGED",

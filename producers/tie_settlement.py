@@ -119,9 +119,10 @@ def no_such_tie(command: RecordTie, election: ElectionInfo, view: IntakeView) ->
     """A toss decides a tie of the unit's result (RULES §6): with a result recorded, a toss for a tie
     that result does not have is refused, or it would lie in wait and silently decide a tie a later
     correction creates. Before any result a toss is accepted: the precinct tosses before it reports
-    (RULES §2, steps 8 and 9). A redraw names the toss it replaces and is judged by the settlement rules."""
-    if command.supersedes is not None:
-        return []
+    (RULES §2, steps 8 and 9). A redraw is held to the same: against a result without its tie it would
+    decide nothing (the tally uses a toss only for a tie of the result it was recorded against), yet
+    still replace the toss it names, leaving a tie the result comes to have again pending, and every new
+    toss for it refused as already settled."""
     ties = _ties_of_result(election, command.unit_id, view)
     contenders = tuple(sorted(command.contenders))
     if ties is None or (contenders, command.seats) in ties:

@@ -67,6 +67,15 @@ MALFORMED = (
 SENDERS = ("official", "chair", "chair", "chair", "unscoped", "other_unit", "other_election", "forged", "none")
 
 
+def _awards_nobody(eid: str, uid: str, body: dict[str, Any], reported: dict[str, int] | None) -> bool:
+    """RULES §7: a one-delegate unit's delegate is elected by the caucus as a whole, so an attended unit's
+    result with nobody at the final alignment and no delegate on the worksheet awards it to nobody: refused."""
+    unit = ELECTIONS[eid].units.get(uid)
+    attended = max(body["attendance"], sum(body["first_alignment"].values())) > 0
+    return (unit is not None and unit.delegates == 1 and reported is None and attended
+            and not any(body["final_alignment"].values()))
+
+
 @dataclass
 class Backend:
     """Where a run keeps its log and store: ``args`` are the global options every command gets."""
@@ -331,7 +340,8 @@ class LedgerMachine(RuleBasedStateMachine):
         """Send one report and hold the ledger's answer to the model's (also what the kept examples call)."""
         token = self._token(sender, eid or named or "A", uid)
         eid, seen_as = self._as_credential_says(named, uid, eid, sender)
-        ok = eid is not None and self._sender_may(seen_as, eid, uid) and self.ledger.unit(eid, uid).result is None
+        ok = (eid is not None and self._sender_may(seen_as, eid, uid) and self.ledger.unit(eid, uid).result is None
+              and not _awards_nobody(eid, uid, body, reported))
         shown = self._expect(self._submit(CommandKind.REPORT, body, token), ok, f"report {named}/{uid} by {sender}: {body}")
         if ok:
             assert eid is not None
@@ -393,7 +403,7 @@ class LedgerMachine(RuleBasedStateMachine):
                 "idempotency_key": uuid.uuid4().hex, "supersedes": target, "reason": "recanvass found an error",
                 "authority": "State Central Committee", "stage": "recanvass"}
         reported = self._with_reported(data, body, eid, uid)
-        ok = which == "current" and sender == "official"
+        ok = which == "current" and sender == "official" and not _awards_nobody(eid, uid, body, reported)
         shown = self._expect(self._submit(CommandKind.CORRECT, body, self._token(sender, eid, uid)), ok,
                              f"correct {eid}/{uid} ({which}) by {sender}: {body}")
         if ok:
@@ -430,7 +440,7 @@ class LedgerMachine(RuleBasedStateMachine):
             body["supersedes"] = standing[0]
             body["reason"] = data.draw(st.sampled_from(["", "the coin fell off the table"]), label="reason")
         ok = eid is not None and sender == "official" and (standing is None or (redraw and bool(body["reason"])))
-        if ok and not redraw:
+        if ok:  # a redraw too: against a result without its tie it would decide nothing and unsettle the tie
             assert eid is not None
             ok = self._a_tie_of_the_result(eid, uid, tie)
         shown = self._expect(self._submit(CommandKind.TOSS, body, self._token(sender, eid or "A", uid)), ok,
@@ -465,7 +475,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def toss_a_real_tie(self, data: st.DataObject) -> None:
         """An official tosses for a tie the unit really has, or tosses again for one already settled
-        (refused unless it is a redraw with a reason)."""
+        (refused unless it is a redraw with a reason, of a tie the current result has)."""
         eid, uid, (group, seats) = data.draw(st.sampled_from(self._open_ties() + self._settled_ties()), label="tie")
         contenders = sorted(group)
         winners = data.draw(st.permutations(contenders), label="winners")[:seats]
@@ -479,7 +489,7 @@ class LedgerMachine(RuleBasedStateMachine):
             assert standing is not None
             body["supersedes"] = standing[0]
             body["reason"] = "the coin rolled under a chair"
-        ok = (standing is None and self._a_tie_of_the_result(eid, uid, (group, seats))) or redraw
+        ok = (standing is None or redraw) and self._a_tie_of_the_result(eid, uid, (group, seats))
         shown = self._expect(self._submit(CommandKind.TOSS, body, self.official_token), ok,
                              f"toss {eid}/{uid} {contenders} seats={seats} winners={winners} redraw={redraw}")
         if ok:

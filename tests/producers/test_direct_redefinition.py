@@ -260,6 +260,10 @@ def test_the_rule_as_a_table() -> None:
     assert codes(counties=(County("lee", "Lee", Fraction(1, 7)),)) == {"COUNTY_RATIO_CHANGED"}
     assert codes(rule_set="idp-2016") == {"RULE_SET_CHANGED"}
     assert redefinition_problems(first, "other", state) == ()  # no standing definition: nothing to amend
+    weighed_s1 = UnitDefinition("S1", "S1", "lee", None, satellite_group="g", sde_weight=Fraction(3, 4))
+    (weighed,) = redefinition_problems(_definition_payload(units=(units["P1"], weighed_s1, units["S2"])), "e", state)
+    assert weighed.code == "SDE_WEIGHT_CHANGED" and "Fraction" not in weighed.message, weighed  # as the input writes it
+    assert weighed.message.endswith("from none (its share of the group's pool) to \"3/4\""), weighed.message
 
 
 def test_the_intake_judges_by_the_latest_definition() -> None:

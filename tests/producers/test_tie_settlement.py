@@ -137,6 +137,44 @@ def test_a_second_toss_is_refused_a_redraw_is_shown_and_a_smuggled_toss_is_ignor
     assert trail["events"][-1]["tally"] == tally, "the trail's last step is the projected tally"
 
 
+def test_a_redraw_of_a_tie_the_current_result_does_not_have_is_refused(
+    caucus: Callable[..., tuple[int, Any]], tmp_path: Path
+) -> None:
+    """Tie, toss, a correction without the tie, a redraw, a correction with the tie again: the redraw was
+    accepted against a result without its tie, so it decided nothing (the tally held the tie pending) yet
+    replaced the toss, and every new toss for the tie was refused as already settled."""
+    code, cred = caucus("credentials", "issue", "--official", "Pat", "--json")
+    token = cred["token"]
+    (tmp_path / "election.json").write_text(json.dumps(ELECTION))
+    assert caucus("define", str(tmp_path / "election.json"), "--token", token)[0] == 0
+    code, report = caucus("report", "--unit", "U1", "--first", THIRDS, "--final", THIRDS, "--attendance", "30",
+                          "--token", token, "--json")
+    assert code == 0
+    code, toss = _toss(caucus, token, "Baker")
+    assert code == 0
+
+    def correct(supersedes: str, counts: str) -> str:
+        code, done = caucus("correct", "--unit", "U1", "--supersedes", supersedes, "--reason", "recount", "--authority",
+                            "county chair", "--stage", "recount", "--first", counts, "--final", counts, "--attendance", "30",
+                            "--token", token, "--json")
+        assert code == 0, done
+        return str(done["event_id"])
+
+    untied = correct(report["event_id"], "Adams=12,Baker=10,Clark=8")
+    code, redraw = _toss(caucus, token, "Clark", "--supersedes", toss["event_id"], "--reason", "the lots were marked")
+    assert code == 1 and [(e["field"], e["code"]) for e in redraw["errors"]] == [("contenders", "NO_SUCH_TIE")], redraw
+    correct(untied, THIRDS)
+    tally, _trail, (audit_code, audit) = _state(caucus)
+    assert tally["cds"] == {"Adams": 0, "Baker": 1, "Clark": 0} and tally["ties_applied"] == [toss["event_id"]], tally
+    assert tally["pending"] == [] and audit_code == 0
+    assert not [f for f in audit["findings"] if f["code"] == "TOSS_UNUSED"], audit["findings"]
+    # With the tie back, a redraw is what it was before: accepted, and it decides the tie.
+    code, redraw = _toss(caucus, token, "Clark", "--supersedes", toss["event_id"], "--reason", "the lots were marked")
+    assert code == 0, redraw
+    tally, _trail, _audit = _state(caucus)
+    assert tally["cds"] == {"Adams": 0, "Baker": 0, "Clark": 1} and tally["ties_applied"] == [redraw["event_id"]], tally
+
+
 def _tie(winner: str, **kw: Any) -> str:
     return json.dumps({"contenders": ["Biden", "Sanders"], "seats": 1, "winners": [winner], "method": "coin", "caller": "x", **kw})
 

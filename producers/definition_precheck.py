@@ -24,6 +24,7 @@ from ledger.events import Problem
 from producers.commands import CommandKind, DefineElection, validate_command
 from producers.intake_state import IntakeView
 from producers.payloads import lenient_definition
+from producers.validation import check
 
 __all__ = ["definition_precheck"]
 
@@ -48,8 +49,6 @@ def definition_precheck(data: Mapping[str, Any] | None, errors: Sequence[Problem
     except (ValidationError, TypeError, ValueError):
         return ()  # still does not parse: the parse's errors are all there is to say
     assert isinstance(command, DefineElection)
-    from producers.validation import check  # not at the top: validation is imported by the intake's judge too
-
     payload, problems = lenient_definition(command)
     refused = {p.field for p in errors}
     out: list[Problem] = []

@@ -383,10 +383,10 @@ def _unread_hint(settings: Settings, store: ProjectionStore, projection: str) ->
 
 def _named_undefined(store: ProjectionStore, set_id: int, election: str | None) -> bool:
     """Whether events name ``election`` though nobody defined it (refusals for a mistyped id)."""
-    from projections.queries import undefined_elections
+    from projections.queries import named_undefined
 
     with store.reader(set_id) as reader:
-        return election is not None and election in undefined_elections(reader)
+        return election is not None and named_undefined(reader, election)
 
 
 def trail(

@@ -69,8 +69,8 @@ from ledger.log.latest import LatestRecord, LatestView
 from ledger.log.port import EventLog, LogError, PendingRecord
 from ledger.record_headers import event_headers
 from projections.area_sums import ElectionSums
-from projections.feed_events import (FeedStamp, area_event, feed_codec, feed_event_id, latest_key, record_key, tally_version,
-                                     unit_event)
+from projections.feed_events import (FeedStamp, area_event, feed_codec, feed_event_id, latest_key, record_key, tally_key,
+                                     tally_version, unit_event)
 from projections.feed_fresh import FreshRows
 from projections.reducers import ElectionState
 from projections.stores.port import Changes, ProjectionStore, SetInfo, StoreError, UnitKey
@@ -371,7 +371,7 @@ class FeedPublisher:
                 continue  # a unit no definition lists (refusals naming an unknown unit): counted in no tally
             stamp = stamps[eid]
             version = tally_version(self._election_events.get(eid, 0), self._unit_events.get(eid, {}).get(uid, 0))
-            if self._holds(f"unit:{eid}:{uid}", stamp.at(version), eid, f"unit:{uid}"):
+            if self._holds(tally_key(eid, "unit", uid), stamp.at(version), eid, f"unit:{uid}"):
                 continue
             yield unit_event(self._tallies[eid][uid], stamp.at(version), at, ctx.candidates)
         touched = {e for e, _ in changed}
@@ -431,11 +431,11 @@ class FeedPublisher:
         out: list[Event[Any]] = []
         for cid in [c for c in ctx.counties if c in moved]:
             version = tally_version(e_events, sums.events[cid])
-            if not self._holds(f"county:{eid}:{cid}", stamp.at(version), eid, f"county:{cid}"):
+            if not self._holds(tally_key(eid, "county", cid), stamp.at(version), eid, f"county:{cid}"):
                 out.append(area_event(sums.areas[cid], stamp.at(version), at, election_id=eid, kind="county",
                                       certified=ctx.certified, ballot=ctx.candidates))
         version = tally_version(e_events, sums.state_events())
-        if not self._holds(f"state:{eid}", stamp.at(version), eid, f"state:{eid}"):
+        if not self._holds(tally_key(eid, "state", eid), stamp.at(version), eid, f"state:{eid}"):
             out.append(area_event(sums.state(), stamp.at(version), at, election_id=eid, kind="state",
                                   certified=ctx.certified, ballot=ctx.candidates))
         return out

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.events import Event
-from projections.feed_events import AreaTallyPublished, FeedStamp, UnitTallyPublished, feed_key, tally_version
+from projections.feed_events import AreaTallyPublished, FeedStamp, UnitTallyPublished, feed_key, tally_key, tally_version
 from projections.queries import TallyView, load_view
 from projections.stores.port import ProjectionStore, SetInfo
 
@@ -81,7 +81,7 @@ def check_feed(store: ProjectionStore, info: SetInfo, published: Iterable[Event[
     for event in published:
         election_id, kind, key = feed_key(event)
         if kind != "checkpoint":
-            held[_key(election_id, kind, key)] = event
+            held[tally_key(election_id, kind, key)] = event
             for part, offset in event.payload.stamp.positions:
                 through[part] = max(through.get(part, 0), offset)
     out = FeedCheck(f"{info.name} v{info.version}")
@@ -102,10 +102,6 @@ def check_feed(store: ProjectionStore, info: SetInfo, published: Iterable[Event[
     return out
 
 
-def _key(election_id: str, kind: str, key: str) -> str:
-    return f"state:{election_id}" if kind == "state" else f"{kind}:{election_id}:{key}"
-
-
 def _expected(view: TallyView, events: Mapping[tuple[str, str], int]) -> dict[str, tuple[int, dict[str, Any]]]:
     """Each tally the projection holds for the view's election: its version and what a copy of it says."""
     ctx = view.context
@@ -115,14 +111,14 @@ def _expected(view: TallyView, events: Mapping[tuple[str, str], int]) -> dict[st
     out: dict[str, tuple[int, dict[str, Any]]] = {}
     for uid, tally in view.units.items():
         if uid in ctx.units:
-            out[_key(eid, "unit", uid)] = (tally_version(election_events, counted[uid]),
+            out[tally_key(eid, "unit", uid)] = (tally_version(election_events, counted[uid]),
                                            dict(UnitTallyPublished.of(tally, _NO_STAMP, ballot).tally))
     for cid in ctx.counties:
         in_county = sum(n for uid, n in counted.items() if ctx.units[uid].county_id == cid)
         sums = AreaTallyPublished.of(view.county(cid), _NO_STAMP, kind="county", area=cid, certified=ctx.certified, ballot=ballot)
-        out[_key(eid, "county", cid)] = (tally_version(election_events, in_county), dict(sums.sums))
+        out[tally_key(eid, "county", cid)] = (tally_version(election_events, in_county), dict(sums.sums))
     state = AreaTallyPublished.of(view.state(), _NO_STAMP, kind="state", area=eid, certified=ctx.certified, ballot=ballot)
-    out[_key(eid, "state", eid)] = (tally_version(election_events, sum(counted.values())), dict(state.sums))
+    out[tally_key(eid, "state", eid)] = (tally_version(election_events, sum(counted.values())), dict(state.sums))
     return out
 
 

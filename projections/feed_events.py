@@ -40,6 +40,7 @@ __all__ = [
     "feed_key",
     "record_key",
     "latest_key",
+    "tally_key",
     "feed_event_id",
     "FeedDeduper",
     "feed_version",
@@ -231,7 +232,7 @@ def record_key(event: Event[Any]) -> str:
     election_id, kind, key = feed_key(event)
     if kind in ("unit", "checkpoint"):
         return event.key
-    return f"state:{election_id}" if kind == "state" else f"county:{election_id}:{key}"
+    return tally_key(election_id, kind, key)
 
 
 def latest_key(event: Event[Any]) -> str:
@@ -239,7 +240,13 @@ def latest_key(event: Event[Any]) -> str:
     except that a unit's names its election too (``unit:<election>:<unit>``), since unit ids repeat
     across elections and a compacted topic keeps one record per key."""
     election_id, kind, key = feed_key(event)
-    return f"unit:{election_id}:{key}" if kind == "unit" else record_key(event)
+    return tally_key(election_id, kind, key) if kind == "unit" else record_key(event)
+
+
+def tally_key(election_id: str, kind: str, key: str) -> str:
+    """A tally's key in the latest view, from its parts (``feed_key``): ``unit:<election>:<unit>``,
+    ``county:<election>:<county>``, ``state:<election>``."""
+    return f"state:{election_id}" if kind == "state" else f"{kind}:{election_id}:{key}"
 
 
 def feed_event_id(stamp: FeedStamp, election_id: str, key: str) -> str:

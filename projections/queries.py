@@ -154,7 +154,7 @@ def tallies_from_states(states: Iterable[UnitState], ctx: ElectionContext) -> di
 
 def _read(reader: StoreReader, info: SetInfo, election_id: str | None, rule_set: str | None, unit: str | None) -> TallyView:
     elections = {e: ElectionState.loads(row.state) for e, row in reader.elections().items()}
-    if election_id is not None and election_id not in elections and reader.unit_states(election_id=election_id):
+    if election_id is not None and election_id not in elections and named_undefined(reader, election_id):
         defined = ", ".join(repr(e) for e, s in sorted(elections.items()) if s.definition is not None) or "none"
         raise QueryError(f"election {election_id!r} is not defined in the projection: only refused submissions name it "
                          f"(`caucus audit` lists them; defined: {defined})")
@@ -268,6 +268,15 @@ def find_unit_in(ctx: ElectionContext, text: str) -> str:
     if not hits:
         raise QueryError(f"no unit {text!r} in election {ctx.election_id!r} (give the unit id)")
     raise QueryError(f"{text!r} names several units: {', '.join(hits[:10])}; give the unit id")
+
+
+def named_undefined(reader: StoreReader, election_id: str) -> bool:
+    """Whether ``election_id`` is one of ``undefined_elections``, looked up by its key (a read of a
+    random id must not read every unit state)."""
+    row = reader.elections().get(election_id)
+    if row is not None:
+        return bool(election_id) and json.loads(row.state).get("definition") is None
+    return bool(election_id) and bool(reader.unit_states(election_id=election_id))
 
 
 def undefined_elections(reader: StoreReader) -> set[str]:

@@ -16,6 +16,7 @@ Lag, in two figures, because they answer different questions:
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -134,7 +135,7 @@ class RunnerObserver:
 
     def attach(self, runner: ProjectionRunner) -> RunnerObserver:
         self._source = runner.source
-        self.progress = runner.progress
+        self.progress = copy.deepcopy(runner.progress)
         before_progress = runner.on_progress
         before_commit = runner.on_commit
 
@@ -177,7 +178,6 @@ class RunnerObserver:
         if caught_up and not self._was_caught_up:
             log.info("caught up with the log: %d events applied", p.applied)
         self._was_caught_up = caught_up
-        self.progress = p
         self.last_progress = time.monotonic()
         applied, dups, batches, outages, log_outages = self._seen
         self.applied.inc(max(0, p.applied - applied))
@@ -193,6 +193,9 @@ class RunnerObserver:
         self.partitions.set(len(p.assigned))
         self.caught_up.set(1 if self._is_caught_up(p) else 0)
         self.mirror_failures.set(getattr(self._source, "mirror_failures", 0))
+        # What /health and /ready read from their own thread: a copy, kept once the counters above
+        # have it, not the runner's live record (a reason in /ready before /metrics had counted it).
+        self.progress = copy.deepcopy(p)
 
     @staticmethod
     def _is_caught_up(p: Progress) -> bool:

@@ -331,7 +331,8 @@ def _print_report(settings: Settings, store_name: str, report: Any, as_json: boo
         else:
             c = latest.checkpoint
             typer.echo(
-                f"checkpoints: {len(report.checkpoints)} verified; latest {latest.event_id} at {latest.position} "
+                f"checkpoints: {len(report.checkpoints)} with a signature that verifies"
+                f"{'' if report.ok else ' (the records do not all match them: see below)'}; latest {latest.event_id} at {latest.position} "
                 f"({c.time.isoformat()}, {c.tree_size} records, root {_short(c.root_hash)}, key {c.key_id})"
             )
         waiting = data["records_not_yet_checkpointed"]

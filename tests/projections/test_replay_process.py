@@ -90,6 +90,12 @@ def test_a_log_edited_under_its_checkpoints_is_not_replayed_into_service(support
     db.commit()
     db.close()
     serving = [s["version"] for s in _sets(data) if s["state"] == "serving"]
+    found = _run(data, "verify")
+    assert found.returncode == 1 and "TAMPERING FOUND" in found.stdout, (found.stdout, found.stderr)
+    # The checkpoint's signature is good, its records are not: the summary line must not say "verified"
+    # of a checkpoint whose records fail it.
+    (summary,) = [line for line in found.stdout.splitlines() if line.startswith("checkpoints:")]
+    assert "1 with a signature that verifies (the records do not all match them" in summary, summary
     refused = _run(data, "replay", "-q")
     assert refused.returncode == 1, refused.stderr
     assert "does not match its signed checkpoints" in refused.stderr and "--despite-checkpoints" in refused.stderr

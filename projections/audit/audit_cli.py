@@ -175,20 +175,22 @@ def unattributed_json(rows: list[EventRow]) -> list[dict[str, Any]]:
              "unit_id": _unit_named(r), "type": r.type, "recorded_at": r.recorded_at} for r in rows]
 
 
-def print_unattributed(rows: list[EventRow]) -> None:
+def print_unattributed(rows: list[EventRow], *, as_of: bool = False) -> None:
     """Submissions refused before they named an election, or naming one nobody defined: the log keeps
-    them, no tally counts them."""
+    them, no tally counts them. ``as_of``: the audit is of a cut, which may come before a definition
+    the log holds, so what is undefined is said of the cut."""
     if not rows:
         return
+    where = "the log up to the cut" if as_of else "the log"
     by_unit: dict[str, int] = {}
     for r in rows:
         unit = _unit_named(r)
         label = "(no unit)" if unit is None else f"unit {unit}"
         if r.election_id:
-            label += f" of election {r.election_id!r}, which the log does not define"
+            label += f" of election {r.election_id!r}, which {where} does not define"
         by_unit[label] = by_unit.get(label, 0) + 1
     typer.echo("")
-    typer.echo(f"UNATTRIBUTED ({len(rows)}): events that name no election, or one the log does not define (submissions "
+    typer.echo(f"UNATTRIBUTED ({len(rows)}): events that name no election, or one {where} does not define (submissions "
                "refused before they could be attributed); kept in the log, counted by no tally")
     for label, n in sorted(by_unit.items()):
         typer.echo(f"  {label}: {n}")
@@ -270,7 +272,7 @@ def audit_command(
 
         def human() -> None:
             print_report(shown, filtered=bool(severities or codes or county_id or unit_id), county=county_id, unit=unit_id)
-            print_unattributed(loose)
+            print_unattributed(loose, as_of=cut is not None)
 
         emit(data, as_json, human)
     raise typer.Exit(ERRORS if shown.has_errors else CLEAN)

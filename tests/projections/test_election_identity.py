@@ -423,6 +423,7 @@ def _check_refusals_naming_an_undefined_election(caucus: Caucus, tmp_path: Path)
         assert code == 0 and audit["election_id"] == "e2020", (mode, audit)
         assert [(u["election_id"], u["unit_id"], u["type"]) for u in audit["unattributed"]] == [
             ("e2021", "200002", "SubmissionRejected")], (mode, audit["unattributed"])
+    refused_at = audit["unattributed"][0]["recorded_at"]
     code, text = caucus("audit")
     assert "UNATTRIBUTED (1)" in text and "unit 200002 of election 'e2021', which the log does not define: 1" in text, text
     # The county filter keeps it out: the unit id is e2020's, the refusal is not.
@@ -442,6 +443,9 @@ def _check_refusals_naming_an_undefined_election(caucus: Caucus, tmp_path: Path)
     assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
     for mode in ((), ("--log",)):
         assert caucus("audit", "--json", "--election", "e2021", *mode)[1]["unattributed"] == [], mode
+    # A cut before the definition still lists the refusal, said of the cut: the log does define e2021.
+    code, text = caucus("audit", "--as-of", refused_at)
+    assert code == 0 and "unit 200002 of election 'e2021', which the log up to the cut does not define: 1" in text, text
     assert _tally(caucus, "--election", "e2021", "--unit", "200002")["unit"]["rejected"] == 1
 
 

@@ -6,6 +6,7 @@ The JSON form is the Avro record with readable leaves: times in ISO 8601 UTC, by
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -78,12 +79,34 @@ def event_as_given(data: Mapping[str, Any]) -> Event[Any]:
     """``event_from_json`` for a line that must be written as given (``caucus log append``): a field the
     event does not have is a ValueError naming it, not left out. ``position`` and ``record_headers``
     (``log tail --json`` prints them) are where the log puts the event, not part of it."""
+    bad = bad_ratio(data.get("payload"), "payload")
+    if bad:
+        raise ValueError(bad)
     event = event_from_json(data)
     extra = unknown_fields({k: v for k, v in data.items() if k not in ("position", "record_headers")}, event_to_json(event))
     if extra:
         raise ValueError(f"unknown field {', '.join(extra)} (it would be left out; `caucus log tail --json` shows an "
                          "event's fields)")
     return event
+
+
+def bad_ratio(value: Any, path: str) -> str | None:
+    """The first ratio in ``value`` (``{"numerator": n, "denominator": d}``, as ``log tail --json`` prints
+    one) that cannot be read as a fraction (terms not whole numbers, a zero denominator), named by its
+    field: read as a ``Fraction``, it was a bare "ZeroDivisionError: Fraction(1, 0)" that named none. A
+    negative ratio reads, and is refused by the definition's checks with the rest of its problems."""
+    if isinstance(value, Mapping):
+        if set(value) == {"numerator", "denominator"}:
+            n, d = value["numerator"], value["denominator"]
+            whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (n, d))
+            if not whole or d == 0:
+                return (f"field {path!r} must be a ratio of whole numbers with a denominator other than 0; got "
+                        f"{json.dumps(dict(value), sort_keys=True)}")
+            return None
+        return next((b for k, v in value.items() if (b := bad_ratio(v, f"{path}.{k}"))), None)
+    if isinstance(value, list):
+        return next((b for i, v in enumerate(value) if (b := bad_ratio(v, f"{path}[{i}]"))), None)
+    return None
 
 
 def unknown_fields(given: Any, known: Any, path: str = "") -> list[str]:

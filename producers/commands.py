@@ -23,7 +23,7 @@ from datetime import UTC
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
 from ledger.events import Problem
@@ -70,9 +70,26 @@ Ident = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^\S(.*\S)?$
 Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(plain_text)]
 """A candidate's name (see ``producers.identifiers``)."""
 Counts = dict[Name, Count]
+
+
+def _ratio_given(value: Any) -> Any:
+    """A ratio as the log prints one (``{"numerator": n, "denominator": d}``, ``caucus log tail --json``)
+    read as the text "n/d", so a definition copied from the log defines again; anything but a whole
+    number, text or that object is one error (the union's three, one per member, said it three times)."""
+    if isinstance(value, Mapping) and set(value) == {"numerator", "denominator"} and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+        return f"{value['numerator']}/{value['denominator']}"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise PydanticCustomError("bad_ratio", 'must be an exact ratio "n/d", a whole number, or {"numerator": n, '
+                                  '"denominator": d} of whole numbers, got {given}', {"given": _shown(value)})
+    return value
+
+
 Ratio = Annotated[
     int | str,
-    Field(description='an exact ratio "n/d" (or a whole number), e.g. "21/150"', examples=["21/150"]),
+    BeforeValidator(_ratio_given),
+    Field(description='an exact ratio "n/d" (or a whole number, or {"numerator": n, "denominator": d} as the log '
+                      'prints one), e.g. "21/150"', examples=["21/150"]),
 ]
 Key = Annotated[
     str,
@@ -299,6 +316,8 @@ def _problem_of(error: Mapping[str, Any], kind: CommandKind) -> Problem:
     ctx = error.get("ctx") or {}
     if kind_ == "missing":
         return Problem(where, "REQUIRED", f"{where} is required")
+    if kind_ == "bad_ratio":
+        return Problem(where, "BAD_RATIO", f"{where} {error['msg']}")
     if kind_ in ("unexpected_keyword_argument", "extra_forbidden"):
         known = ", ".join(sorted(COMMAND_TYPES[kind].__dataclass_fields__)) if len(loc) == 1 else ""
         hint = f"; a {kind.value} command has: {known}" if known else ""

@@ -43,6 +43,7 @@ from ledger.events import (
     UnitOpened,
 )
 from producers.commands import CommandKind, parse_command
+from producers.definition_precheck import definition_precheck
 from producers.intake_state import IntakeView
 from producers.direct_records import CheckpointTrees, record_problems
 from producers.payloads import to_payload
@@ -90,9 +91,11 @@ def _command_problems(line: Mapping[str, Any], event: Event[Any], view: IntakeVi
     kind = _KINDS.get(type(event.payload))
     if kind is None:
         return ()
-    parsed = parse_command(kind, json.dumps(_command_body(line, event)))
-    if parsed.command is None:
-        return tuple(_named(p) for p in parsed.errors)
+    body = _command_body(line, event)
+    parsed = parse_command(kind, json.dumps(body))
+    if parsed.command is None:  # a definition's other problems too, as `caucus define` says them all at once
+        more = definition_precheck(body, parsed.errors, view) if kind is CommandKind.DEFINE else ()
+        return tuple(_named(p) for p in (*parsed.errors, *more))
     command = parsed.command
     election_id, unresolved = resolve_election(command, view)
     if election_id is None:

@@ -455,3 +455,69 @@ def test_a_certification_and_a_result_may_not_be_dated_across_each_other(reporte
     audit = json.loads(_caucus(data, "audit", "--json").stdout)
     assert not [f for f in audit["findings"] if f["code"] == "CHANGED_AFTER_CERTIFICATION"], audit["findings"]
     assert _restore(data, tmp_path)  # a log written this way restores whole
+
+
+def _logged_definition(data: Path, election_id: str, of: str = "e") -> dict[str, Any]:
+    """The log's definition of ``of`` as ``log tail --json`` prints it, made another election's, dated now."""
+    lines = [json.loads(line) for line in _caucus(data, "log", "tail", "-n", "0", "--json").stdout.splitlines()]
+    (definition,) = [e for e in lines if e["type"] == "ElectionDefined" and e["election_id"] == of]
+    now = datetime.now(UTC).isoformat()
+    definition.update(event_id=str(uuid.uuid4()), election_id=election_id, idempotency_key=f"def-{election_id}",
+                      recorded_at=now, occurred_at=now)
+    for name in ("position", "record_headers"):
+        definition.pop(name, None)
+    return definition
+
+
+def test_an_appended_definition_is_refused_with_every_error_at_once(reported: tuple[Path, str], tmp_path: Path) -> None:
+    """`caucus define` says every problem of a definition at once; `log append` said the first the parse
+    found (a negative D) and none of the checks of the whole (a candidate twice, an unknown county)."""
+    data, token = reported
+    bad = _logged_definition(data, "e-bad")
+    bad["payload"]["units"][0]["delegates"] = -3
+    bad["payload"]["candidates"].append("A")
+    bad["payload"]["units"][1]["county_id"] = "nowhere"
+    bad["payload"]["counties"][0]["sde_ratio"] = {"numerator": -1, "denominator": 3}
+    before = _log_size(data)
+    done = _append(data, token, tmp_path, bad)
+    assert done.returncode == 1 and "refused, nothing appended" in done.stderr, done.stderr
+    for said in ("units.0.delegates: NEGATIVE", "candidates.2: DUPLICATE", "units.1.county_id: UNKNOWN_COUNTY",
+                 "counties.0.sde_ratio: BAD_RATIO"):
+        assert said in done.stderr, (said, done.stderr)
+    assert _log_size(data) == before
+
+
+def test_a_ratio_with_a_zero_denominator_is_named_by_its_field(reported: tuple[Path, str], tmp_path: Path) -> None:
+    data, token = reported
+    bad = _logged_definition(data, "e-zero")
+    bad["payload"]["counties"][0]["sde_ratio"] = {"numerator": 1, "denominator": 0}
+    done = _append(data, token, tmp_path, bad)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert ("line 1: not an event: ValueError: field 'payload.counties[0].sde_ratio' must be a ratio of whole numbers "
+            "with a denominator other than 0") in done.stderr, done.stderr
+
+
+def test_a_definition_in_the_logs_own_form_defines_and_a_bad_ratio_is_one_error(reported: tuple[Path, str],
+                                                                               tmp_path: Path) -> None:
+    """A definition copied from `log tail --json` gives its ratios as {"numerator", "denominator"}: `caucus
+    define` refused each of them twice (".int" and ".str", one error per member of the type), as for any
+    value neither a number nor text; it now reads that form, and anything else is one BAD_RATIO."""
+    data, token = reported
+    payload = _logged_definition(data, "e-copy")["payload"]
+    body = {k: payload[k] for k in ("name", "rule_set", "candidates")}
+    body.update(election_id="e-copy", idempotency_key="def-e-copy",
+                counties=[{k: v for k, v in c.items() if v is not None} for c in payload["counties"]],
+                units=[{k: v for k, v in u.items() if v is not None} for u in payload["units"]])
+    assert body["counties"][0]["sde_ratio"] == {"numerator": 7, "denominator": 50}  # 21/150 in lowest terms
+    (tmp_path / "copy.json").write_text(json.dumps(body))
+    done = _caucus(data, "define", str(tmp_path / "copy.json"), token=token)
+    assert done.returncode == 0, done.stderr
+    copied = _logged_definition(data, "e-again", of="e-copy")  # e-copy's definition holds the same ratios
+    assert copied["payload"]["counties"] == payload["counties"] and copied["payload"]["units"] == payload["units"]
+    body.update(election_id="e-list", idempotency_key="def-e-list")
+    body["counties"][0]["sde_ratio"] = [7, 50]
+    (tmp_path / "list.json").write_text(json.dumps(body))
+    done = _caucus(data, "define", str(tmp_path / "list.json"), "--json", token=token)
+    assert done.returncode == 1, done.stderr
+    errors = json.loads(done.stdout)["errors"]
+    assert [(e["field"], e["code"]) for e in errors] == [("counties.0.sde_ratio", "BAD_RATIO")], errors

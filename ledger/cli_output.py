@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -30,11 +32,11 @@ from typer._click.core import (
 )
 from typer._click.globals import get_current_context
 
-from ledger.config import Settings
+from ledger.config import DEFAULT_DATA_DIR, Settings
 
 __all__ = [
     "set_args", "set_wide", "is_wide", "console", "wants_json", "print_error", "text", "NONE", "DEFAULT_WIDTH",
-    "JsonOption", "LOADED_KEY", "settings_of", "loaded_settings", "emit", "fail",
+    "JsonOption", "LOADED_KEY", "settings_of", "loaded_settings", "emit", "fail", "runnable_here",
 ]
 
 DEFAULT_WIDTH = 100
@@ -96,11 +98,23 @@ def print_error(message: str, code: int, *, as_json: bool, kind: str = "") -> No
     """The one way an error is printed (module docstring): one line, also when the cause's own words
     run over several (a database driver's hint on a line of its own)."""
     message = " ".join(message.split()) if "\n" in message else message
+    message = runnable_here(message)
     if as_json:
         doc = {"error": {"message": message, "exit_code": code, "type": kind or _kind(code)}}
         typer.echo(json.dumps(doc, sort_keys=True), err=True)
     else:
         typer.echo(f"error: {message}", err=True)
+
+
+def runnable_here(message: str) -> str:
+    """A message's "`caucus CMD`" hints with this run's --data-dir, when it is not the default: "run
+    `caucus project` first", said of --data-dir iowa2020 and followed as given, read ./caucus-data."""
+    ctx = get_current_context(silent=True)
+    settings = ctx.find_root().obj if ctx is not None else None
+    if not isinstance(settings, Settings) or settings.data_dir == DEFAULT_DATA_DIR or "`caucus " not in message:
+        return message
+    flag = f"--data-dir {shlex.quote(str(settings.data_dir))}"
+    return re.sub(r"`caucus (?!--data-dir)", lambda _: f"`caucus {flag} ", message)
 
 
 def _kind(code: int) -> str:

@@ -19,6 +19,7 @@ import typer
 
 from ledger.backends import backends_for
 from ledger.cli import emit, settings_of
+from ledger.cli_output import runnable_here
 
 __all__ = ["register", "demo"]
 
@@ -97,11 +98,12 @@ def demo(
         typer.echo("\nThe memory backend keeps nothing once this process ends: run `caucus demo` without "
                    "CAUCUS_BACKEND=memory to keep a log and a store to explore (tally, trail, diff, audit).")
         return
-    typer.echo(
+    typer.echo(runnable_here(
         "\nNext: `caucus tally --county <name>`, `caucus trail <unit>`, `caucus diff live rules:idp-2016`, "
         f"all with `--election {election.election_id}` once the log holds another election; the real 2020 history in "
-        "a log of its own: `caucus --data-dir iowa2020 import idp2020 --data ../shared/data/iowa2020`."
-    )
+        "a log of its own: `caucus --data-dir iowa2020 import idp2020 --data ../shared/data/iowa2020`, then "
+        "`caucus --data-dir iowa2020 project --until-caught-up` for its tallies."
+    ))
 
 
 def register(app: typer.Typer) -> None:

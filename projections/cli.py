@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.cli_output import JsonOption, emit, fail, settings_of
+from ledger.cli_output import JsonOption, emit, fail, runnable_here, settings_of
 from ledger.cli_output import console as cli_console
 from ledger.cli_output import is_wide
 from ledger.codec import CodecError
@@ -244,7 +244,7 @@ def tally(
         except LogError as exc:
             raise fail(str(exc)) from exc
     if note is not None:  # stderr: under --json too, beside the document, which stays the tally
-        typer.echo(f"note: {note}", err=True)
+        typer.echo(f"note: {runnable_here(note)}", err=True)
     console = cli_console()
 
     def said_as_of() -> None:  # a past view, of the state, a county or a unit, says so before anything else
@@ -320,7 +320,7 @@ def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> s
     behind = answer["unread"]
     if behind:
         return (f"the log holds {behind} record(s) the projection has not read yet; whatever they change is not in "
-                "this tally: `caucus project` reads them (a runner left running keeps the tally current)")
+                "this tally: `caucus project --until-caught-up` reads them (a runner left running keeps the tally current)")
     return None
 
 
@@ -378,7 +378,7 @@ def _unread_hint(settings: Settings, store: ProjectionStore, projection: str) ->
     except LogError:
         return ""
     return (f"; the projection has not read {behind} record(s) of the log yet, and what is asked may be among them: "
-            "`caucus project` reads them") if behind else ""
+            "`caucus project --until-caught-up` reads them") if behind else ""
 
 
 def _named_undefined(store: ProjectionStore, set_id: int, election: str | None) -> bool:
@@ -435,7 +435,7 @@ def trail(
             raise fail(str(exc)) from exc
     if not result.entries and not result.unattributed:
         lag = (f"; the projection has not read the log's last {behind} record(s), and the trail finds a unit's events "
-               "through it: run `caucus project` first") if behind else ""
+               "through it: run `caucus project --until-caught-up` first") if behind else ""
         if view is None:
             raise fail(f"no events for unit {unit_id!r} in {settings.describe_log()}: no election {election_id or ''} is defined "
                        f"in the projection and no refused submission names the unit{lag}".replace("  ", " "), code=2)

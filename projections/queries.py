@@ -131,7 +131,7 @@ def resolve_set(store: ProjectionStore, name: str = DEFAULT_SET, set_id: int | N
         return store.get_set(set_id)
     info = store.serving(name)
     if info is None:
-        raise QueryError(f"no projection {name!r} is serving in {store.describe()}; run `caucus project` first")
+        raise QueryError(f"no projection {name!r} is serving in {store.describe()}; run `caucus project --until-caught-up` first")
     return info
 
 

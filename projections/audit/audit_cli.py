@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import typer
 
-from ledger.cli_output import emit, fail, settings_of
+from ledger.cli_output import emit, fail, runnable_here, settings_of
 from ledger.config import Settings, open_log
 from ledger.log.port import EventLog, LogError
 from projections.asof import AsOfError, Cut, parse_cut, tally_as_of
@@ -259,8 +259,9 @@ def audit_command(
                    "an election are listed", err=True)
     unread = report.meta.get("unread_records", 0)
     if unread:  # an auditor signing off on this must know what it does not cover
-        typer.echo(f"note: the log holds {unread} record(s) the projection has not read yet; whatever they change is "
-                   "not audited here: `caucus project` reads them (or audit the log itself with --log)", err=True)
+        typer.echo(runnable_here(f"note: the log holds {unread} record(s) the projection has not read yet; whatever they "
+                                 "change is not audited here: `caucus project --until-caught-up` reads them (or audit the "
+                                 "log itself with --log)"), err=True)
     if as_csv:
         writer = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")
         writer.writeheader()

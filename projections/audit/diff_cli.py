@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ledger.cli_output import emit, fail, settings_of
+from ledger.cli_output import emit, fail, runnable_here, settings_of
 from ledger.config import Settings, open_log
 from ledger.log.port import LogError, LogLostError, LogReplacedError
 from projections.audit.diff import CandidateDelta, DiffResult, diff_snapshots, sde_text
@@ -86,7 +86,7 @@ def diff_command(
         raise fail(str(exc), OPERATIONAL) from exc
     result = diff_snapshots(snap_a, snap_b)
     for note in behind:  # the differences may be only what the projection has not read yet
-        typer.echo(f"note: {note}", err=True)
+        typer.echo(f"note: {runnable_here(note)}", err=True)
     if as_csv:
         write_csv(result, sys.stdout)
     else:
@@ -135,7 +135,7 @@ def _of_this_log(settings: Settings, sources: Sources, sides: tuple[SideSpec, ..
                     notes.append(f"the projection ({side.text}) has not read {unread} record(s) of the log yet; "
                                  + ("what they change shows as a difference from the log" if of_log else
                                     "neither side holds what they change")
-                                 + ": `caucus project` reads them")
+                                 + ": `caucus project --until-caught-up` reads them")
         finally:
             log.close()
     finally:

@@ -234,7 +234,7 @@ def stored_set(store: ProjectionStore, spec: SideSpec) -> SetInfo:
         info = store.serving(DEFAULT_SET)
         if info is None:
             raise DiffError(
-                f"side {spec.text!r}: no projection {DEFAULT_SET!r} is serving in {store.describe()}; run `caucus project` first"
+                f"side {spec.text!r}: no projection {DEFAULT_SET!r} is serving in {store.describe()}; run `caucus project --until-caught-up` first"
             )
         return info
     m = _SET_ARG.match(spec.argument or "")

@@ -151,7 +151,7 @@ class SqliteStore:
                 self._conn, self._ro = open_database(self.path, timeout, read_only=read_only)
         except MissingDatabase:
             raise StoreMissing(
-                f"no projection store at {self.path}: run `caucus project` first (it builds the store from the log), "
+                f"no projection store at {self.path}: run `caucus project --until-caught-up` first (it builds the store from the log), "
                 "or --data-dir / --database points elsewhere"
             ) from None
         except (OSError, sqlite3.Error) as exc:

@@ -168,7 +168,7 @@ def test_tally_command_state_county_unit_and_rule_set(projected: tuple[Path, Sql
 
 def test_queries_explain_what_is_missing(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.sqlite3")
-    with pytest.raises(QueryError, match="run `caucus project` first"):
+    with pytest.raises(QueryError, match="run `caucus project --until-caught-up` first"):
         load_view(store)
     store.ensure_serving("tally", source="x")
     with pytest.raises(QueryError, match="no election is defined"):

@@ -1,0 +1,47 @@
+"""A hint names the command to run as this run would have to run it: "run `caucus project` first", said of
+`--data-dir iowa2020` and followed as given, read ./caucus-data (and, without --until-caught-up, never
+returned), so the next try failed the same way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from typer.testing import CliRunner
+
+import ledger.cli
+from ledger.journal import Journal
+from ledger.log.sqlite import SqliteLog
+from tests.cli_invoke import caucus_cli
+
+
+def test_a_hint_carries_the_data_directory_it_was_given_for(support: ModuleType, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "iowa2020"
+    events = support.election_log(6)
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(events[:-3])
+    caucus = caucus_cli(data, monkeypatch)
+    code, said = caucus("tally")
+    assert code == 2 and f"run `caucus --data-dir {data} project --until-caught-up` first" in said, said
+    code, said = caucus("tally", "--json")  # the JSON error says the same
+    assert code == 2, said
+    assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(events[-3:])
+    code, said = caucus("tally")
+    assert code == 0 and f"`caucus --data-dir {data} project --until-caught-up` reads them" in said, said
+    code, said = caucus("audit")
+    assert f"`caucus --data-dir {data} project --until-caught-up` reads them" in said, said
+
+
+def test_a_hint_for_the_default_data_directory_names_none(support: ModuleType, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("CAUCUS_DATA_DIR", "CAUCUS_KAFKA", "CAUCUS_DATABASE", "CAUCUS_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    Journal(SqliteLog(tmp_path / "caucus-data" / "log.sqlite3", partitions=8)).append_batch(support.election_log(2))
+    ledger.cli._register_commands()
+    result = CliRunner().invoke(ledger.cli.app, ["tally", "--json"])
+    error = json.loads(result.stderr)["error"]
+    assert result.exit_code == 2 and "run `caucus project --until-caught-up` first" in error["message"], error

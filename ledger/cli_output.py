@@ -21,6 +21,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -32,7 +33,7 @@ from typer._click.core import (
 )
 from typer._click.globals import get_current_context
 
-from ledger.config import DEFAULT_DATA_DIR, Settings
+from ledger.config import Settings
 
 __all__ = [
     "set_args", "set_wide", "is_wide", "console", "wants_json", "print_error", "text", "NONE", "DEFAULT_WIDTH",
@@ -107,14 +108,26 @@ def print_error(message: str, code: int, *, as_json: bool, kind: str = "") -> No
 
 
 def runnable_here(message: str) -> str:
-    """A message's "`caucus CMD`" hints with this run's --data-dir, when it is not the default: "run
-    `caucus project` first", said of --data-dir iowa2020 and followed as given, read ./caucus-data."""
+    """A message's "`caucus CMD`" hints with the backend options this run was given on its command line
+    (an environment variable or caucus.toml holds for the next command too): "run `caucus project`
+    first", said of --data-dir iowa2020 and followed as given, read ./caucus-data. A database URL that
+    carries a password is not repeated."""
     ctx = get_current_context(silent=True)
-    settings = ctx.find_root().obj if ctx is not None else None
-    if not isinstance(settings, Settings) or settings.data_dir == DEFAULT_DATA_DIR or "`caucus " not in message:
+    loaded = ctx.find_root().meta.get(LOADED_KEY) if ctx is not None else None
+    if loaded is None or "`caucus " not in message:
         return message
-    flag = f"--data-dir {shlex.quote(str(settings.data_dir))}"
-    return re.sub(r"`caucus (?!--data-dir)", lambda _: f"`caucus {flag} ", message)
+    flags = []
+    for name, flag in (("data_dir", "--data-dir"), ("kafka", "--kafka"), ("topic", "--topic"), ("database", "--database")):
+        value = getattr(loaded.settings, name, None)
+        if not str(loaded.sources.get(name, "")).startswith("flag") or value is None:
+            continue
+        if name == "database" and urlsplit(str(value)).password:
+            continue
+        flags.append(f"{flag} {shlex.quote(str(value))}")
+    if not flags:
+        return message
+    given = " ".join(flags)
+    return re.sub(r"`caucus (?!--)", lambda _: f"`caucus {given} ", message)
 
 
 def _kind(code: int) -> str:

@@ -25,7 +25,8 @@ from ledger.log.port import LogError, LogFileReplacedError, LogLostError, LogMis
 from projections.backends import has_groups
 from projections.feed import FeedOfAnotherLog, publishing
 from projections.observe import RunnerObserver, progress_line
-from projections.queries import DEFAULT_SET, NoElectionYet, QueryError, RuleSetError, find_county, find_unit, load_view, resolve_set
+from projections.queries import (DEFAULT_SET, AmbiguousUnit, NoElectionYet, QueryError, RuleSetError, find_county, find_unit,
+                                 load_view, resolve_set)
 from projections.replay import ServingWatch, follow_serving
 from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
@@ -236,7 +237,7 @@ def tally(
                 if log is not None:
                     log.close()
             county_id = find_county(view.context, county) if county else None
-            unit_id = find_unit(view, unit) if unit else None
+            unit_id = find_unit(view, unit, county_id, county_option=True) if unit else None
             note = _against_the_log(settings, store, view) if as_of is None else None
         except QueryError as exc:
             hint = _unread_hint(settings, store, projection) if as_of is None and not isinstance(exc, RuleSetError) else ""
@@ -420,6 +421,8 @@ def trail(
                     get_rule_set(rule_set)  # nothing is tallied, but a mistyped name is still an error
             try:
                 unit_id = find_unit(view, unit) if view is not None else unit
+            except AmbiguousUnit:
+                raise
             except QueryError:
                 unit_id = unit  # not in the definition: its refused submissions may still be in the log
             defined = view is not None and unit_id in view.context.units  # (a refusal's count gives an undefined unit a state)

@@ -47,6 +47,7 @@ __all__ = [
     "choose_election",
     "tallies_from_states",
     "find_county",
+    "AmbiguousUnit",
     "find_unit",
     "find_unit_in",
     "DEFAULT_SET",
@@ -62,6 +63,10 @@ class QueryError(LookupError):
 class RuleSetError(QueryError):
     """The rule set asked for (``--rule-set``) is not one the ledger can read: no record the projection has
     yet to read can answer that, so no hint points at the log."""
+
+
+class AmbiguousUnit(QueryError):
+    """A name several units share was given for one (``find_unit_in``): not a unit the log lacks."""
 
 
 class NoElectionYet(QueryError):
@@ -248,13 +253,16 @@ def find_county(ctx: ElectionContext, text: str) -> str:
     raise QueryError(f"{text!r} names several counties: {', '.join(hits)}")
 
 
-def find_unit(view: TallyView, text: str) -> str:
-    """A unit by id, short name or name (exact, then case-insensitive)."""
-    return text if text in view.units else find_unit_in(view.context, text)
+def find_unit(view: TallyView, text: str, county_id: str | None = None, *, county_option: bool = False) -> str:
+    """A unit by id, short name or name (exact, then case-insensitive), in ``county_id`` when given."""
+    return text if text in view.units else find_unit_in(view.context, text, county_id, county_option=county_option)
 
 
-def find_unit_in(ctx: ElectionContext, text: str) -> str:
-    """A unit the election defines, by id, short name or name (exact, then case-insensitive)."""
+def find_unit_in(ctx: ElectionContext, text: str, county_id: str | None = None, *, county_option: bool = False) -> str:
+    """A unit the election defines, by id, short name or name (exact, then case-insensitive); a name
+    several units share (names repeat across counties) is narrowed to ``county_id`` when one is given
+    (``--county``), and refused naming each unit and its county otherwise (and the option, when the
+    command has it: ``county_option``)."""
     if text in ctx.units:
         return text
     want = " ".join(text.split()).casefold()
@@ -263,11 +271,46 @@ def find_unit_in(ctx: ElectionContext, text: str) -> str:
         for u in ctx.units.values()
         if want in {" ".join(u.name.split()).casefold(), (u.short_name or "").casefold()}
     ]
+    shown = ", ".join(f"{h} ({ctx.units[h].name}, {_county_name(ctx, ctx.units[h].county_id)})" for h in hits[:10])
+    more = f", ... ({len(hits)} in all)" if len(hits) > 10 else ""
+    if county_id is not None and len(hits) > 1:
+        inside = [h for h in hits if ctx.units[h].county_id == county_id]
+        if not inside:
+            raise QueryError(f"no unit {text!r} in {_county_name(ctx, county_id)}; the units of that name: {shown}{more}")
+        hits = inside
     if len(hits) == 1:
         return hits[0]
     if not hits:
-        raise QueryError(f"no unit {text!r} in election {ctx.election_id!r} (give the unit id)")
-    raise QueryError(f"{text!r} names several units: {', '.join(hits[:10])}; give the unit id")
+        near = _near_units(ctx, text)
+        raise QueryError(f"no unit {text!r} in election {ctx.election_id!r}, by id, short name or name"
+                         + (f"; did you mean {near}?" if near else ""))
+    raise AmbiguousUnit(f"{text!r} names several units: {shown}{more}; give the unit id"
+                        + (", or its county with --county" if county_option and county_id is None else ""))
+
+
+def _county_name(ctx: ElectionContext, county_id: str) -> str:
+    county = ctx.counties.get(county_id)
+    return county.name if county is not None else county_id
+
+
+def _near_units(ctx: ElectionContext, text: str) -> str:
+    """Up to three ids or names close to ``text``: "ID (NAME)" for an id, "'NAME'" and its unit, or how
+    many units share it, for a name."""
+    import difflib
+
+    ids: dict[str, str] = {u.unit_id.casefold(): u.unit_id for u in ctx.units.values()}
+    names: dict[str, list[str]] = {}
+    for u in ctx.units.values():
+        names.setdefault(" ".join(u.name.split()).casefold(), []).append(u.unit_id)
+    out = []
+    for key in difflib.get_close_matches(" ".join(text.split()).casefold(), [*ids, *names], n=3, cutoff=0.75):
+        if key in ids:
+            out.append(f"{ids[key]} ({ctx.units[ids[key]].name})")
+        else:
+            units = names[key]
+            name = ctx.units[units[0]].name
+            out.append(f"{name!r} ({units[0]})" if len(units) == 1 else f"{name!r} ({len(units)} units)")
+    return ", ".join(out)
 
 
 def named_undefined(reader: StoreReader, election_id: str) -> bool:

@@ -249,7 +249,7 @@ def audit_command(
             county_id, unit_id = None, unit
         else:
             county_id = find_county(context, county) if county is not None else None
-            unit_id = find_unit_in(context, unit) if unit is not None else None
+            unit_id = find_unit_in(context, unit, county_id, county_option=True) if unit is not None else None
     except (AsOfError, QueryError, StoreError, LogError, CaucusMathError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
     shown = report.filtered(severities, codes, county_id, unit_id)

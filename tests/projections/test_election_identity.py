@@ -265,7 +265,7 @@ def test_a_question_the_projection_cannot_answer_yet_says_what_it_has_not_read(w
     assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
     _simulated(caucus, token, 2, 20)  # a second election the projection has not read
     code, out = caucus("tally", "--election", "sim-2")
-    assert code == 2 and "unknown" in str(out) and "has not read" in str(out) and "caucus project" in str(out), out
+    assert code == 2 and "unknown" in str(out) and "has not read" in str(out) and " project --until-caught-up` reads them" in str(out), out
     assert caucus("project", "--until-caught-up", "--quiet")[0] == 0
     code, out = caucus("tally", "--election", "nope")
     assert code == 2 and "has not read" not in str(out), out

@@ -169,7 +169,7 @@ def test_an_older_copy_restored_and_written_past_the_projection_exits_3(support:
     Journal(SqliteLog(data / "log.sqlite3")).append_batch(support.election_log(60, election_id="e2"))
     again = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 3, again.stderr
-    assert "not the event this projection applied there" in again.stderr and "caucus replay --new-log" in again.stderr
+    assert "not the event this projection applied there" in again.stderr and f"`caucus --data-dir {data} replay --new-log`" in again.stderr
 
 
 def test_a_new_log_in_place_of_the_old_one_is_refused_with_the_way_out(support: ModuleType, tmp_path: Path) -> None:
@@ -184,7 +184,7 @@ def test_a_new_log_in_place_of_the_old_one_is_refused_with_the_way_out(support: 
     Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(support.election_log(1))
     other = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
     assert other.returncode == 3 and other.stderr.count("error:") == 1
-    assert "another log" in other.stderr and "`caucus replay --new-log`" in other.stderr
+    assert "another log" in other.stderr and f"`caucus --data-dir {data} replay --new-log`" in other.stderr
     fixed = subprocess.run(_cli(data, None, "replay", "--new-log", "-q"), env=_env(), capture_output=True, text=True, timeout=120)
     assert fixed.returncode == 0, fixed.stderr
     again = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
@@ -211,7 +211,7 @@ def test_a_running_runner_whose_log_file_is_replaced_stops_and_a_restart_checks_
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, err
-    assert "was replaced by another file" in err and "Start `caucus project` again" in err
+    assert "was replaced by another file" in err and f"Start `caucus --data-dir {data} project` again" in err
     again = subprocess.run(_cli(data, None, "project", "--until-caught-up", "-q"), env=_env(), capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again.stderr
     store.close()

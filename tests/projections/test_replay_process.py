@@ -141,7 +141,7 @@ def test_a_damaged_store_is_named_with_what_to_do(support: ModuleType, tmp_path:
     for command in (["project", "--until-caught-up"], ["replay"]):
         done = _run(data, *command)
         assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done.stderr)
-        assert str(store) in done.stderr and "caucus project" in done.stderr, (command, done.stderr)
+        assert str(store) in done.stderr and f"`caucus --data-dir {data} project" in done.stderr, (command, done.stderr)
     store.rename(data / "damaged.sqlite3")
     assert _run(data, "project", "--until-caught-up", "-q").returncode == 0, "built again from the log"
 
@@ -179,7 +179,7 @@ def test_a_damaged_results_feed_is_called_the_feed_with_what_to_do(support: Modu
     done = _run(data, "subscribe", "--latest")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "results feed" in done.stderr and "embedded log" not in done.stderr and "verify" not in done.stderr, done.stderr
-    assert "caucus project" in done.stderr, done.stderr
+    assert f"`caucus --data-dir {data} project" in done.stderr, done.stderr
     feed.rename(data / "damaged.sqlite3")
     assert _run(data, "project", "--until-caught-up", "-q").returncode == 0
     assert _run(data, "subscribe", "--latest").stdout.count("\n") > 0, "published again"

@@ -35,13 +35,39 @@ def test_a_hint_carries_the_data_directory_it_was_given_for(support: ModuleType,
     assert f"`caucus --data-dir {data} project --until-caught-up` reads them" in said, said
 
 
-def test_a_hint_for_the_default_data_directory_names_none(support: ModuleType, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("where", ["default", "environment"])
+def test_a_hint_repeats_no_option_the_next_command_reads_anyway(support: ModuleType, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """The default data directory, or one CAUCUS_DATA_DIR names, holds for the next command as well."""
     monkeypatch.chdir(tmp_path)
     for name in ("CAUCUS_DATA_DIR", "CAUCUS_KAFKA", "CAUCUS_DATABASE", "CAUCUS_CONFIG"):
         monkeypatch.delenv(name, raising=False)
-    Journal(SqliteLog(tmp_path / "caucus-data" / "log.sqlite3", partitions=8)).append_batch(support.election_log(2))
+    data = tmp_path / "caucus-data"
+    if where == "environment":
+        data = tmp_path / "elsewhere"
+        monkeypatch.setenv("CAUCUS_DATA_DIR", str(data))
+    Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(support.election_log(2))
     ledger.cli._register_commands()
     result = CliRunner().invoke(ledger.cli.app, ["tally", "--json"])
     error = json.loads(result.stderr)["error"]
     assert result.exit_code == 2 and "run `caucus project --until-caught-up` first" in error["message"], error
+
+
+def test_a_hint_leaves_out_a_database_url_with_a_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hint is printed, and logged: a password given on the command line is not repeated in it."""
+    from ledger.cli_output import runnable_here
+
+    ledger.cli._register_commands()
+    said: list[str] = []
+
+    @ledger.cli.app.command("hint-probe", hidden=True)
+    def probe() -> None:
+        said.append(runnable_here("run `caucus project` first"))
+
+    try:
+        CliRunner().invoke(ledger.cli.app, ["--data-dir", "d", "--database", "postgresql://u:secret@h/db", "hint-probe"])
+        CliRunner().invoke(ledger.cli.app, ["--data-dir", "d", "--database", "postgresql://u@h/db", "hint-probe"])
+    finally:
+        ledger.cli.app.registered_commands.pop()
+    assert said == ["run `caucus --data-dir d project` first",
+                    "run `caucus --data-dir d --database postgresql://u@h/db project` first"], said

@@ -51,12 +51,12 @@ def _app() -> typer.Typer:
     return app
 
 
-def _history(support: ModuleType) -> list[Any]:
+def _history(support: ModuleType, u2_name: str = "Mason City 2") -> list[Any]:
     t = support.T0
     defn = ElectionDefined(
         "Trail caucus", "idp-2020", ("Biden", "Sanders", "Warren"),
         (County("c", "Cerro Gordo", Fraction(1, 10)),),
-        (UnitDefinition("u1", "Mason City 1", "c", 6, short_name="MC1"), UnitDefinition("u2", "Mason City 2", "c", 4)),
+        (UnitDefinition("u1", "Mason City 1", "c", 6, short_name="MC1"), UnitDefinition("u2", u2_name, "c", 4)),
     )
     report = support.ev(ResultReported(Result(ALIGN, ALIGN), "chair"), unit_id="u1", event_id="report", at=t + timedelta(hours=2))
     return [
@@ -184,3 +184,51 @@ def test_projections_command_lists_sets(projected: tuple[Path, SqliteLog, Projec
     assert (only["name"], only["state"], only["events"]) == ("tally", "serving", 7)
 
 
+
+
+def _shared_names() -> Any:
+    from projections.election_context import election_context
+    from projections.reducers import ElectionState
+
+    defn = ElectionDefined(
+        "Names", "idp-2020", ("Biden",),
+        (County("c", "Calhoun", Fraction(1, 10)), County("d", "Dallas", Fraction(1, 10)), County("a", "Adams", Fraction(1, 10))),
+        (UnitDefinition("948238", "Union", "c", 4), UnitDefinition("1593476", "UNION", "d", 4),
+         UnitDefinition("946901", "Northeast", "d", 2)),
+    )  # fmt: skip
+    return election_context(ElectionState("e", definition=defn), "e")
+
+
+def test_a_name_several_units_share_names_each_and_a_county_narrows_it() -> None:
+    """2020 Iowa has six precincts called Union: the refusal listed bare ids, and --county did not narrow."""
+    from projections.queries import AmbiguousUnit, find_unit_in
+
+    ctx = _shared_names()
+    with pytest.raises(AmbiguousUnit) as said:
+        find_unit_in(ctx, "union", county_option=True)
+    assert str(said.value) == ("'union' names several units: 948238 (Union, Calhoun), 1593476 (UNION, Dallas); give the "
+                               "unit id, or its county with --county")
+    assert find_unit_in(ctx, "Union", "d") == "1593476"
+    with pytest.raises(QueryError, match=r"no unit 'Union' in Adams; the units of that name: 948238 \(Union, Calhoun\)"):
+        find_unit_in(ctx, "Union", "a")
+    with pytest.raises(QueryError, match=r"did you mean 'Union' \(2 units\)\?"):
+        find_unit_in(ctx, "Uniom")
+    with pytest.raises(QueryError, match=r"did you mean 946901 \(Northeast\)"):
+        find_unit_in(ctx, "946910")
+    assert find_unit_in(ctx, "northeast") == "946901"
+
+
+def test_a_trail_by_a_name_several_units_share_says_so(support: ModuleType, tmp_path: Path) -> None:
+    """`trail NAME` for a name two units share said "the election defines no such unit" (exit 2), while
+    `tally --unit NAME` said the name was shared: the trail took any lookup error for an unknown unit."""
+    data = tmp_path / "data"
+    Journal(SqliteLog(data / "log.sqlite3", partitions=4)).append_batch(_history(support, u2_name="Mason City 1"))
+    store = SqliteStore(data / "store.sqlite3")
+    from ledger.config import Settings
+    from projections.wiring import log_identity
+
+    sid = store.ensure_serving("tally", source=log_identity(Settings(data_dir=data))).set_id
+    ProjectionRunner(store, sid, EmbeddedSource(SqliteLog(data / "log.sqlite3")), batch_size=3).run(until_caught_up=True)
+    out = CliRunner().invoke(_app(), ["--data-dir", str(data), "trail", "mason city 1"], env={"CAUCUS_DATABASE": ""})
+    assert out.exit_code == 2 and "'mason city 1' names several units: u1 (Mason City 1, Cerro Gordo), u2 (Mason City 1, " \
+        "Cerro Gordo); give the unit id" in out.stderr, out.stderr

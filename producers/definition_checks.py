@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.events import ElectionDefined, Problem
-from producers.identifiers import candidate_collisions
+from producers.identifiers import candidate_collisions, id_lookalikes
 
 __all__ = ["definition_problems", "listed_twice"]
 
@@ -34,6 +34,9 @@ def definition_problems(payload: ElectionDefined) -> list[Problem]:
     errors += listed_twice([c.county_id for c in payload.counties], "counties", "county id")
     errors += listed_twice([g.group_id for g in payload.satellite_groups], "satellite_groups", "satellite group id")
     errors += listed_twice([u.unit_id for u in payload.units], "units", "unit id")
+    errors += id_lookalikes([c.county_id for c in payload.counties], "counties", "county id")
+    errors += id_lookalikes([g.group_id for g in payload.satellite_groups], "satellite_groups", "satellite group id")
+    errors += id_lookalikes([u.unit_id for u in payload.units], "units", "unit id")
     errors += _zero_ratios(payload)
     counties = {c.county_id for c in payload.counties}
     groups = {g.group_id for g in payload.satellite_groups}

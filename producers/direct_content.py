@@ -57,10 +57,12 @@ __all__ = ["content_problems", "KEPT_AS_RECORDED", "KEPT_ALWAYS"]
 KEPT_AS_RECORDED = frozenset(CHECK_CODES) | {"TOO_LONG", "ALREADY_DEFINED"}
 """Refusals of the intake that a direct write of a published record (the import channel) is not
 refused for (module docstring)."""
-KEPT_ALWAYS = frozenset({"ALREADY_DEFINED", "BLANK", "NOT_A_SATELLITE", "SLASH_IN_ID", "HIDDEN_CHARACTER", "ZERO_RATIO"})
+KEPT_ALWAYS = frozenset({"ALREADY_DEFINED", "BLANK", "NOT_A_SATELLITE", "SLASH_IN_ID", "HIDDEN_CHARACTER", "ZERO_RATIO",
+                         "CANDIDATE_LOOKALIKE", "ID_LOOKALIKE"})
 """... and those that no direct write is refused for. ``BLANK`` (a reason or a name blank on screen),
 ``NOT_A_SATELLITE`` (a precinct's sde_weight), ``ZERO_RATIO`` (a county's SDE ratio of 0), ``SLASH_IN_ID`` (an id with a '/', which no HTTP path
-can name) and ``HIDDEN_CHARACTER`` (a name with a control or invisible character): the intake took such
+can name), ``HIDDEN_CHARACTER`` (a name with a control or invisible character), ``CANDIDATE_LOOKALIKE`` and
+``ID_LOOKALIKE`` (names or ids told apart only by case or a compatibility form): the intake took such
 definitions before it refused them,
 and a restore must keep what the ledger accepted; a direct write names its official in its writer
 header, and the audit lists it, whatever it says."""

@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 from ledger.events import Problem
 
 __all__ = ["plain_text", "plain_id", "candidate_collisions", "folded", "shows_a_word", "said", "hidden_character",
-           "shown_name"]
+           "shown_name", "id_lookalikes", "looks_alike"]
 
 _HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 _BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
@@ -91,21 +91,44 @@ def folded(name: str) -> str:
     return unicodedata.normalize("NFC", name).casefold()
 
 
+def looks_alike(name: str) -> str:
+    """A name or id as a reader tells it apart: compatibility forms folded too (NFKC, case-folded and
+    normalised again), so that the fullwidth "Ｓａｎｄｅｒｓ" and "Sanders", or the ids "P1" and "p1", are one."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+
+
 def candidate_collisions(candidates: Iterable[str]) -> list[Problem]:
     """Candidate names that differ only by case or Unicode form from an earlier one (exact repeats are
-    the ``DUPLICATE`` rule's)."""
+    the ``DUPLICATE`` rule's): ``CANDIDATE_COLLISION`` by case or canonical form, ``CANDIDATE_LOOKALIKE``
+    by a compatibility form (fullwidth letters, ligatures, superscripts) a reader cannot tell apart either."""
     seen: dict[str, str] = {}
     out = []
     for i, name in enumerate(candidates):
-        key = folded(name)
-        earlier = seen.get(key)
+        earlier = seen.get(looks_alike(name))
         if earlier is not None and earlier != name:
+            same_case = folded(earlier) == folded(name)
             out.append(
                 Problem(
                     f"candidates.{i}",
-                    "CANDIDATE_COLLISION",
-                    f"candidate {name!r} differs from {earlier!r} only by case or Unicode form; one election's candidates must be told apart",
+                    "CANDIDATE_COLLISION" if same_case else "CANDIDATE_LOOKALIKE",
+                    f"candidate {name!r} differs from {earlier!r} only by case"
+                    + (" or Unicode form" if same_case else ", width or Unicode compatibility form")
+                    + "; one election's candidates must be told apart",
                 )
             )
-        seen.setdefault(key, name)
+        seen.setdefault(looks_alike(name), name)
+    return out
+
+
+def id_lookalikes(ids: Iterable[str], where: str, what: str) -> list[Problem]:
+    """Ids that differ from an earlier one only by case or a compatibility form ("P1" and "p1", "lee" and
+    "Lee"): each is its own unit or county to the ledger, one to a reader, and a count meant for one
+    can be sent for the other unnoticed (exact repeats are the ``DUPLICATE`` rule's)."""
+    seen: dict[str, str] = {}
+    out = []
+    for i, value in enumerate(ids):
+        earlier = seen.setdefault(looks_alike(value), value)
+        if earlier != value:
+            out.append(Problem(f"{where}.{i}", "ID_LOOKALIKE", f"{what} {value!r} differs from {earlier!r} only by case or "
+                               "Unicode form; ids must be told apart by a reader"))
     return out

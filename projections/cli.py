@@ -236,8 +236,8 @@ def tally(
             finally:
                 if log is not None:
                     log.close()
-            county_id = find_county(view.context, county) if county else None
-            unit_id = find_unit(view, unit, county_id, county_option=True) if unit else None
+            county_id = find_county(view.context, county) if county is not None else None
+            unit_id = find_unit(view, unit, county_id, county_option=True) if unit is not None else None
             note = _against_the_log(settings, store, view) if as_of is None else None
         except QueryError as exc:
             hint = _unread_hint(settings, store, projection) if as_of is None and not isinstance(exc, RuleSetError) else ""

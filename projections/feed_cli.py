@@ -75,8 +75,8 @@ def resolve_filter(settings: Any, county: str | None, unit: str | None, election
         return county, unit, election
     try:
         view = load_view(store, election_id=election, unit=unit)
-        county_id = find_county(view.context, county) if county else None
-        return county_id, find_unit(view, unit, county_id, county_option=True) if unit else None, view.context.election_id
+        county_id = find_county(view.context, county) if county is not None else None
+        return county_id, find_unit(view, unit, county_id, county_option=True) if unit is not None else None, view.context.election_id
     except StoreError:
         return county, unit, election
     finally:

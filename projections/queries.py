@@ -241,15 +241,24 @@ def find_county(ctx: ElectionContext, text: str) -> str:
     """A county by id or by name (case and spacing ignored)."""
     if text in ctx.counties:
         return text
+    if not text.strip():  # "--county ''" showed the statewide tally, as if no county had been asked for
+        raise QueryError("the county given is empty: give a county name or id")
     want = " ".join(text.split()).casefold()
     hits = [cid for cid, c in ctx.counties.items() if " ".join(c.name.split()).casefold() == want or cid.casefold() == want]
     if len(hits) == 1:
         return hits[0]
     if not hits:
+        import difflib
+
         names = sorted(c.name for c in ctx.counties.values())
+        near = difflib.get_close_matches(text, names, n=3, cutoff=0.6) or difflib.get_close_matches(
+            want, [n.casefold() for n in names], n=3, cutoff=0.6)
+        by_fold = {n.casefold(): n for n in names}
+        near = [by_fold.get(n, n) for n in near]
         shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
-        raise QueryError(f"no county {text!r} in election {ctx.election_id!r}; its counties (by name or id): "
-                         f"{shown or 'none'}")
+        raise QueryError(f"no county {text!r} in election {ctx.election_id!r}"
+                         + (f" (did you mean {', '.join(repr(n) for n in near)}?)" if near else "")
+                         + f"; its counties (by name or id): {shown or 'none'}")
     raise QueryError(f"{text!r} names several counties: {', '.join(hits)}")
 
 
@@ -265,11 +274,13 @@ def find_unit_in(ctx: ElectionContext, text: str, county_id: str | None = None, 
     command has it: ``county_option``)."""
     if text in ctx.units:
         return text
+    if not text.strip():
+        raise QueryError("the unit given is empty: give a unit id or name")
     want = " ".join(text.split()).casefold()
-    hits = [
+    hits = [  # an id in another case is a match as a name is (it was not: "p1" found the unit *named* P1)
         u.unit_id
         for u in ctx.units.values()
-        if want in {" ".join(u.name.split()).casefold(), (u.short_name or "").casefold()}
+        if want in {" ".join(u.name.split()).casefold(), (u.short_name or "").casefold(), u.unit_id.casefold()}
     ]
     shown = ", ".join(f"{h} ({ctx.units[h].name}, {_county_name(ctx, ctx.units[h].county_id)})" for h in hits[:10])
     more = f", ... ({len(hits)} in all)" if len(hits) > 10 else ""

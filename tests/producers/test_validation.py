@@ -285,6 +285,23 @@ def test_candidate_names_are_plain_and_told_apart(election: dict[str, Any]) -> N
                                       ("candidates.4", "CANDIDATE_COLLISION")}  # fmt: skip
 
 
+def test_look_alike_candidates_and_ids_are_refused(election: dict[str, Any]) -> None:
+    """The fullwidth "Ｓａｎｄｅｒｓ" passed the case check (NFC, case-folded): a definition naming it beside
+    "Sanders" split one candidate's counts over two rows, and the leader shown was the wrong one. Unit and
+    county ids told apart only by case ("P1", "p1") were not checked at all."""
+    st = IntakeState()
+    look = {**election, "election_id": "other", "candidates": ["Sanders", "\uff33\uff41\uff4e\uff44\uff45\uff52\uff53", "Biden",
+                                                               "\ufb01nn", "Finn"]}
+    counties = election["counties"]
+    look["counties"] = [*counties, {**counties[0], "county_id": counties[0]["county_id"].swapcase()}]
+    units = election["units"]
+    look["units"] = [*units, {**units[0], "unit_id": units[0]["unit_id"].swapcase(), "name": "another"}]
+    verdict = _verdict(st, CommandKind.DEFINE, look)
+    found = _codes(verdict.errors)
+    assert found == {("candidates.1", "CANDIDATE_LOOKALIKE"), ("candidates.4", "CANDIDATE_COLLISION"),
+                     (f"counties.{len(counties)}", "ID_LOOKALIKE"), (f"units.{len(units)}", "ID_LOOKALIKE")}, verdict.errors
+
+
 @pytest.mark.parametrize("blank", [" ", "\u200b", "\u3164", " \u3164 ", "\u115f\u1160", "--"],
                          ids=["space", "zero-width", "hangul-filler", "padded-filler", "choseong-jungseong-fillers", "punctuation"])
 def test_free_text_of_the_paper_trail_must_show_a_word(blank: str) -> None:

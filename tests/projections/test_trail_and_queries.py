@@ -232,3 +232,32 @@ def test_a_trail_by_a_name_several_units_share_says_so(support: ModuleType, tmp_
     out = CliRunner().invoke(_app(), ["--data-dir", str(data), "trail", "mason city 1"], env={"CAUCUS_DATABASE": ""})
     assert out.exit_code == 2 and "'mason city 1' names several units: u1 (Mason City 1, Cerro Gordo), u2 (Mason City 1, " \
         "Cerro Gordo); give the unit id" in out.stderr, out.stderr
+
+
+def test_an_id_in_another_case_is_found_as_a_name_is_and_an_empty_one_is_refused() -> None:
+    """"p1" found the unit *named* P1, not the unit whose id is P1; "--county ''" showed the statewide tally."""
+    from projections.election_context import election_context
+    from projections.queries import AmbiguousUnit, find_county, find_unit_in
+    from projections.reducers import ElectionState
+
+    defn = ElectionDefined("Ids", "idp-2020", ("Biden",), (County("lee", "Lee", Fraction(1, 10)), County("polk", "Polk", Fraction(1, 5))),
+                           (UnitDefinition("P1", "North", "lee", 4), UnitDefinition("P2", "P1", "lee", 4),
+                            UnitDefinition("Q7", "South", "lee", 4)))  # fmt: skip
+    ctx = election_context(ElectionState("e", definition=defn), "e")
+    with pytest.raises(AmbiguousUnit, match=r"'p1' names several units: P1 \(North, Lee\), P2 \(P1, Lee\)"):
+        find_unit_in(ctx, "p1")
+    assert find_unit_in(ctx, "q7") == "Q7" and find_unit_in(ctx, "P1") == "P1"
+    for blank in ("", "  "):
+        with pytest.raises(QueryError, match="the unit given is empty"):
+            find_unit_in(ctx, blank)
+        with pytest.raises(QueryError, match="the county given is empty"):
+            find_county(ctx, blank)
+    with pytest.raises(QueryError, match=r"no county 'Plok' in election 'e' \(did you mean 'Polk'\?\); its counties"):
+        find_county(ctx, "Plok")
+
+
+def test_an_empty_county_or_unit_is_refused_not_read_as_none(projected: tuple[Path, SqliteLog, ProjectionStore, int]) -> None:
+    data = projected[0]
+    for option in ("--county", "--unit"):
+        out = CliRunner().invoke(_app(), ["--data-dir", str(data), "tally", option, ""], env={"CAUCUS_DATABASE": ""})
+        assert out.exit_code == 2 and "given is empty" in out.stderr, (option, out.output)

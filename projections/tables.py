@@ -26,14 +26,21 @@ def _order(area: AreaTally) -> list[str]:
     return sorted(area.candidates, key=lambda c: (-area.sde_display_sum.get(c, Decimal(0)), -area.final.get(c, 0), c))
 
 
-def area_table(area: AreaTally, title: str) -> Table:
+def area_table(area: AreaTally, title: str, *, computed: bool = False) -> Table:
+    """The area's sums; ``computed``: with the delegates the rule set computes from the units' alignments
+    beside the official ones (``tally --rule-set``: the official CDs are the units' reported ones where
+    they reported any, which no rule set changes)."""
     table = Table(title=title, title_justify="left")
-    for col in ("candidate", "first", "final", "CDs", "SDE"):
+    columns = ("candidate", "first", "final", "CDs", *(("CDs computed",) if computed else ()), "SDE")
+    for col in columns:
         table.add_column(col, justify="left" if col == "candidate" else "right", overflow="fold")
     for c in _order(area):
-        table.add_row(c, f"{area.first.get(c, 0):,}", f"{area.final.get(c, 0):,}", f"{area.cds.get(c, 0):,}", f"{area.sde_display_sum.get(c, Decimal(0)):,.4f}")
+        extra = (f"{area.cds_computed.get(c, 0):,}",) if computed else ()
+        table.add_row(c, f"{area.first.get(c, 0):,}", f"{area.final.get(c, 0):,}", f"{area.cds.get(c, 0):,}", *extra,
+                      f"{area.sde_display_sum.get(c, Decimal(0)):,.4f}")
+    extra = (f"{sum(area.cds_computed.values()):,}",) if computed else ()
     table.add_row(
-        "total", f"{sum(area.first.values()):,}", f"{sum(area.final.values()):,}", f"{sum(area.cds.values()):,}",
+        "total", f"{sum(area.first.values()):,}", f"{sum(area.final.values()):,}", f"{sum(area.cds.values()):,}", *extra,
         f"{sum(area.sde_display_sum.values(), Decimal(0)):,.4f}", style="bold",
     )
     return table
@@ -112,7 +119,17 @@ def print_area(console: Console, view: TallyView, area: AreaTally, title: str) -
     console.print(f"{meta['election'] or meta['election_id']}  rule set {meta['rule_set']}  "
                   f"(projection {view.set.name}{version}{', certified' if meta['certified'] else ''})")
     console.print(_reporting_line(area))
-    console.print(area_table(area, title))
+    definition = view.context.state.definition
+    other_rules = definition is not None and meta["rule_set"] != definition.rule_set
+    console.print(area_table(area, title, computed=other_rules))
+    if other_rules:
+        units = view.context.units
+        cannot = sum(1 for u in view.units.values() if u.reporting and u.cds_computed is None and u.unit_id in units
+                     and area.area in ("state", units[u.unit_id].county_id))
+        none = f" ({cannot:,} reporting unit(s) whose delegates cannot be computed count none there)" if cannot else ""
+        console.print(f"CDs and SDE are the official ones (a unit's reported delegates where it reported any, which no "
+                      f"rule set changes); CDs computed: what {meta['rule_set']} gives from the alignments{none}. "
+                      f"`caucus diff live rules:{meta['rule_set']}` lists the units where they differ.")
 
 
 def _thresholds(u: UnitTally) -> str:

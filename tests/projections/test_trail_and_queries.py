@@ -161,6 +161,14 @@ def test_tally_command_state_county_unit_and_rule_set(projected: tuple[Path, Sql
     assert "threshold 30" in run("--unit", "u1")
     other = json.loads(run("--rule-set", "idp-2016", "--json"))
     assert other["rule_set"] == "idp-2016"
+    # Under another rule set the table showed the official CDs alone, the same as without it: what the
+    # rule set computes is now beside them, with what the two columns are.
+    assert "CDs computed" not in human
+    shown = run("--rule-set", "idp-2016")
+    assert "CDs computed" in shown and "CDs computed: what idp-2016 gives from the alignments" in shown, shown
+    computed = other["state"]["cds_computed"]
+    (total,) = [line for line in shown.splitlines() if line.startswith("│ total")]
+    assert [cell.strip() for cell in total.split("│")[1:-1]][4] == f"{sum(computed.values()):,}", total
     bad = runner.invoke(_app(), ["--data-dir", str(data), "tally", "--county", "Nowhere"], env={"CAUCUS_DATABASE": ""})
     assert bad.exit_code == 2 and "no county 'Nowhere'" in bad.stderr
     assert "its counties (by name or id): Cerro Gordo" in bad.stderr, bad.stderr  # what a user may give instead

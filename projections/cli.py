@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any, Optional
@@ -21,7 +21,7 @@ from ledger.cli_output import console as cli_console
 from ledger.cli_output import is_wide
 from ledger.codec import CodecError
 from ledger.config import Settings
-from ledger.log.port import LogError, LogFileReplacedError, LogLostError, LogMissingError
+from ledger.log.port import LogError, LogFileReplacedError, LogLostError
 from projections.backends import has_groups
 from projections.feed import FeedOfAnotherLog, publishing
 from projections.observe import RunnerObserver, progress_line
@@ -32,8 +32,8 @@ from projections.runner import Progress, ProjectionRunner, RunnerError
 from projections.stores import open_store
 from projections.stores.port import ProjectionStore, SetInfo, StoreError, StoreMissing
 from projections.tally_documents import county_document, state_document, unit_document
-from projections.wiring import (DEFAULT_GROUP, check_source, existing_log_identity, open_existing_log, open_log_of, read_identity,
-                                source_for, unread_events, unread_records)
+from projections.tally_freshness import Freshness, against_the_log, unread_hint
+from projections.wiring import (DEFAULT_GROUP, existing_log_identity, open_existing_log, open_log_of, source_for, unread_events)
 
 __all__ = ["register"]
 
@@ -238,14 +238,15 @@ def tally(
                     log.close()
             county_id = find_county(view.context, county) if county is not None else None
             unit_id = find_unit(view, unit, county_id, county_option=True) if unit is not None else None
-            note = _against_the_log(settings, store, view) if as_of is None else None
+            fresh = against_the_log(settings, store, view) if as_of is None else Freshness(None, None)
         except QueryError as exc:
-            hint = _unread_hint(settings, store, projection) if as_of is None and not isinstance(exc, RuleSetError) else ""
+            hint = unread_hint(settings, store, projection) if as_of is None and not isinstance(exc, RuleSetError) else ""
             raise fail(f"{exc}{hint}") from exc
         except LogError as exc:
             raise fail(str(exc)) from exc
-    if note is not None:  # stderr: under --json too, beside the document, which stays the tally
-        typer.echo(f"note: {runnable_here(note)}", err=True)
+    if fresh.note is not None:  # stderr: under --json too, beside the document, which stays the tally
+        typer.echo(f"note: {runnable_here(fresh.note)}", err=True)
+    behind = {} if as_of is not None else {"unread_records": fresh.unread}  # a program is told as well
     console = cli_console()
 
     def said_as_of() -> None:  # a past view, of the state, a county or a unit, says so before anything else
@@ -265,7 +266,7 @@ def tally(
             said_as_of()
             print_unit(console, view, t)
 
-        emit(unit_document(view, unit_id), as_json, human_unit)
+        emit({**(unit_document(view, unit_id) or {}), **behind}, as_json, human_unit)
         return
     from projections.tables import print_area, units_table
 
@@ -280,7 +281,7 @@ def tally(
             console.print(units_table(units, [c for c in order if area.final.get(c) or area.first.get(c)], f"units of {area.name}",
                                       wide=is_wide()))
 
-        emit(county_document(view, county_id), as_json, human)
+        emit({**county_document(view, county_id), **behind}, as_json, human)
         return
     area = view.state()
 
@@ -291,95 +292,7 @@ def tally(
             console.print(f"{len(view.undefined_units)} unit(s) reported but not in the definition (left out of the sums): "
                           + ", ".join(u.unit_id for u in view.undefined_units[:10]))
 
-    emit(state_document(view), as_json, human_state)
-
-
-LOG_ANSWER_SECONDS = 3.0
-"""How long ``tally`` waits for the log to say where it stands before answering from the store alone."""
-
-
-def _against_the_log(settings: Settings, store: ProjectionStore, view: Any) -> str | None:
-    """A tally is the store's: what the log holds beyond it is not in it, which a reader should be
-    told (a correction accepted but not yet projected). A store built from another log than the
-    configured one is refused (exit 3), as ``project`` and ``audit`` refuse it. A log that cannot be
-    read (a store copied or moved without it), or does not answer within ``LOG_ANSWER_SECONDS`` (a
-    broker down: its client would wait for its own timeout), leaves the tally the store's, with a note."""
-    answer = _ask_the_log(settings, view.positions)
-    if answer is None:
-        return f"the log did not answer within {LOG_ANSWER_SECONDS:g} s; this is the projection as of its last batch"
-    if "error" in answer:
-        if isinstance(answer["error"], LogMissingError) and view.set.source.startswith("log:"):
-            return (f"the log {settings.describe_log()} is not there, but this projection was built from log "
-                    f"{view.set.source[4:]}: that log was lost, or the settings name another place; this is the "
-                    "projection as of its last batch")
-        if isinstance(answer["error"], LogError):
-            return f"the log cannot be read ({answer['error']}); this is the projection as of its last batch"
-        raise answer["error"]
-    check_source(view.set, store, settings, read_identity(answer["id"]))
-    if "lost" in answer:
-        raise answer["lost"]
-    behind = answer["unread"]
-    if behind:
-        return (f"the log holds {behind} record(s) the projection has not read yet; whatever they change is not in "
-                "this tally: `caucus project --until-caught-up` reads them (a runner left running keeps the tally current)")
-    return None
-
-
-def _ask_the_log(settings: Settings, positions: Mapping[int, int] | None = None) -> dict[str, Any] | None:
-    """The configured log's id and high watermarks (``id``, ``marks``), with the records beyond
-    ``positions`` that are no checkpoint (``unread``, see ``unread_events``), or why it cannot be read
-    (``error``); None if it does not answer within ``LOG_ANSWER_SECONDS``: a tally is not held up by a
-    broker that is down, whose client would wait for its own timeout."""
-    answer: dict[str, Any] = {}
-
-    def ask() -> None:
-        try:
-            log = open_existing_log(settings)
-            try:
-                answer["id"], answer["marks"] = log.log_id, log.high_watermarks()
-                if positions is not None:
-                    try:
-                        answer["unread"] = unread_events(log, positions, answer["marks"])
-                    except LogLostError as exc:  # raised by the command, after the log's identity is checked
-                        answer["lost"] = exc
-            finally:
-                log.close()
-        except Exception as exc:  # noqa: BLE001 -- handed to the command's thread
-            answer["error"] = exc
-
-    asking = threading.Thread(target=ask, name="caucus-tally-log", daemon=True)
-    asking.start()
-    asking.join(LOG_ANSWER_SECONDS)
-    if not asking.is_alive():
-        return answer
-    got = dict(answer)  # the thread may still be reading the unread tail: what it had answered by then
-    if "marks" not in got or positions is None or "unread" in got or "lost" in got:
-        return got if "marks" in got else None
-    try:  # the log answered; only telling checkpoints apart took long: count every unread record
-        got["unread"] = unread_records(got["marks"], positions)
-    except LogLostError as exc:
-        got["lost"] = exc
-    return got
-
-
-def _unread_hint(settings: Settings, store: ProjectionStore, projection: str) -> str:
-    """What a question the projection cannot answer may be waiting for: a runner still on its first
-    catch-up has not read the election's definition, or the unit, yet ("no election is defined")."""
-    info = store.serving(projection)
-    if info is None:
-        return ""
-    try:
-        with store.reader(info.set_id) as reader:
-            positions = {p: row.next_offset for p, row in reader.positions().items()}
-    except StoreError:
-        return ""
-    answer = _ask_the_log(settings, positions)  # a log that cannot be read: the question's own error is the answer then
-    try:
-        behind = answer["unread"] if answer and "unread" in answer else 0
-    except LogError:
-        return ""
-    return (f"; the projection has not read {behind} record(s) of the log yet, and what is asked may be among them: "
-            "`caucus project --until-caught-up` reads them") if behind else ""
+    emit({**state_document(view), **behind}, as_json, human_state)
 
 
 def _named_undefined(store: ProjectionStore, set_id: int, election: str | None) -> bool:

@@ -31,6 +31,8 @@ def test_a_hint_carries_the_data_directory_it_was_given_for(support: ModuleType,
     Journal(SqliteLog(data / "log.sqlite3", partitions=8)).append_batch(events[-3:])
     code, said = caucus("tally")
     assert code == 0 and f"`caucus --data-dir {data} project --until-caught-up` reads them" in said, said
+    code, doc = caucus("tally", "--json")  # a program is told too, not only a person on stderr
+    assert code == 0 and doc["unread_records"] == 3, doc
     code, said = caucus("audit")
     assert f"`caucus --data-dir {data} project --until-caught-up` reads them" in said, said
 

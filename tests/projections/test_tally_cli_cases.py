@@ -371,7 +371,7 @@ def test_a_slow_unread_tail_still_gives_the_count_not_a_log_that_did_not_answer(
     of every unread record is given instead."""
     import threading
 
-    import projections.cli as cli_module
+    import projections.tally_freshness as freshness
     from ledger.config import Settings
     from ledger.journal import Journal
     from ledger.log.sqlite import SqliteLog
@@ -384,10 +384,10 @@ def test_a_slow_unread_tail_still_gives_the_count_not_a_log_that_did_not_answer(
         release.wait(30)
         return 0
 
-    monkeypatch.setattr(cli_module, "unread_events", stuck)
-    monkeypatch.setattr(cli_module, "LOG_ANSWER_SECONDS", 0.5)
+    monkeypatch.setattr(freshness, "unread_events", stuck)
+    monkeypatch.setattr(freshness, "LOG_ANSWER_SECONDS", 0.5)
     try:
-        answer = cli_module._ask_the_log(Settings(data_dir=data), {0: 0, 1: 0})
+        answer = freshness.ask_the_log(Settings(data_dir=data), {0: 0, 1: 0})
     finally:
         release.set()
     assert answer is not None and answer["unread"] == sum(answer["marks"].values()) > 0, answer

@@ -253,7 +253,11 @@ def audit_command(
     except (AsOfError, QueryError, StoreError, LogError, CaucusMathError) as exc:
         raise fail(str(exc), OPERATIONAL) from exc
     shown = report.filtered(severities, codes, county_id, unit_id)
+    nothing = not context.election_id and not loose  # (before the filters: a filter may leave nothing of something)
     loose = unattributed_in(loose, getattr(context, "units", {}), unit_id, county_id)
+    if nothing:  # nothing at all to audit: "no findings", exit 0, read as a clean audit
+        raise fail(f"nothing to audit in {report.source}: no election is defined there, and no refused submission"
+                   + (" (a cut must come after the election's definition was recorded)" if cut is not None else ""))
     if not context.election_id:  # said apart from the output: a cut before the definition looks like a clean audit
         typer.echo(f"note: no election is defined in {report.source}; only the submissions refused before they named "
                    "an election are listed", err=True)

@@ -86,6 +86,15 @@ def test_as_of_audits_the_result_that_stood_then(caucus: Run, aud: ModuleType) -
     assert {f["unit_id"] for f in now["findings"]} == {"total", "sat"}
 
 
+def test_an_audit_of_a_cut_before_anything_is_an_error_not_a_clean_audit(caucus: Run) -> None:
+    """A mistyped year (2019 for 2020) audited nothing and said "no findings", exit 0: a clean audit to
+    whoever reads the exit code. `tally` of the same cut is exit 2; so is the audit now."""
+    before = caucus("audit", "--as-of", "2019-02-04T02:00:00Z")
+    assert before.exit_code == 2 and "nothing to audit" in before.output and "no election is defined" in before.output, \
+        before.output
+    assert "no findings" not in before.output
+
+
 def test_another_rule_set(caucus: Run) -> None:
     doc = _doc(caucus("audit", "--log", "--json", "--rule-set", "idp-2016"), 1)
     assert doc["rule_set"] == "idp-2016"

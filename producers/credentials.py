@@ -151,7 +151,9 @@ class CredentialStore:
         """The credential a token proves, or why it proves nothing."""
         if not token:
             return AuthFailure(
-                Problem("authorization", "UNAUTHENTICATED", "no credential given: send a bearer token (CLI: --token or CAUCUS_TOKEN)"),
+                Problem("authorization", "UNAUTHENTICATED", "no credential given: send a bearer token (CLI: --token or "
+                        "CAUCUS_TOKEN); an operator issues one with `caucus credentials issue --unit UNIT` (a chair) "
+                        "or `--official NAME` (an official)"),
                 "anonymous",
             )
         if len(token) > _MAX_TOKEN or not token.isascii():

@@ -55,7 +55,9 @@ def idp2020(
     between releases as a correction. Re-running appends nothing new."""
     settings = settings_of(ctx)
     if not data.is_dir():
-        raise fail(f"--data {data}: not a directory (give the directory holding the 2020 Iowa files)")
+        what = "is a file, not a directory" if data.exists() else "does not exist" + (
+            "" if data.is_absolute() else " (a relative path is read from the current directory)")
+        raise fail(f"--data {data}: {what}; give the directory holding the 2020 Iowa files")
     missing = [name for name in PUBLISHED if not (data / name).is_file()]
     if missing:
         raise fail(f"--data {data}: {len(missing)} of the {len(PUBLISHED)} files the import reads are not there "

@@ -117,6 +117,16 @@ def test_a_missing_file_is_named_and_nothing_is_opened_or_created(iowa_dir: Path
     assert not (tmp_path / "log").exists()
 
 
+def test_a_data_directory_that_is_not_there_is_not_called_a_file(tmp_path: Path) -> None:
+    """A mistyped --data said "not a directory", which reads as "a file is there": it is not there at all."""
+    missing = _run(tmp_path / "nowhere", tmp_path / "log")
+    assert missing.exit_code == 2 and "--data" in missing.stderr and "does not exist" in missing.stderr, missing.output
+    (tmp_path / "file").write_text("x")
+    a_file = _run(tmp_path / "file", tmp_path / "log")
+    assert a_file.exit_code == 2 and "is a file, not a directory" in a_file.stderr, a_file.output
+    assert not (tmp_path / "log").exists()
+
+
 @pytest.mark.parametrize("name", ["idp_apportionment.csv", "iowa2020_precincts.csv", FIRST_RELEASE])
 def test_a_byte_that_is_not_utf8_is_named_with_its_file_and_nothing_is_appended(iowa_dir: Path, tmp_path: Path,
                                                                                 name: str) -> None:

@@ -302,7 +302,7 @@ def correct(
     ctx: typer.Context,
     source: Optional[str] = typer.Argument(None, help="The correction as JSON (a file, or - for stdin); or use the options."),
     unit: Optional[str] = UnitOption,
-    supersedes: Optional[str] = typer.Option(None, "--supersedes", help="Event id of the result being replaced (required)."),
+    supersedes: Optional[str] = typer.Option(None, "--supersedes", help="Event id of the result being replaced (required; `caucus trail UNIT` shows it)."),
     reason: Optional[str] = typer.Option(None, "--reason", help="Why the result changes (required)."),
     authority: Optional[str] = typer.Option(None, "--authority", help="Who decided the correction (required)."),
     stage: Optional[str] = typer.Option(None, "--stage", help="review, recanvass or recount (required)."),
@@ -332,7 +332,9 @@ def correct(
                   "--first": first, "--final": final}
         missing = [flag for flag, value in needed.items() if value is None]
         if missing:  # a usage slip, not a submission: nothing is recorded (a refused command stays in the log)
-            raise fail(f"give the correction as JSON (FILE or -) or with {', '.join(needed)}: missing {', '.join(missing)}")
+            where = ("; --supersedes is the event id of the unit's current result, which `caucus trail UNIT` shows"
+                     if "--supersedes" in missing else "")
+            raise fail(f"give the correction as JSON (FILE or -) or with {', '.join(needed)}: missing {', '.join(missing)}{where}")
         data = {
             **_result_fields(first, final, attendance, delegates, worksheet, worksheet_digest),
             "supersedes": supersedes,

@@ -181,6 +181,7 @@ def print_trail(console: Console, trail: Trail) -> None:
             f"  {env.recorded_at:%Y-%m-%d %H:%M:%S}  {e.event.type}  by {env.actor} via {env.channel.value}"
             f"{_written_by(e.writer, env.actor)}  (occurred {env.occurred_at:%Y-%m-%d %H:%M:%S}){flag}",
         ), highlight=False)
+        console.print(f"    event id: {e.event.event_id}", highlight=False)  # what --supersedes, prove and a toss name
         details = event_details(e.event)
         for key in ("stage", "reason", "authority", "supersedes", "contenders", "winners", "method", "caller", "witnesses"):
             if details.get(key):

@@ -8,6 +8,8 @@ checkpoint's canonical bytes, signature and public key), so ``check_proof`` need
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,10 +74,21 @@ class InclusionProof:
         }
 
 
-def find_event(scan: LogScan, event_id: str, codec: Codec | None = None) -> tuple[Position, int, str] | None:
-    """Where the event with this id sits, its leaf index and its type. Records are searched for the id's bytes
+def find_event(scan: LogScan, event_id: str, codec: Codec | None = None) -> tuple[Position, int, str, str] | None:
+    """Where the event with this id (or at this position, "P:O") sits, its leaf index, its type and its id. Records are searched for the id's bytes
     first and only candidates are decoded, so this costs a pass of ``bytes.find``, not of the codec."""
     codec = codec or default_codec()
+    at = re.fullmatch(r"([0-9]{1,9}):([0-9]{1,18})", event_id.strip())
+    if at is not None:  # a position, as `caucus trail` and `log tail` print them, names its record as well
+        part, offset = int(at.group(1)), int(at.group(2))
+        if part < scan.partitions and offset in scan.parts[part].offsets:
+            i = scan.parts[part].offsets.index(offset)
+            try:
+                event = codec.decode(scan.parts[part].values[i])
+            except CodecError:
+                return None
+            return Position(part, offset), i, event.type, event.event_id
+        return None
     needle = event_id.encode("utf-8")
     for p in range(scan.partitions):
         ps = scan.parts[p]
@@ -86,7 +99,7 @@ def find_event(scan: LogScan, event_id: str, codec: Codec | None = None) -> tupl
                 except CodecError:
                     continue
                 if event.event_id == event_id:
-                    return Position(p, ps.offsets[i]), i, event.type
+                    return Position(p, ps.offsets[i]), i, event.type, event_id
     return None
 
 
@@ -95,8 +108,9 @@ def prove_event(scan: LogScan, event_id: str, checkpoints: Sequence[SignedCheckp
     as ``verify.trusted_checkpoints`` returns them)."""
     found = find_event(scan, event_id, codec)
     if found is None:
-        raise ProofError(f"event {event_id} is not in the log")
-    position, index, event_type = found
+        what = f"no record is at {event_id}" if re.fullmatch(r"[0-9]+:[0-9]+", event_id.strip()) else f"event {event_id} is not in the log"
+        raise ProofError(f"{what} (give an event id or a position P:O, as `caucus trail UNIT` shows them)")
+    position, index, event_type, event_id = found
     if not checkpoints:
         raise ProofError("there is no trusted checkpoint to prove against; run `caucus checkpoint` first")
     latest = checkpoints[-1]

@@ -361,7 +361,7 @@ def _print_report(settings: Settings, store_name: str, report: Any, as_json: boo
 
 def prove_command(
     ctx: typer.Context,
-    event_id: str = typer.Argument(..., help="The event to prove (its event_id)."),
+    event_id: str = typer.Argument(..., help="The event to prove: its event id, or its position P:O (`caucus trail UNIT` shows both)."),
     public_key: Optional[list[Path]] = typer.Option(None, "--public-key", help=_PUBLIC_KEY_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

@@ -62,6 +62,12 @@ def test_checkpoint_then_verify_then_prove(ledger: Any, caucus: Any) -> None:
 
     human = caucus("prove", events[7].event_id)
     assert human.exit_code == 0 and "VERIFIED" in human.output
+    # By its position, as `caucus trail` and `log tail` print it: the same proof, of the same event.
+    at = caucus("prove", p["position"], "--json")
+    assert at.exit_code == 0, at.output
+    assert json.loads(at.stdout) == p
+    nowhere = caucus("prove", f"{p['partition']}:99999")
+    assert nowhere.exit_code == 2 and "no record is at" in nowhere.output, nowhere.output
 
 
 def test_verify_reports_the_first_bad_position_and_exits_1(ledger: Any, caucus: Any, tamper: Any, flip: Any, tmp_path: Path) -> None:

@@ -134,6 +134,7 @@ def test_trail_command_human_and_json(projected: tuple[Path, SqliteLog, Projecti
     human = runner.invoke(_app(), ["--data-dir", str(data), "trail", "Mason City 1"], env={"CAUCUS_DATABASE": ""})
     assert human.exit_code == 0, human.output
     assert "TieBroken" in human.stdout and "tie settled" in human.stdout and "by idp via paper" in human.stdout
+    assert "event id: report" in human.stdout, human.stdout  # what `correct --supersedes` and `prove` take
     missing = runner.invoke(_app(), ["--data-dir", str(data), "trail", "nope"], env={"CAUCUS_DATABASE": ""})
     assert missing.exit_code == 2 and "no events for unit 'nope'" in missing.stderr and "defines no such unit" in missing.stderr  # a unit that is not there: a bad argument
 

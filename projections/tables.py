@@ -51,15 +51,16 @@ def _reporting_line(area: AreaTally) -> str:
     extra = []
     if area.units_pending:
         extra.append(f"{area.units_pending} with a coin toss pending")
-    if area.units_with_problems:
-        extra.append(f"{area.units_with_problems} with problems")
+    if area.units_with_problems:  # what "problems" are, said once: they are not the audit's findings
+        extra.append(f"{area.units_with_problems} whose tally has a problem: delegates that cannot be computed or do not add "
+                     "up, a toss that decides nothing; `caucus tally --county C` marks them, `--unit U` says what")
     tail = f" ({'; '.join(extra)})" if extra else ""
     return f"units reporting: {area.units_reporting:,} of {area.units_defined:,} ({pct:.1f}%){tail}"
 
 
 def _status(u: UnitTally) -> str:
     return (u.status + (f" ({u.stage})" if u.stage else "") + (" [after certification]" if u.after_certification else "")
-            + (" [tie pending]" if u.pending else ""))
+            + (" [tie pending]" if u.pending else "") + (" [problem]" if u.problems else ""))
 
 
 def units_table(units: list[UnitTally], candidates: list[str], title: str, *, wide: bool = False) -> Table:

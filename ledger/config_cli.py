@@ -7,6 +7,7 @@ this runner really using, and why" must be answerable without reading code (``le
 from __future__ import annotations
 
 import json
+import os
 
 import typer
 from rich.table import Table
@@ -25,8 +26,11 @@ def show(ctx: typer.Context, as_json: bool = JsonOption) -> None:
     a CAUCUS_* variable or a command-line option (highest wins, in that order)."""
     loaded = loaded_settings(ctx)
     rows = loaded.show()
+    from ledger.integrity.keys import ENV_KEY_HOME, key_home
+
+    home = {"value": str(key_home()), "source": f"env {ENV_KEY_HOME}" if os.environ.get(ENV_KEY_HOME) else "default"}
     data = {"config_file": None if loaded.config_file is None else str(loaded.config_file), "settings": rows,
-            "unknown_variables": list(loaded.unknown_variables)}
+            "key_home": home, "unknown_variables": list(loaded.unknown_variables)}
 
     def human() -> None:
         out = console()
@@ -41,6 +45,8 @@ def show(ctx: typer.Context, as_json: bool = JsonOption) -> None:
             shown = json.dumps(value, sort_keys=True) if isinstance(value, dict) and value else text(value)
             table.add_row(name, shown, row["source"])
         out.print(table)
+        out.print(f"key home (where the signing key is made on first use, unless checkpoint_key names one): "
+                  f"{home['value']} ({home['source']}; {ENV_KEY_HOME} to move it)", highlight=False)
         for name in loaded.unknown_variables:
             out.print(f"warning: {name} names no setting and is ignored", highlight=False)
         out.print("each setting NAME is also CAUCUS_NAME in the environment and NAME in caucus.toml; "

@@ -175,6 +175,16 @@ def test_a_configuration_file_that_is_not_utf8_is_named(ops: ModuleType, env: di
         assert str(config) in message and "UTF-8" in message and "internal" not in message, message
 
 
+def test_config_show_names_the_key_home(ops: ModuleType, env: dict[str, str], tmp_path: Path) -> None:
+    """The signing key is made in the key home, which is no setting: `config show` did not say where it was."""
+    home = tmp_path / "keys"
+    code, out, err = ops.in_process(["config", "show", "--json"], {**env, "CAUCUS_KEY_HOME": str(home)})
+    assert code == 0, err
+    assert json.loads(out)["key_home"] == {"value": str(home), "source": "env CAUCUS_KEY_HOME"}
+    code, out, err = ops.in_process(["config", "show"], {**env, "CAUCUS_KEY_HOME": str(home)})
+    assert code == 0 and "key home (where the signing key is made" in out and str(home) in out, out
+
+
 # -- on the real 2020 history -----------------------------------------------------------------------------
 
 

@@ -226,8 +226,9 @@ def define(
                   "county_id": "lee", "delegates": 6}]}
 
     A satellite names its group instead of delegates ("satellite_group"; the groups in "satellite_groups", each
-    with "group_id", "name", "sde_pool", "attendance_base"). Every field, as JSON Schema: the /docs page of the
-    HTTP intake (`caucus serve intake`)."""
+    with "group_id", "name", "sde_pool", "attendance_base"). A ratio may also be {"numerator": n, "denominator": d},
+    as `caucus log tail --json` prints a definition. Every field, as JSON Schema: the /docs page of the HTTP intake
+    (`caucus serve intake`)."""
     _submit(ctx, CommandKind.DEFINE, text=_read_source(source), data=None, unit_id=None, key=key, token=token,
             credentials=credentials, channel=channel, as_json=as_json)
 

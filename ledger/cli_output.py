@@ -21,7 +21,6 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping
-from urllib.parse import urlsplit
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -108,26 +107,29 @@ def print_error(message: str, code: int, *, as_json: bool, kind: str = "") -> No
 
 
 def runnable_here(message: str) -> str:
-    """A message's "`caucus CMD`" hints with the backend options this run was given on its command line
-    (an environment variable or caucus.toml holds for the next command too): "run `caucus project`
-    first", said of --data-dir iowa2020 and followed as given, read ./caucus-data. A database URL that
-    carries a password is not repeated."""
+    """A message's "`caucus CMD`" hints with the options this run was given on its command line (an
+    environment variable or caucus.toml holds for the next command too): "run `caucus project` first",
+    said of --data-dir iowa2020 and followed as given, read ./caucus-data. Only a hint naming one of the
+    ledger's commands is rewritten (a value the user typed and the message quotes back is left as it
+    was), and a database URL is never repeated: it may carry a password, in its user part or its query."""
     ctx = get_current_context(silent=True)
-    loaded = ctx.find_root().meta.get(LOADED_KEY) if ctx is not None else None
+    root = ctx.find_root() if ctx is not None else None
+    loaded = root.meta.get(LOADED_KEY) if root is not None else None
     if loaded is None or "`caucus " not in message:
         return message
     flags = []
-    for name, flag in (("data_dir", "--data-dir"), ("kafka", "--kafka"), ("topic", "--topic"), ("database", "--database")):
+    if loaded.config_file is not None and root is not None and root.params.get("config") is not None:
+        flags.append(f"--config {shlex.quote(str(loaded.config_file))}")  # the option (CAUCUS_CONFIG holds anyway)
+    for name, flag in (("data_dir", "--data-dir"), ("kafka", "--kafka"), ("topic", "--topic")):
         value = getattr(loaded.settings, name, None)
-        if not str(loaded.sources.get(name, "")).startswith("flag") or value is None:
-            continue
-        if name == "database" and urlsplit(str(value)).password:
-            continue
-        flags.append(f"{flag} {shlex.quote(str(value))}")
-    if not flags:
+        if str(loaded.sources.get(name, "")).startswith("flag") and value is not None:
+            flags.append(f"{flag} {shlex.quote(str(value))}")
+    commands = sorted(getattr(root.command, "commands", {}) or {}, key=len, reverse=True) if root is not None else []
+    if not flags or not commands:
         return message
     given = " ".join(flags)
-    return re.sub(r"`caucus (?!--)", lambda _: f"`caucus {given} ", message)
+    named = "|".join(re.escape(c) for c in commands)
+    return re.sub(rf"`caucus (?=(?:{named})(?:[ `]))", lambda _: f"`caucus {given} ", message)
 
 
 def _kind(code: int) -> str:

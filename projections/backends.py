@@ -33,7 +33,7 @@ def _sqlite(settings: Settings, read_only: bool) -> ProjectionStore:
         raise StoreMissing(
             f"nothing has been recorded in {settings.data_dir} yet (no event log, no projection store): record events "
             "first (`caucus demo`, `caucus import idp2020 --data DIR`, `caucus report`, or the intake), then `caucus "
-            "project` builds the tally; or --data-dir / CAUCUS_DATA_DIR points elsewhere"
+            "project --until-caught-up` builds the tally; or --data-dir / CAUCUS_DATA_DIR points elsewhere"
         ) from exc
 
 

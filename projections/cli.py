@@ -276,7 +276,7 @@ def tally(
 
         def human() -> None:
             said_as_of()
-            print_area(console, view, area, f"{area.name}")
+            print_area(console, view, area, f"{area.name}", county_id)
             order = sorted(view.context.candidates, key=lambda c: (-area.sde_display_sum.get(c, 0), c))
             console.print(units_table(units, [c for c in order if area.final.get(c) or area.first.get(c)], f"units of {area.name}",
                                       wide=is_wide()))

@@ -147,7 +147,7 @@ def subscribe(
     try:
         log = open_results_log(settings, read_only=True)
     except LogMissingError:
-        raise fail(f"no results feed at {results_log_name(settings)} yet: `caucus project` publishes one as it runs") from None
+        raise fail(f"no results feed at {results_log_name(settings)} yet: `caucus project --until-caught-up` publishes one") from None
     except LogError as exc:
         raise fail(f"cannot open the results feed at {results_log_name(settings)}: {exc}") from exc
     keeper = _Keeper.open(settings, group, log) if group else None

@@ -147,7 +147,7 @@ def choose_election(elections: dict[str, ElectionState], wanted: str | None, *, 
     except NoElectionDefined as exc:
         raise NoElectionYet(str(exc)) from None
     except AsOfError as exc:
-        hint = (" (if it was defined since the projection last read the log, `caucus project` brings it in)"
+        hint = (" (if it was defined since the projection last read the log, `caucus project --until-caught-up` brings it in)"
                 if wanted is not None and (wanted not in elections or elections[wanted].definition is None) else "")
         raise QueryError(f"{exc}{hint}") from None
 

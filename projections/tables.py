@@ -7,13 +7,14 @@ goes through here (programs get ``to_json`` of the views directly). Candidates a
 
 from __future__ import annotations
 
+import shlex
 from decimal import Decimal
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ledger.cli_output import text
+from ledger.cli_output import runnable_here, text
 from ledger.record_headers import is_direct_writer
 from projections.queries import TallyView
 from projections.tally import AreaTally, UnitTally
@@ -114,23 +115,25 @@ def unit_table(u: UnitTally, candidates: list[str]) -> Table:
     return table
 
 
-def print_area(console: Console, view: TallyView, area: AreaTally, title: str) -> None:
+def print_area(console: Console, view: TallyView, area: AreaTally, title: str, county_id: str | None = None) -> None:
+    """The area's heading, reporting line and sums: the state's, or ``county_id``'s."""
     meta = view.meta()
     version = "" if view.set.state == "as-of" else f" v{view.set.version}"  # an as-of view is no stored version
     console.print(f"{meta['election'] or meta['election_id']}  rule set {meta['rule_set']}  "
                   f"(projection {view.set.name}{version}{', certified' if meta['certified'] else ''})")
-    console.print(_reporting_line(area))
+    console.print(runnable_here(_reporting_line(area)))
     definition = view.context.state.definition
     other_rules = definition is not None and meta["rule_set"] != definition.rule_set
     console.print(area_table(area, title, computed=other_rules))
     if other_rules:
         units = view.context.units
         cannot = sum(1 for u in view.units.values() if u.reporting and u.cds_computed is None and u.unit_id in units
-                     and area.area in ("state", units[u.unit_id].county_id))
+                     and county_id in (None, units[u.unit_id].county_id))
         none = f" ({cannot:,} reporting unit(s) whose delegates cannot be computed count none there)" if cannot else ""
-        console.print(f"CDs and SDE are the official ones (a unit's reported delegates where it reported any, which no "
-                      f"rule set changes); CDs computed: what {meta['rule_set']} gives from the alignments{none}. "
-                      f"`caucus diff live rules:{meta['rule_set']}` lists the units where they differ.")
+        console.print(runnable_here(
+            f"CDs and SDE are the official ones (a unit's reported delegates where it reported any, which no rule set "
+            f"changes); CDs computed: what {meta['rule_set']} gives from the alignments{none}. `caucus diff live "
+            f"{shlex.quote('rules:' + str(meta['rule_set']))}` lists the units where they differ."), highlight=False)
 
 
 def _thresholds(u: UnitTally) -> str:

@@ -55,8 +55,9 @@ def test_a_hint_repeats_no_option_the_next_command_reads_anyway(support: ModuleT
     assert result.exit_code == 2 and "run `caucus project --until-caught-up` first" in error["message"], error
 
 
-def test_a_hint_leaves_out_a_database_url_with_a_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A hint is printed, and logged: a password given on the command line is not repeated in it."""
+def test_a_hint_leaves_out_a_database_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hint is printed, and logged: a database URL given on the command line, which may carry a password
+    (user:pw@host, or ?password= in its query), is not repeated in it."""
     from ledger.cli_output import runnable_here
 
     ledger.cli._register_commands()
@@ -68,8 +69,30 @@ def test_a_hint_leaves_out_a_database_url_with_a_password(tmp_path: Path, monkey
 
     try:
         CliRunner().invoke(ledger.cli.app, ["--data-dir", "d", "--database", "postgresql://u:secret@h/db", "hint-probe"])
-        CliRunner().invoke(ledger.cli.app, ["--data-dir", "d", "--database", "postgresql://u@h/db", "hint-probe"])
+        CliRunner().invoke(ledger.cli.app, ["--data-dir", "d", "--database", "postgresql://u@h/db?password=pw", "hint-probe"])
     finally:
         ledger.cli.app.registered_commands.pop()
-    assert said == ["run `caucus --data-dir d project` first",
-                    "run `caucus --data-dir d --database postgresql://u@h/db project` first"], said
+    assert said == ["run `caucus --data-dir d project` first"] * 2, said  # a URL may hold a password in its query too
+
+
+def test_a_hint_repeats_the_configuration_file_and_leaves_the_users_own_text_alone(tmp_path: Path) -> None:
+    """--config names the file the data directory was read from; a value the user typed and the error
+    quotes back ("no unit '`caucus x`'") is theirs, not a hint to rewrite."""
+    from ledger.cli_output import runnable_here
+
+    ledger.cli._register_commands()
+    config = tmp_path / "other.toml"
+    config.write_text(f'data_dir = "{tmp_path / "d"}"\n')
+    said: list[str] = []
+
+    @ledger.cli.app.command("hint-probe", hidden=True)
+    def probe() -> None:
+        said.append(runnable_here("no unit '`caucus x`'; run `caucus project --until-caught-up` first"))
+
+    try:
+        CliRunner().invoke(ledger.cli.app, ["--config", str(config), "hint-probe"])
+        CliRunner().invoke(ledger.cli.app, ["--config", str(config), "--data-dir", "e", "hint-probe"])
+    finally:
+        ledger.cli.app.registered_commands.pop()
+    assert said == [f"no unit '`caucus x`'; run `caucus --config {config} project --until-caught-up` first",
+                    f"no unit '`caucus x`'; run `caucus --config {config} --data-dir e project --until-caught-up` first"], said

@@ -90,20 +90,28 @@ def event_as_given(data: Mapping[str, Any]) -> Event[Any]:
     return event
 
 
+_RATIO_FIELDS = frozenset({"sde_ratio", "sde_pool", "sde_weight"})
+"""The fields of a definition that hold a ratio (``ledger.event_values.ratio_to_avro``)."""
+
+
 def bad_ratio(value: Any, path: str) -> str | None:
-    """The first ratio in ``value`` (``{"numerator": n, "denominator": d}``, as ``log tail --json`` prints
-    one) that cannot be read as a fraction (terms not whole numbers, a zero denominator), named by its
-    field: read as a ``Fraction``, it was a bare "ZeroDivisionError: Fraction(1, 0)" that named none. A
-    negative ratio reads, and is refused by the definition's checks with the rest of its problems."""
+    """The first ratio in ``value`` (``{"numerator": n, "denominator": d}`` under one of ``_RATIO_FIELDS``,
+    as ``log tail --json`` prints a definition) that cannot be read as a fraction (terms not whole
+    numbers, a zero denominator), named by its field: read as a ``Fraction``, it was a bare
+    "ZeroDivisionError: Fraction(1, 0)" that named none. A negative ratio reads, and is refused by the
+    definition's checks with the rest of its problems. Only those fields: counts keyed by candidates
+    named "numerator" and "denominator" are counts."""
     if isinstance(value, Mapping):
-        if set(value) == {"numerator", "denominator"}:
-            n, d = value["numerator"], value["denominator"]
-            whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (n, d))
-            if not whole or d == 0:
-                return (f"field {path!r} must be a ratio of whole numbers with a denominator other than 0; got "
-                        f"{json.dumps(dict(value), sort_keys=True)}")
-            return None
-        return next((b for k, v in value.items() if (b := bad_ratio(v, f"{path}.{k}"))), None)
+        for key, item in value.items():
+            where = f"{path}.{key}"
+            if key in _RATIO_FIELDS and isinstance(item, Mapping) and set(item) == {"numerator", "denominator"}:
+                n, d = item["numerator"], item["denominator"]
+                if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, d)) or d == 0:
+                    return (f"field {where!r} must be a ratio of whole numbers with a denominator other than 0; got "
+                            f"{json.dumps(dict(item), sort_keys=True)}")
+            elif (found := bad_ratio(item, where)) is not None:
+                return found
+        return None
     if isinstance(value, list):
         return next((b for i, v in enumerate(value) if (b := bad_ratio(v, f"{path}[{i}]"))), None)
     return None

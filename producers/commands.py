@@ -23,7 +23,8 @@ from datetime import UTC
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (AfterValidator, AwareDatetime, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
+                      WithJsonSchema)
 from pydantic_core import PydanticCustomError
 
 from ledger.events import Problem
@@ -78,6 +79,9 @@ def _ratio_given(value: Any) -> Any:
     number, text or that object is one error (the union's three, one per member, said it three times)."""
     if isinstance(value, Mapping) and set(value) == {"numerator", "denominator"} and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+        if value["numerator"] < 0 or value["denominator"] < 1:  # said of the object sent, not of the text it reads as
+            raise PydanticCustomError("bad_ratio", "must have a numerator of at least 0 and a denominator of at least 1, "
+                                      "got {given}", {"given": _shown(dict(value))})
         return f"{value['numerator']}/{value['denominator']}"
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise PydanticCustomError("bad_ratio", 'must be an exact ratio "n/d", a whole number, or {"numerator": n, '
@@ -88,6 +92,9 @@ def _ratio_given(value: Any) -> Any:
 Ratio = Annotated[
     int | str,
     BeforeValidator(_ratio_given),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}, {
+        "type": "object", "additionalProperties": False, "required": ["numerator", "denominator"],
+        "properties": {"numerator": {"type": "integer", "minimum": 0}, "denominator": {"type": "integer", "minimum": 1}}}]}),
     Field(description='an exact ratio "n/d" (or a whole number, or {"numerator": n, "denominator": d} as the log '
                       'prints one), e.g. "21/150"', examples=["21/150"]),
 ]

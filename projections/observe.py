@@ -126,6 +126,7 @@ class RunnerObserver:
         self._waiting_log = ""
         self._was_caught_up = False
         self._source: Any = None
+        self._live: Progress | None = None
         self.lag_seconds.set_function(self._lag_now)
 
     def _lag_now(self) -> float:
@@ -135,6 +136,7 @@ class RunnerObserver:
 
     def attach(self, runner: ProjectionRunner) -> RunnerObserver:
         self._source = runner.source
+        self._live = runner.progress  # read for one field only: ``stopped`` (see ``health``)
         self.progress = copy.deepcopy(runner.progress)
         before_progress = runner.on_progress
         before_commit = runner.on_commit
@@ -212,7 +214,8 @@ class RunnerObserver:
         return age <= self.stale_after, {
             "seconds_since_progress": round(age, 3),
             "applied": None if p is None else p.applied,
-            "stopped": None if p is None else p.stopped or None,
+            # the live record's: the runner leaves out a last report that would only say it stopped
+            "stopped": (self._live.stopped if self._live is not None else None if p is None else p.stopped) or None,
         }
 
     def ready(self) -> tuple[bool, dict[str, Any]]:

@@ -521,3 +521,20 @@ def test_a_definition_in_the_logs_own_form_defines_and_a_bad_ratio_is_one_error(
     assert done.returncode == 1, done.stderr
     errors = json.loads(done.stdout)["errors"]
     assert [(e["field"], e["code"]) for e in errors] == [("counties.0.sde_ratio", "BAD_RATIO")], errors
+    body.update(election_id="e-neg", idempotency_key="def-e-neg")
+    body["counties"][0]["sde_ratio"] = {"numerator": -7, "denominator": 50}  # said as sent, not as "-7/50"
+    (tmp_path / "neg.json").write_text(json.dumps(body))
+    done = _caucus(data, "define", str(tmp_path / "neg.json"), "--json", token=token)
+    errors = json.loads(done.stdout)["errors"]
+    assert [(e["field"], e["code"]) for e in errors] == [("counties.0.sde_ratio", "BAD_RATIO")], errors
+    assert '"numerator": -7' in errors[0]["message"] and '"-7/50"' not in errors[0]["message"], errors
+
+
+def test_only_a_definitions_ratio_fields_are_read_as_ratios() -> None:
+    """Counts keyed by candidates named "numerator" and "denominator" are counts, whatever their values."""
+    from ledger.render import bad_ratio
+
+    assert bad_ratio({"result": {"first_alignment": {"numerator": 3, "denominator": 0}}}, "payload") is None
+    said = bad_ratio({"satellite_groups": [{"sde_pool": {"numerator": 1, "denominator": 0}}]}, "payload")
+    assert said is not None and "'payload.satellite_groups[0].sde_pool'" in said, said
+    assert bad_ratio({"units": [{"sde_weight": {"numerator": "1", "denominator": 2}}]}, "payload") is not None

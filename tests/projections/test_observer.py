@@ -38,3 +38,10 @@ def test_the_observer_shows_what_was_reported_not_the_runners_live_record(tmp_pa
     _, details = observer.ready()
     assert "waiting for the event log: the broker is unavailable" in details["reasons"], "a change not yet reported"
     assert observer.health()[1]["applied"] == 0
+
+
+def test_health_says_the_runner_stopped_though_its_last_report_was_left_out(tmp_path: Path) -> None:
+    runner = _runner(tmp_path)
+    observer = RunnerObserver().attach(runner)
+    runner.run(until_caught_up=True)  # an empty log: the last report says nothing new and is left out
+    assert observer.health()[1]["stopped"] == "caught up"

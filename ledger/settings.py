@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
@@ -413,12 +413,12 @@ def _masked(name: str, value: Any) -> Any:
         return None
     if isinstance(value, SecretStr):
         return "********"
-    if name == "database":
+    if name == "database":  # a password in the user part, or in the query (?password=, which libpq reads too)
         parts = urlsplit(value)
         if parts.password:
-            netloc = parts.netloc.replace(f":{parts.password}@", ":********@")
-            return urlunsplit(parts._replace(netloc=netloc))
-        return value
+            parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":********@"))
+        query = [(k, "********" if "password" in k.lower() else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+        return urlunsplit(parts._replace(query=urlencode(query, safe="*"))) if parts.query else urlunsplit(parts)
     if isinstance(value, dict):
         return {k: ("********" if _secret(k) else v) for k, v in value.items()}
     if isinstance(value, Path):

@@ -175,6 +175,16 @@ def test_a_configuration_file_that_is_not_utf8_is_named(ops: ModuleType, env: di
         assert str(config) in message and "UTF-8" in message and "internal" not in message, message
 
 
+def test_config_show_masks_a_database_password_wherever_the_url_holds_it(ops: ModuleType, env: dict[str, str]) -> None:
+    """A password in the URL's query (?password=, which libpq reads as well) was shown as given."""
+    for url, hidden in (("postgresql://u:s3cret@db/caucus", "postgresql://u:********@db/caucus"),
+                        ("postgresql://u@db/caucus?sslmode=require&password=s3cret",
+                         "postgresql://u@db/caucus?sslmode=require&password=********")):
+        code, out, err = ops.in_process(["config", "show", "--json"], {**env, "CAUCUS_DATABASE": url})
+        assert code == 0 and "s3cret" not in out + err, out
+        assert json.loads(out)["settings"]["database"]["value"] == hidden, out
+
+
 def test_config_show_names_the_key_home(ops: ModuleType, env: dict[str, str], tmp_path: Path) -> None:
     """The signing key is made in the key home, which is no setting: `config show` did not say where it was."""
     home = tmp_path / "keys"

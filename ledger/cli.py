@@ -24,17 +24,8 @@ from typer.core import TyperOption
 
 from ledger.broken_pipe import PIPE_CLOSED, StdoutPipe
 from ledger.cli_args import Terminated, hoist_wide, name_the_place_of_a_global_option, terminate_as_interrupt
-from ledger.cli_output import (
-    LOADED_KEY,
-    JsonOption,
-    emit,
-    fail,
-    loaded_settings,
-    print_error,
-    set_args,
-    set_wide,
-    settings_of,
-)
+from ledger.cli_output import (COMMAND_NAMES_KEY, LOADED_KEY, JsonOption, emit, fail, loaded_settings, print_error, set_args,
+                               set_wide, settings_of)
 from ledger.config import open_log
 from ledger.log.port import LogError, LogLostError, LogReplacedError
 
@@ -110,6 +101,8 @@ def _global(
         log.warning("%s names no setting and is ignored (`caucus config show` lists them)", name)
     set_file_mode(loaded.settings.file_mode)
     ctx.meta[LOADED_KEY] = loaded
+    from ledger.commands import COMMANDS  # every command's name, for hints (``cli_output.runnable_here``)
+    ctx.meta[COMMAND_NAMES_KEY] = frozenset(name for _, names in COMMANDS for name in names)
     ctx.obj = loaded.settings
     log.debug("settings from %s", loaded.config_file or "environment and defaults")
 

@@ -36,7 +36,7 @@ from ledger.config import Settings
 
 __all__ = [
     "set_args", "set_wide", "is_wide", "console", "wants_json", "print_error", "text", "NONE", "DEFAULT_WIDTH",
-    "JsonOption", "LOADED_KEY", "settings_of", "loaded_settings", "emit", "fail", "runnable_here",
+    "JsonOption", "LOADED_KEY", "COMMAND_NAMES_KEY", "settings_of", "loaded_settings", "emit", "fail", "runnable_here",
 ]
 
 DEFAULT_WIDTH = 100
@@ -124,7 +124,7 @@ def runnable_here(message: str) -> str:
         value = getattr(loaded.settings, name, None)
         if str(loaded.sources.get(name, "")).startswith("flag") and value is not None:
             flags.append(f"{flag} {shlex.quote(str(value))}")
-    commands = sorted(getattr(root.command, "commands", {}) or {}, key=len, reverse=True) if root is not None else []
+    commands = sorted(root.meta.get(COMMAND_NAMES_KEY) or (), key=len, reverse=True) if root is not None else []
     if not flags or not commands:
         return message
     given = " ".join(flags)
@@ -161,6 +161,9 @@ def text(value: Any) -> str:
 JsonOption = typer.Option(False, "--json", help="Print JSON (an error too: {\"error\": {...}} on stderr).")
 
 LOADED_KEY = "caucus.loaded_settings"
+COMMAND_NAMES_KEY = "caucus.command_names"
+"""Every top-level command's name (``ledger.commands``), put in the root context by ``ledger.cli``: a
+command line registers only the command it runs, so the click group does not know the others."""
 """Where the root command keeps the ``LoadedSettings`` it read (``ctx.meta``)."""
 
 

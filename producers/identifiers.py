@@ -104,7 +104,8 @@ def candidate_collisions(candidates: Iterable[str]) -> list[Problem]:
     seen: dict[str, str] = {}
     out = []
     for i, name in enumerate(candidates):
-        earlier = seen.get(looks_alike(name))
+        key = looks_alike(name)
+        earlier = seen.get(key)
         if earlier is not None and earlier != name:
             same_case = folded(earlier) == folded(name)
             out.append(
@@ -116,7 +117,7 @@ def candidate_collisions(candidates: Iterable[str]) -> list[Problem]:
                     + "; one election's candidates must be told apart",
                 )
             )
-        seen.setdefault(looks_alike(name), name)
+        seen.setdefault(key, name)
     return out
 
 

@@ -251,10 +251,8 @@ def find_county(ctx: ElectionContext, text: str) -> str:
         import difflib
 
         names = sorted(c.name for c in ctx.counties.values())
-        near = difflib.get_close_matches(text, names, n=3, cutoff=0.6) or difflib.get_close_matches(
-            want, [n.casefold() for n in names], n=3, cutoff=0.6)
-        by_fold = {n.casefold(): n for n in names}
-        near = [by_fold.get(n, n) for n in near]
+        by_fold = {" ".join(n.split()).casefold(): n for n in names}  # compared as the lookup compares them
+        near = [by_fold[n] for n in difflib.get_close_matches(want, list(by_fold), n=3, cutoff=0.6)]
         shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
         raise QueryError(f"no county {text!r} in election {ctx.election_id!r}"
                          + (f" (did you mean {', '.join(repr(n) for n in near)}?)" if near else "")

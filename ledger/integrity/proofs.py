@@ -8,8 +8,6 @@ checkpoint's canonical bytes, signature and public key), so ``check_proof`` need
 
 from __future__ import annotations
 
-import re
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,9 +76,9 @@ def find_event(scan: LogScan, event_id: str, codec: Codec | None = None) -> tupl
     """Where the event with this id (or at this position, "P:O") sits, its leaf index, its type and its id. Records are searched for the id's bytes
     first and only candidates are decoded, so this costs a pass of ``bytes.find``, not of the codec."""
     codec = codec or default_codec()
-    at = re.fullmatch(r"([0-9]{1,9}):([0-9]{1,18})", event_id.strip())
+    at = _position(event_id)
     if at is not None:  # a position, as `caucus trail` and `log tail` print them, names its record as well
-        part, offset = int(at.group(1)), int(at.group(2))
+        part, offset = at.partition, at.offset
         if part < scan.partitions and offset in scan.parts[part].offsets:
             i = scan.parts[part].offsets.index(offset)
             try:
@@ -103,12 +101,21 @@ def find_event(scan: LogScan, event_id: str, codec: Codec | None = None) -> tupl
     return None
 
 
+def _position(text: str) -> Position | None:
+    """``text`` as a position ``P:O`` (``Position.parse``), or None: an event id is never one."""
+    try:
+        at = Position.parse(text.strip())
+    except ValueError:
+        return None
+    return at if at.partition >= 0 and at.offset >= 0 else None
+
+
 def prove_event(scan: LogScan, event_id: str, checkpoints: Sequence[SignedCheckpoint], codec: Codec | None = None) -> InclusionProof:
     """The proof of ``event_id`` against the latest of ``checkpoints`` (trusted ones, smallest first,
     as ``verify.trusted_checkpoints`` returns them)."""
     found = find_event(scan, event_id, codec)
     if found is None:
-        what = f"no record is at {event_id}" if re.fullmatch(r"[0-9]+:[0-9]+", event_id.strip()) else f"event {event_id} is not in the log"
+        what = f"no record is at {event_id}" if _position(event_id) is not None else f"event {event_id} is not in the log"
         raise ProofError(f"{what} (give an event id or a position P:O, as `caucus trail UNIT` shows them)")
     position, index, event_type, event_id = found
     if not checkpoints:
